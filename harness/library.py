@@ -1,0 +1,101 @@
+"""Loading environments and scenarios: the seed layout, a Hub-format folder, or a Hub dataset id."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+
+from harness.schema import DatasetRef, Environment, Provenance, Scenario
+from harness.toolspec import derive_tools
+
+logger = logging.getLogger(__name__)
+
+SEED_LIBRARY = Path(__file__).resolve().parents[1] / "datasets" / "seed"
+
+
+class LibraryError(ValueError):
+    pass
+
+
+@dataclass
+class Library:
+    environments: dict[str, Environment]
+    scenarios: list[Scenario]
+    source: DatasetRef
+    problems: list[str] = field(default_factory=list)
+
+    def scenarios_for(self, environment_id: str) -> list[Scenario]:
+        return [s for s in self.scenarios if s.environment_id == environment_id]
+
+
+def fingerprint(environments: dict[str, Environment], scenarios: list[Scenario]) -> str:
+    digest = hashlib.sha256()
+    for env_id in sorted(environments):
+        env = environments[env_id]
+        digest.update(orjson.dumps([env.id, env.code, env.introduction, env.rules], option=orjson.OPT_SORT_KEYS))
+    for scenario in sorted(scenarios, key=lambda s: s.id):
+        digest.update(orjson.dumps(scenario.model_dump(mode="json", exclude={"provenance"}), option=orjson.OPT_SORT_KEYS))
+    return digest.hexdigest()[:16]
+
+
+def load_seed_layout(root: Path) -> Library:
+    """``environments/<id>.py`` + ``environments/<id>.json`` and ``scenarios/<id>.jsonl``.
+
+    A record that does not load is reported in ``problems`` with its file and line; the others still load.
+    """
+    environments: dict[str, Environment] = {}
+    problems: list[str] = []
+    for meta_path in sorted((root / "environments").glob("*.json")):
+        code_path = meta_path.with_suffix(".py")
+        try:
+            meta = orjson.loads(meta_path.read_bytes())
+            code = code_path.read_text()
+            meta.setdefault("id", meta_path.stem)
+            meta.setdefault("name", meta["id"])
+            provenance = meta.pop("provenance", None) or Provenance(source="seed-library").model_dump()
+            environment = Environment.model_validate({**meta, "code": code, "provenance": provenance})
+            if not environment.tools:
+                environment = environment.model_copy(update={"tools": derive_tools(code, environment.class_name)})
+            environments[environment.id] = environment
+        except Exception as exc:
+            problems.append(f"{meta_path.name}: {exc}")
+    scenarios: list[Scenario] = []
+    for path in sorted((root / "scenarios").glob("*.jsonl")):
+        for number, line in enumerate(path.read_bytes().splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                scenarios.append(Scenario.model_validate(orjson.loads(line)))
+            except Exception as exc:
+                problems.append(f"{path.name}:{number}: {exc}")
+    ref = DatasetRef(source=str(root), fingerprint=fingerprint(environments, scenarios))
+    return Library(environments, scenarios, ref, problems)
+
+
+def _is_seed_layout(path: Path) -> bool:
+    return (path / "environments").is_dir() and any((path / "environments").glob("*.py"))
+
+
+def load_library(source: str | Path | None = None) -> Library:
+    """Environments and scenarios from a folder (seed layout or Hub-format) or a Hub id ``org/name[@rev]``."""
+    if source is None:
+        return load_seed_layout(SEED_LIBRARY)
+    path = Path(source)
+    if path.exists():
+        if _is_seed_layout(path):
+            return load_seed_layout(path)
+        from harness.hub import load_records_folder
+
+        environments, scenarios, ref = load_records_folder(path)
+        return Library({e.id: e for e in environments}, scenarios, ref)
+    text = str(source)
+    if text.count("/") == 1 or "@" in text:
+        from harness.hub import load_library_from_hub
+
+        environments, scenarios, ref = load_library_from_hub(text)
+        return Library({e.id: e for e in environments}, scenarios, ref)
+    raise LibraryError(f"{text!r} is neither a folder nor a Hub dataset id (org/name[@revision])")

@@ -1,0 +1,269 @@
+"""Metrics over trajectories: the numbers a run summary and a leaderboard show.
+
+Accounting rules:
+- An episode that ended in an infrastructure error (``termination == infra_error``) is counted and reported,
+  and kept out of every average: it is neither scored as 0 nor silently dropped.
+- An episode without a reward that did not end in an infrastructure error is counted as ``unscored`` and is
+  likewise kept out of the reward averages (it still counts in the step, token and cost averages, since it ran).
+- When a run's ``results.jsonl`` holds several lines for one ``episode_id`` (a retry), the last line wins.
+- pass^k follows τ-bench: for each task with ``n`` scored trials of which ``c`` succeeded, C(c, k) / C(n, k),
+  averaged over tasks; k runs from 1 to the smallest ``n`` over the group's tasks. A task is one scenario in
+  one mode; trials are told apart by the trajectory's ``trial`` field.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from harness.schema import RunManifest, TerminationReason, Trajectory
+
+logger = logging.getLogger(__name__)
+
+MANIFEST_FILE = "manifest.json"
+RESULTS_FILE = "results.jsonl"
+SUMMARY_FILE = "summary.json"
+
+DEFAULT_GROUP_BY: tuple[str, ...] = ("environment_id", "mode")
+
+
+def pass_hat_k(n: int, c: int, k: int) -> float:
+    """τ-bench's pass^k for one task: the chance that k trials drawn from n (c successes) all succeed."""
+    if n < 1 or k < 1 or k > n or c < 0 or c > n:
+        raise ValueError(f"pass^k needs 1 <= k <= n and 0 <= c <= n (got n={n}, c={c}, k={k})")
+    return math.comb(c, k) / math.comb(n, k)
+
+
+# ------------------------------------------------------------------------------------------------ grouping
+
+
+def _agent_model(trajectory: Trajectory) -> str:
+    return trajectory.agent.model.model
+
+
+def _user_model(trajectory: Trajectory) -> str:
+    return trajectory.user.model.model if trajectory.user is not None else ""
+
+
+def _termination(trajectory: Trajectory) -> str:
+    return trajectory.termination.value
+
+
+GROUP_KEY_GETTERS: dict[str, Callable[[Trajectory], str]] = {
+    "model": _agent_model,
+    "user_model": _user_model,
+    "termination": _termination,
+}
+"""Group keys that are not plain trajectory fields."""
+
+
+def group_value(trajectory: Trajectory, key: str) -> str:
+    """The value of one group key for a trajectory: a special key or a trajectory field, as text."""
+    getter = GROUP_KEY_GETTERS.get(key)
+    if getter is not None:
+        return getter(trajectory)
+    if key not in Trajectory.model_fields:
+        raise ValueError(f"cannot group by {key!r}: not a trajectory field nor one of {sorted(GROUP_KEY_GETTERS)}")
+    value = getattr(trajectory, key)
+    return "" if value is None else str(value)
+
+
+# --------------------------------------------------------------------------------------------- summaries
+
+
+class GroupSummary(BaseModel):
+    """The metrics of one group of episodes (one environment and mode, one model, or a whole run)."""
+
+    key: dict[str, str] = Field(default_factory=dict, description="Group key fields and their values.")
+    episodes: int = Field(description="Distinct episodes, whatever their outcome.")
+    scored: int = Field(description="Episodes with a reward (these make the reward averages).")
+    infra_errors: int = Field(description="Episodes ended by an infrastructure failure; kept out of averages.")
+    unscored: int = Field(default=0, description="Episodes with no reward that were not infrastructure errors.")
+    tasks: int = Field(default=0, description="Distinct (scenario, mode) pairs with at least one scored trial.")
+    mean_state_reward: float | None = None
+    mean_delta_reward: float | None = None
+    delta_defined: int = Field(default=0, description="Scored episodes whose delta_reward is defined.")
+    success_rate: float | None = None
+    pass_hat_k: dict[int, float] = Field(default_factory=dict)
+    mean_steps: float | None = Field(default=None, description="Assistant turns per episode.")
+    mean_tool_calls: float | None = None
+    mean_tokens: float | None = Field(default=None, description="Prompt + completion tokens, all roles.")
+    total_tokens: int = 0
+    total_cost_usd: float = Field(default=0.0, description="Money spent by every episode, errors included.")
+    mean_cost_usd: float | None = Field(default=None, description="Per episode, infrastructure errors excluded.")
+    terminations: dict[str, int] = Field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return " / ".join(self.key.values()) if self.key else "all"
+
+
+class RunSummary(BaseModel):
+    """What ``summary.json`` holds: the whole run and one line per group."""
+
+    run_id: str | None = None
+    group_by: list[str] = Field(default_factory=lambda: list(DEFAULT_GROUP_BY))
+    overall: GroupSummary
+    groups: list[GroupSummary] = Field(default_factory=list)
+
+
+def assistant_turns(trajectory: Trajectory) -> int:
+    return sum(1 for message in trajectory.messages if message.get("role") == "assistant")
+
+
+def episode_tokens(trajectory: Trajectory) -> int:
+    return sum(usage.total_tokens for usage in trajectory.usage.values())
+
+
+def episode_cost(trajectory: Trajectory) -> float:
+    return sum(usage.cost_usd for usage in trajectory.usage.values())
+
+
+def task_key(trajectory: Trajectory) -> tuple[str, str, str]:
+    return (trajectory.environment_id, trajectory.scenario_id, trajectory.mode)
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return math.fsum(values) / len(values) if values else None
+
+
+def pass_hat_k_curve(trajectories: Iterable[Trajectory]) -> dict[int, float]:
+    """pass^k for k = 1..K over the scored trajectories, K the fewest scored trials of any task."""
+    outcomes: dict[tuple[str, str, str], list[bool]] = {}
+    for trajectory in trajectories:
+        if trajectory.reward is None or trajectory.infra_error:
+            continue
+        outcomes.setdefault(task_key(trajectory), []).append(trajectory.reward.success)
+    if not outcomes:
+        return {}
+    max_k = min(len(results) for results in outcomes.values())
+    curve: dict[int, float] = {}
+    for k in range(1, max_k + 1):
+        per_task = [pass_hat_k(len(results), sum(results), k) for results in outcomes.values()]
+        curve[k] = math.fsum(per_task) / len(per_task)
+    return curve
+
+
+def summarize_group(trajectories: Sequence[Trajectory], key: dict[str, str] | None = None) -> GroupSummary:
+    """Metrics of one group of (already de-duplicated) trajectories."""
+    infra = [t for t in trajectories if t.infra_error]
+    ran = [t for t in trajectories if not t.infra_error]
+    scored = [t for t in ran if t.reward is not None]
+    rewards = [t.reward for t in scored if t.reward is not None]
+    deltas = [r.delta_reward for r in rewards if r.delta_reward is not None]
+    terminations = Counter(t.termination.value for t in trajectories)
+    return GroupSummary(
+        key=dict(key or {}),
+        episodes=len(trajectories),
+        scored=len(scored),
+        infra_errors=len(infra),
+        unscored=len(ran) - len(scored),
+        tasks=len({task_key(t) for t in scored}),
+        mean_state_reward=_mean([r.state_reward for r in rewards]),
+        mean_delta_reward=_mean(deltas),
+        delta_defined=len(deltas),
+        success_rate=_mean([1.0 if r.success else 0.0 for r in rewards]),
+        pass_hat_k=pass_hat_k_curve(scored),
+        mean_steps=_mean([float(assistant_turns(t)) for t in ran]),
+        mean_tool_calls=_mean([float(t.num_tool_calls) for t in ran]),
+        mean_tokens=_mean([float(episode_tokens(t)) for t in ran]),
+        total_tokens=sum(episode_tokens(t) for t in trajectories),
+        total_cost_usd=math.fsum(episode_cost(t) for t in trajectories),
+        mean_cost_usd=_mean([episode_cost(t) for t in ran]),
+        terminations={reason.value: terminations[reason.value] for reason in TerminationReason if terminations[reason.value]},
+    )
+
+
+def summarize(
+    trajectories: Iterable[Trajectory], group_by: Sequence[str] = DEFAULT_GROUP_BY
+) -> list[GroupSummary]:
+    """One summary per distinct value of ``group_by``, sorted by key; duplicates by episode_id: last wins."""
+    unique = deduplicate(trajectories)
+    groups: dict[tuple[str, ...], list[Trajectory]] = {}
+    for trajectory in unique:
+        groups.setdefault(tuple(group_value(trajectory, key) for key in group_by), []).append(trajectory)
+    return [
+        summarize_group(members, dict(zip(group_by, values, strict=True)))
+        for values, members in sorted(groups.items())
+    ]
+
+
+def summarize_overall(trajectories: Iterable[Trajectory]) -> GroupSummary:
+    """The summary of every episode together (key ``{}``)."""
+    return summarize_group(deduplicate(trajectories))
+
+
+def summarize_run(
+    trajectories: Iterable[Trajectory], run_id: str | None = None, group_by: Sequence[str] = DEFAULT_GROUP_BY
+) -> RunSummary:
+    unique = deduplicate(trajectories)
+    return RunSummary(
+        run_id=run_id,
+        group_by=list(group_by),
+        overall=summarize_group(unique),
+        groups=summarize(unique, group_by),
+    )
+
+
+# ---------------------------------------------------------------------------------------------- run folders
+
+
+def deduplicate(trajectories: Iterable[Trajectory]) -> list[Trajectory]:
+    """One trajectory per episode_id; a later one replaces an earlier one (in the earlier one's place)."""
+    by_id: dict[str, Trajectory] = {}
+    for trajectory in trajectories:
+        by_id[trajectory.episode_id] = trajectory
+    return list(by_id.values())
+
+
+def read_results(path: Path) -> list[Trajectory]:
+    """Every trajectory of a ``results.jsonl`` file, last line winning per episode_id.
+
+    A final line cut short (a process killed mid-write) is skipped with a warning; any other line that does
+    not parse is an error naming the line.
+    """
+    if not path.exists():
+        return []
+    text = path.read_text(encoding="utf-8")
+    lines = text.split("\n")
+    trajectories: list[Trajectory] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            trajectories.append(Trajectory.model_validate_json(line))
+        except ValueError as error:
+            is_torn_tail = number == len(lines) and not text.endswith("\n")
+            if is_torn_tail:
+                logger.warning("skipping a truncated last line in %s", path)
+                continue
+            raise ValueError(f"{path}:{number}: not a trajectory: {error}") from error
+    return deduplicate(trajectories)
+
+
+def load_manifest(run_dir: Path | str) -> RunManifest:
+    path = Path(run_dir) / MANIFEST_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"{run_dir} is not a run folder: {MANIFEST_FILE} is missing")
+    return RunManifest.model_validate_json(path.read_text(encoding="utf-8"))
+
+
+def load_run(run_dir: Path | str) -> tuple[RunManifest, list[Trajectory]]:
+    """The manifest and the de-duplicated trajectories of a run folder."""
+    manifest = load_manifest(run_dir)
+    return manifest, read_results(Path(run_dir) / RESULTS_FILE)
+
+
+def write_summary(run_dir: Path | str, summary: RunSummary) -> Path:
+    """Write ``summary.json`` atomically (write a temporary file, then rename)."""
+    path = Path(run_dir) / SUMMARY_FILE
+    temporary = path.with_suffix(".json.tmp")
+    temporary.write_text(json.dumps(summary.model_dump(mode="json"), indent=2) + "\n", encoding="utf-8")
+    temporary.replace(path)
+    return path

@@ -1,0 +1,62 @@
+"""Static checks on model-written code, run on the AST before anything executes."""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from harness.sandbox.policy import ALLOWED_MODULES, FORBIDDEN_NAMES, is_forbidden_attribute
+
+_FORMAT_ATTRIBUTE_ESCAPE = re.compile(r"\{[^{}]*\.(__\w+__|gi_frame|f_globals|f_back|tb_frame)")
+_REFLECTION_CALLS = {"getattr", "setattr", "delattr", "hasattr"}
+
+
+class StaticCheckError(ValueError):
+    """Code that must not run. ``problems`` lists every finding with its line number."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__("; ".join(problems))
+
+
+def find_problems(code: str) -> list[str]:
+    """Every reason this code may not run in the sandbox (empty when it passes)."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError as exc:
+        return [f"line {exc.lineno}: syntax error: {exc.msg}"]
+    problems: list[str] = []
+    for node in ast.walk(tree):
+        line = getattr(node, "lineno", "?")
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] not in ALLOWED_MODULES:
+                    problems.append(f"line {line}: import of {alias.name!r} is not allowed")
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                problems.append(f"line {line}: relative imports are not allowed")
+            elif (node.module or "").split(".")[0] not in ALLOWED_MODULES:
+                problems.append(f"line {line}: import from {node.module!r} is not allowed")
+        elif isinstance(node, ast.Name):
+            if node.id in FORBIDDEN_NAMES:
+                problems.append(f"line {line}: use of {node.id!r} is not allowed")
+        elif isinstance(node, ast.Attribute):
+            if is_forbidden_attribute(node.attr):
+                problems.append(f"line {line}: access to attribute {node.attr!r} is not allowed")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _REFLECTION_CALLS:
+            if len(node.args) >= 2:
+                name = node.args[1]
+                if isinstance(name, ast.Constant) and isinstance(name.value, str):
+                    if is_forbidden_attribute(name.value):
+                        problems.append(f"line {line}: {node.func.id}() of {name.value!r} is not allowed")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if _FORMAT_ATTRIBUTE_ESCAPE.search(node.value):
+                problems.append(f"line {line}: format strings may not reach private attributes")
+    return problems
+
+
+def check_code(code: str) -> None:
+    """Raise StaticCheckError when the code may not run."""
+    problems = find_problems(code)
+    if problems:
+        raise StaticCheckError(problems)

@@ -1,0 +1,341 @@
+"""The schema of record: the pydantic models every stage reads and writes.
+
+Each top-level record carries ``schema_version``. JSON round trips are lossless: values that hold
+environment state are plain JSON values (dicts, lists, strings, numbers, booleans, null).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = "1.0"
+
+JSONValue = Any
+"""A JSON value. Kept as ``Any`` so pydantic does not coerce it (``1`` stays ``1``, not ``1.0``)."""
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Record(BaseModel):
+    """Base of every record: unknown fields are refused so typos never pass silently."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+# --------------------------------------------------------------------------------------------- environments
+
+
+class FunctionSpec(Record):
+    name: str
+    description: str = ""
+    parameters: dict[str, JSONValue] = Field(
+        default_factory=lambda: {"type": "object", "properties": {}, "required": []}
+    )
+
+
+class ToolSpec(Record):
+    """An OpenAI function-calling tool schema."""
+
+    type: Literal["function"] = "function"
+    function: FunctionSpec
+
+    @property
+    def name(self) -> str:
+        return self.function.name
+
+
+class StateEntity(Record):
+    name: str
+    attributes: list[str] = Field(default_factory=list)
+    description: str = ""
+
+
+class Provenance(Record):
+    """Where a record came from: a hand-written library, an importer, or a synthesis run."""
+
+    source: str = "handwritten"
+    model: str | None = None
+    prompt_version: str | None = None
+    created_at: datetime = Field(default_factory=utc_now)
+    upstream_id: str | None = None
+    details: dict[str, JSONValue] = Field(default_factory=dict)
+
+
+class Environment(Record):
+    schema_version: str = SCHEMA_VERSION
+    id: str
+    name: str
+    domain: str = ""
+    summary: str = ""
+    introduction: str = Field(default="", description="Agent-facing description of the system and its policy.")
+    rules: list[str] = Field(default_factory=list)
+    state_entities: list[StateEntity] = Field(default_factory=list)
+    tools: list[ToolSpec] = Field(default_factory=list)
+    class_name: str
+    code: str = Field(description="Python source of the environment class.")
+    provenance: Provenance = Field(default_factory=Provenance)
+
+    def tool(self, name: str) -> ToolSpec | None:
+        for tool in self.tools:
+            if tool.function.name == name:
+                return tool
+        return None
+
+    @property
+    def tool_names(self) -> list[str]:
+        return [t.function.name for t in self.tools]
+
+
+# ----------------------------------------------------------------------------------------------- scenarios
+
+
+class Check(Record):
+    """One verifiable item of a scenario's checklist.
+
+    ``source`` defines ``def check(initial_state, final_state)`` or EnvScaler's
+    ``def check_func(final_state)`` (which reads a global ``initial_state``). Only an exact ``True`` passes.
+    """
+
+    id: str
+    description: str
+    source: str
+
+
+class UserProfile(Record):
+    """What the simulated user is in conversational mode."""
+
+    persona: str
+    goal: str
+    known_info: list[str] = Field(default_factory=list, description="Facts the user can give when asked.")
+    withheld_info: list[str] = Field(
+        default_factory=list, description="Facts the user must not volunteer until the agent asks for them."
+    )
+    instructions: str = ""
+
+
+class ReferenceAction(Record):
+    """One call of a reference solution. ``masked_arguments`` are ignored by trajectory matching."""
+
+    name: str
+    arguments: dict[str, JSONValue] = Field(default_factory=dict)
+    masked_arguments: list[str] = Field(default_factory=list)
+
+
+class Scenario(Record):
+    schema_version: str = SCHEMA_VERSION
+    id: str
+    environment_id: str
+    initial_state: dict[str, JSONValue]
+    task: str = Field(description="The whole request, as given in non-conversational mode.")
+    user_profile: UserProfile | None = None
+    checks: list[Check] = Field(default_factory=list)
+    reference_actions: list[ReferenceAction] = Field(default_factory=list)
+    gold_final_state: dict[str, JSONValue] | None = None
+    difficulty: str | None = None
+    tags: list[str] = Field(default_factory=list)
+    provenance: Provenance = Field(default_factory=Provenance)
+
+
+# ------------------------------------------------------------------------------------------- trajectories
+
+
+class ToolCall(Record):
+    """A call the agent asked for. ``arguments`` is None when the model's argument text was not JSON."""
+
+    id: str
+    name: str
+    arguments: dict[str, JSONValue] | None = None
+    raw_arguments: str | None = None
+
+
+class ObservationKind(StrEnum):
+    OK = "ok"
+    UNKNOWN_TOOL = "unknown_tool"
+    INVALID_ARGUMENTS = "invalid_arguments"
+    TOOL_EXCEPTION = "tool_exception"
+    TOOL_ERROR = "tool_error"
+    BAD_RESULT = "bad_result"
+    TIMEOUT = "timeout"
+    RESOURCE_LIMIT = "resource_limit"
+    FORBIDDEN = "forbidden"
+    SANDBOX_ERROR = "sandbox_error"
+
+
+class Observation(Record):
+    """What a tool call gave back. ``error`` is set whenever ``kind`` is not ``ok``."""
+
+    tool_call_id: str
+    name: str
+    kind: ObservationKind = ObservationKind.OK
+    content: JSONValue = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.kind is ObservationKind.OK
+
+
+class DiffEntry(Record):
+    path: list[str | int]
+    op: Literal["add", "remove", "change"]
+    before: JSONValue = None
+    after: JSONValue = None
+
+
+class Step(Record):
+    """One executed tool call with what it returned and what it changed."""
+
+    index: int
+    turn: int = 0
+    call: ToolCall
+    observation: Observation
+    state_diff: list[DiffEntry] = Field(default_factory=list)
+    duration_ms: float = 0.0
+
+
+class CheckResult(Record):
+    check_id: str
+    passed: bool
+    value: str | None = Field(default=None, description="repr of what the check returned, when not True.")
+    error: str | None = None
+    passed_at_reset: bool | None = None
+
+
+class RewardBreakdown(Record):
+    state_reward: float = Field(description="Checks passed / checks total.")
+    delta_reward: float | None = Field(
+        default=None, description="Pass rate over the checks that were false at reset; None if there are none."
+    )
+    success: bool
+    checks_passed: int
+    checks_total: int
+    trajectory_reward: float | None = None
+    length_penalty: float | None = None
+    gold_state_match: bool | None = None
+    composite: float | None = None
+
+
+class TerminationReason(StrEnum):
+    AGENT_DONE = "agent_done"
+    USER_STOP = "user_stop"
+    MAX_STEPS = "max_steps"
+    CONTEXT_OVERFLOW = "context_overflow"
+    AGENT_ERROR = "agent_error"
+    INFRA_ERROR = "infra_error"
+
+
+class Usage(Record):
+    requests: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+    cached_requests: int = 0
+    model_seconds: float = 0.0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def add(self, other: Usage) -> None:
+        self.requests += other.requests
+        self.prompt_tokens += other.prompt_tokens
+        self.completion_tokens += other.completion_tokens
+        self.cost_usd += other.cost_usd
+        self.cached_requests += other.cached_requests
+        self.model_seconds += other.model_seconds
+
+
+class Timings(Record):
+    started_at: datetime = Field(default_factory=utc_now)
+    ended_at: datetime | None = None
+    wall_seconds: float = 0.0
+    model_seconds: float = 0.0
+    tool_seconds: float = 0.0
+    scoring_seconds: float = 0.0
+
+
+class ModelSettings(Record):
+    """How one role's model is called. ``model`` is what the user asked for (an alias or a litellm string)."""
+
+    model: str
+    temperature: float | None = None
+    top_p: float | None = None
+    max_tokens: int | None = None
+    seed: int | None = None
+    extra: dict[str, JSONValue] = Field(default_factory=dict)
+
+
+class AgentSettings(Record):
+    kind: str = "function_calling"
+    role: str = "agent"
+    model: ModelSettings
+    system_prompt_version: str = "1"
+
+
+Mode = Literal["nonconv", "conv"]
+
+
+class Trajectory(Record):
+    schema_version: str = SCHEMA_VERSION
+    episode_id: str
+    run_id: str | None = None
+    scenario_id: str
+    environment_id: str
+    mode: Mode
+    trial: int = 0
+    agent: AgentSettings
+    user: AgentSettings | None = None
+    tools: list[ToolSpec] = Field(default_factory=list)
+    messages: list[dict[str, JSONValue]] = Field(default_factory=list, description="OpenAI-format messages.")
+    steps: list[Step] = Field(default_factory=list)
+    final_state_diff: list[DiffEntry] = Field(default_factory=list)
+    check_results: list[CheckResult] = Field(default_factory=list)
+    reward: RewardBreakdown | None = None
+    termination: TerminationReason
+    termination_detail: str | None = None
+    usage: dict[str, Usage] = Field(default_factory=dict, description="Token usage and cost per role.")
+    timings: Timings = Field(default_factory=Timings)
+    errors: list[str] = Field(default_factory=list)
+
+    @property
+    def infra_error(self) -> bool:
+        return self.termination is TerminationReason.INFRA_ERROR
+
+    @property
+    def num_tool_calls(self) -> int:
+        return len(self.steps)
+
+
+# ---------------------------------------------------------------------------------------------- run manifest
+
+
+class DatasetRef(Record):
+    source: str = Field(description="A folder path or a Hub dataset id.")
+    revision: str | None = None
+    fingerprint: str | None = Field(default=None, description="Content hash of the environments and scenarios.")
+
+
+class RunManifest(Record):
+    schema_version: str = SCHEMA_VERSION
+    run_id: str
+    created_at: datetime = Field(default_factory=utc_now)
+    package_version: str
+    git_revision: str | None = None
+    dataset: DatasetRef
+    config: dict[str, JSONValue] = Field(default_factory=dict)
+    model_resolution: dict[str, JSONValue] = Field(default_factory=dict)
+    episodes_planned: int = 0
+
+
+RECORD_TYPES: dict[str, type[Record]] = {
+    "environment": Environment,
+    "scenario": Scenario,
+    "trajectory": Trajectory,
+    "run_manifest": RunManifest,
+}
