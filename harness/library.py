@@ -38,7 +38,9 @@ def fingerprint(environments: dict[str, Environment], scenarios: list[Scenario])
         env = environments[env_id]
         digest.update(orjson.dumps([env.id, env.code, env.introduction, env.rules], option=orjson.OPT_SORT_KEYS))
     for scenario in sorted(scenarios, key=lambda s: s.id):
-        digest.update(orjson.dumps(scenario.model_dump(mode="json", exclude={"provenance"}), option=orjson.OPT_SORT_KEYS))
+        digest.update(
+            orjson.dumps(scenario.model_dump(mode="json", exclude={"provenance"}), option=orjson.OPT_SORT_KEYS)
+        )
     return digest.hexdigest()[:16]
 
 
@@ -99,3 +101,19 @@ def load_library(source: str | Path | None = None) -> Library:
         environments, scenarios, ref = load_library_from_hub(text)
         return Library({e.id: e for e in environments}, scenarios, ref)
     raise LibraryError(f"{text!r} is neither a folder nor a Hub dataset id (org/name[@revision])")
+
+
+def write_seed_layout(environments: list[Environment], scenarios: list[Scenario], out: Path) -> None:
+    """Write records in the reviewable layout: class as ``.py``, metadata as ``.json``, scenarios as JSONL."""
+    (out / "environments").mkdir(parents=True, exist_ok=True)
+    (out / "scenarios").mkdir(parents=True, exist_ok=True)
+    for environment in environments:
+        (out / "environments" / f"{environment.id}.py").write_text(environment.code)
+        meta = environment.model_dump(mode="json", exclude={"code"})
+        (out / "environments" / f"{environment.id}.json").write_bytes(orjson.dumps(meta, option=orjson.OPT_INDENT_2))
+    by_environment: dict[str, list[Scenario]] = {}
+    for scenario in scenarios:
+        by_environment.setdefault(scenario.environment_id, []).append(scenario)
+    for env_id, items in by_environment.items():
+        lines = [orjson.dumps(s.model_dump(mode="json")) for s in items]
+        (out / "scenarios" / f"{env_id}.jsonl").write_bytes(b"\n".join(lines) + b"\n")

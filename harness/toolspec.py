@@ -53,8 +53,8 @@ def _annotation_schema(node: ast.expr | None) -> tuple[dict[str, Any], bool]:
         base = node.value.id if isinstance(node.value, ast.Name) else getattr(node.value, "attr", "")
         args = list(node.slice.elts) if isinstance(node.slice, ast.Tuple) else [node.slice]
         if base == "Optional":
-            schema, _ = _annotation_schema(args[0])
-            return schema, True
+            inner, _ = _annotation_schema(args[0])
+            return inner, True
         if base == "Union":
             return _union_schema(args)
         if base in ("list", "List", "set", "Set", "Sequence", "tuple", "Tuple"):
@@ -64,10 +64,10 @@ def _annotation_schema(node: ast.expr | None) -> tuple[dict[str, Any], bool]:
             return {"type": "object"}, False
         if base == "Literal":
             values = [a.value for a in args if isinstance(a, ast.Constant)]
-            schema: dict[str, Any] = {"enum": values}
+            enum: dict[str, Any] = {"enum": values}
             if values and all(isinstance(v, str) for v in values):
-                schema["type"] = "string"
-            return schema, False
+                enum["type"] = "string"
+            return enum, False
     return {}, False
 
 
@@ -131,14 +131,14 @@ def find_class(tree: ast.Module, class_name: str) -> ast.ClassDef:
     raise ToolDerivationError(f"class {class_name!r} is not defined at the top level of the environment code")
 
 
-def public_methods(cls: ast.ClassDef) -> list[ast.FunctionDef]:
+def public_methods(cls: ast.ClassDef) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
     return [
         node
         for node in cls.body
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
         and not node.name.startswith("_")
         and not any(_decorator_name(d) in ("staticmethod", "classmethod", "property") for d in node.decorator_list)
-    ]  # type: ignore[misc]
+    ]
 
 
 def _decorator_name(node: ast.expr) -> str:
@@ -149,7 +149,7 @@ def _decorator_name(node: ast.expr) -> str:
     return ""
 
 
-def method_tool(method: ast.FunctionDef) -> ToolSpec:
+def method_tool(method: ast.FunctionDef | ast.AsyncFunctionDef) -> ToolSpec:
     doc = ast.get_docstring(method) or ""
     description, param_docs = parse_docstring(doc)
     args = method.args
@@ -181,4 +181,4 @@ def derive_tools(code: str, class_name: str) -> list[ToolSpec]:
         tree = ast.parse(code)
     except SyntaxError as exc:
         raise ToolDerivationError(f"environment code does not parse: {exc}") from exc
-    return [method_tool(m) for m in public_methods(find_class(tree, class_name))]  # type: ignore[arg-type]
+    return [method_tool(m) for m in public_methods(find_class(tree, class_name))]

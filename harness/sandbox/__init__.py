@@ -10,13 +10,23 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from harness.sandbox.pool import (
-        EnvironmentLoadError,
-        EnvSession,
-        SandboxError,
-        SandboxLimits,
-        SandboxPool,
+        EnvironmentLoadError as EnvironmentLoadError,
     )
-    from harness.sandbox.static import StaticCheckError, check_code, find_problems
+    from harness.sandbox.pool import (
+        EnvSession as EnvSession,
+    )
+    from harness.sandbox.pool import (
+        SandboxError as SandboxError,
+    )
+    from harness.sandbox.pool import (
+        SandboxLimits as SandboxLimits,
+    )
+    from harness.sandbox.pool import (
+        SandboxPool as SandboxPool,
+    )
+    from harness.sandbox.static import StaticCheckError as StaticCheckError
+    from harness.sandbox.static import check_code as check_code
+    from harness.sandbox.static import find_problems as find_problems
 
 _EXPORTS = {
     "EnvSession": "harness.sandbox.pool",

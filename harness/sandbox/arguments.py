@@ -83,7 +83,7 @@ def validate_call(call: ToolCall, tools: dict[str, ToolSpec]) -> dict[str, Any]:
             problems.append(f"missing required parameter {name!r}")
     for name, value in call.arguments.items():
         schema = properties.get(name)
-        if schema is None or value is None and name not in required:
+        if schema is None or (value is None and name not in required):
             continue
         if not _type_matches(value, schema):
             problems.append(f"parameter {name!r} must be {_describe_type(schema)}, got {type(value).__name__}")

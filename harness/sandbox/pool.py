@@ -236,9 +236,7 @@ class _Worker:
 
 def _exit_reason(code: int | None, stderr_tail: list[str]) -> str:
     if code is not None and code < 0:
-        reason = f"the worker was killed by signal {-code}"
-        if -code == 9:
-            reason += " (memory or time limit)"
+        reason = f"the worker crashed (signal {-code}), most likely by exhausting its memory limit"
     else:
         reason = f"the worker exited with status {code}"
     if stderr_tail:
@@ -464,9 +462,7 @@ class SandboxPool:
             await self.start()
         slot = min(self._slots, key=lambda s: (s.sessions, s.load))
         slot.sessions += 1
-        session = EnvSession(
-            self, environment, initial_state, seed, record_diffs, slot, f"s{next(self._session_ids)}"
-        )
+        session = EnvSession(self, environment, initial_state, seed, record_diffs, slot, f"s{next(self._session_ids)}")
         try:
             await session.start()
         except BaseException:

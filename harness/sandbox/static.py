@@ -44,14 +44,15 @@ def find_problems(code: str) -> list[str]:
             if is_forbidden_attribute(node.attr):
                 problems.append(f"line {line}: access to attribute {node.attr!r} is not allowed")
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _REFLECTION_CALLS:
-            if len(node.args) >= 2:
-                name = node.args[1]
-                if isinstance(name, ast.Constant) and isinstance(name.value, str):
-                    if is_forbidden_attribute(name.value):
-                        problems.append(f"line {line}: {node.func.id}() of {name.value!r} is not allowed")
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-            if _FORMAT_ATTRIBUTE_ESCAPE.search(node.value):
-                problems.append(f"line {line}: format strings may not reach private attributes")
+            name = node.args[1] if len(node.args) >= 2 else None
+            if isinstance(name, ast.Constant) and isinstance(name.value, str) and is_forbidden_attribute(name.value):
+                problems.append(f"line {line}: {node.func.id}() of {name.value!r} is not allowed")
+        elif (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and _FORMAT_ATTRIBUTE_ESCAPE.search(node.value)
+        ):
+            problems.append(f"line {line}: format strings may not reach private attributes")
     return problems
 
 

@@ -40,9 +40,7 @@ class BadResult(Exception):
 # ------------------------------------------------------------------------------------------- restrictions
 
 
-def _guarded_import(
-    name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0
-) -> Any:
+def _guarded_import(name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0) -> Any:
     top = name.split(".")[0]
     if level or top not in ALLOWED_MODULES:
         raise ImportError(f"import of {name!r} is not allowed in the sandbox")
@@ -154,6 +152,28 @@ def _json_default(value: Any) -> Any:
     if hasattr(value, "__dict__"):
         return {k: v for k, v in vars(value).items() if not k.startswith("_")}
     return str(value)
+
+
+def exceeds(value: Any, budget: int) -> bool:
+    """Whether a value's JSON would clearly exceed ``budget`` bytes (checked before serializing it: under a
+    memory cap, orjson crashes instead of raising when a huge buffer cannot be allocated)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str | bytes):
+            budget -= len(item)
+        elif isinstance(item, dict):
+            budget -= 2 * len(item)
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple | set | frozenset):
+            budget -= len(item)
+            stack.extend(item)
+        else:
+            budget -= 8
+        if budget < 0:
+            return True
+    return False
 
 
 def _strict_default(value: Any) -> Any:
@@ -286,6 +306,8 @@ class Worker:
         session.clock.advance()
         try:
             result = self._guarded(session.clock, self.call_timeout, lambda: method(**request["args"]))
+            if exceeds(result, self.max_result_bytes):
+                raise BadResult(f"the tool returned more than the limit of {self.max_result_bytes:,} bytes")
             payload = orjson.dumps(result, default=_strict_default, option=_DUMP)
         except CallTimeout:
             response: dict[str, Any] = {
@@ -299,6 +321,8 @@ class Worker:
             response = {"ok": False, "kind": "tool_exception", "error": "RecursionError: maximum recursion depth"}
         except PermissionError as exc:
             response = {"ok": False, "kind": "forbidden", "error": str(exc)}
+        except BadResult as exc:
+            response = {"ok": False, "kind": "bad_result", "error": str(exc)}
         except orjson.JSONEncodeError as exc:
             response = {"ok": False, "kind": "bad_result", "error": f"the tool returned a non-JSON value: {exc}"}
         except Exception as exc:
@@ -347,9 +371,7 @@ class Worker:
         ]
         return {"ok": True, "results": results}
 
-    def _run_check(
-        self, check: dict[str, Any], initial: Any, final: Any, timeout: float, index: int
-    ) -> dict[str, Any]:
+    def _run_check(self, check: dict[str, Any], initial: Any, final: Any, timeout: float, index: int) -> dict[str, Any]:
         clock = Clock(index)
         try:
             namespace = self._guarded(

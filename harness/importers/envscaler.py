@@ -1,0 +1,162 @@
+"""Import EnvScaler's environments and scenarios (their release: JSON lists with JSON-string fields; their
+repository: dicts keyed by ``env_id``) into our records. Quirks stay here and never leak inward."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from harness.schema import (
+    Check,
+    Environment,
+    FunctionSpec,
+    Provenance,
+    Scenario,
+    StateEntity,
+    ToolSpec,
+)
+from harness.toolspec import derive_tools
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ImportReport:
+    environments: list[Environment] = field(default_factory=list)
+    scenarios: list[Scenario] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+def _records(data: Any) -> list[tuple[str | None, dict[str, Any]]]:
+    """Both layouts as (key, record) pairs: a list of records, or a dict keyed by env_id."""
+    if isinstance(data, list):
+        return [(None, r) for r in data]
+    if isinstance(data, dict):
+        if "env_id" in data or "task_id" in data:
+            return [(None, data)]
+        return [(str(k), v) for k, v in data.items()]
+    raise ValueError("expected a JSON list of records or an object keyed by env_id")
+
+
+def _maybe_json(value: Any) -> Any:
+    """Released copies store some fields as JSON strings."""
+    if isinstance(value, str) and value[:1] in ("[", "{"):
+        return orjson.loads(value)
+    return value
+
+
+def _tools(raw: Any, code: str, class_name: str) -> list[ToolSpec]:
+    raw = _maybe_json(raw)
+    if not raw:
+        return derive_tools(code, class_name)
+    tools = []
+    for item in raw:
+        spec = item.get("function", item) if isinstance(item, dict) else None
+        if not isinstance(spec, dict) or "name" not in spec:
+            raise ValueError(f"a tool entry has no name: {str(item)[:120]}")
+        tools.append(
+            ToolSpec(
+                function=FunctionSpec(
+                    name=spec["name"],
+                    description=spec.get("description", ""),
+                    parameters=spec.get("parameters") or {"type": "object", "properties": {}, "required": []},
+                )
+            )
+        )
+    return tools
+
+
+def _entities(raw: Any) -> list[StateEntity]:
+    entities = []
+    for item in _maybe_json(raw) or []:
+        attributes = item.get("attributes", "")
+        if isinstance(attributes, str):
+            attributes = [a.strip() for a in attributes.split(",") if a.strip()]
+        entities.append(
+            StateEntity(
+                name=str(item.get("entity", "")), attributes=attributes, description=item.get("description", "")
+            )
+        )
+    return entities
+
+
+def convert_environment(record: dict[str, Any], key: str | None = None) -> Environment:
+    env_id = str(record.get("env_id") or key or "")
+    if not env_id:
+        raise ValueError("record has no env_id")
+    code = record.get("env_class_code")
+    class_name = record.get("env_class_name")
+    if not isinstance(code, str) or not code.strip():
+        raise ValueError("env_class_code is missing")
+    if not isinstance(class_name, str) or not class_name:
+        raise ValueError("env_class_name is missing")
+    return Environment(
+        id=env_id,
+        name=class_name,
+        summary=record.get("environment_summary", "") or "",
+        introduction=record.get("environment_introduction", "") or "",
+        rules=[str(r) for r in _maybe_json(record.get("constraints_rules")) or []],
+        state_entities=_entities(record.get("state_space_definition")),
+        tools=_tools(record.get("tools"), code, class_name),
+        class_name=class_name,
+        code=code,
+        provenance=Provenance(
+            source="envscaler",
+            upstream_id=env_id,
+            details={"operation_list": _maybe_json(record.get("operation_list")) or []},
+        ),
+    )
+
+
+def convert_scenario(record: dict[str, Any], index: int) -> Scenario:
+    env_id = record.get("env_id")
+    if not env_id:
+        raise ValueError("record has no env_id")
+    task_id = record.get("task_id", index)
+    init_config = _maybe_json(record.get("init_config"))
+    if not isinstance(init_config, dict):
+        raise ValueError("init_config is not an object")
+    task = record.get("task")
+    if not isinstance(task, str) or not task.strip():
+        raise ValueError("task is missing")
+    checks = []
+    for number, item in enumerate(_maybe_json(record.get("checklist_with_func")) or [], start=1):
+        source = item.get("check_func")
+        if not isinstance(source, str) or "def " not in source:
+            raise ValueError(f"check {number} has no check_func source")
+        checks.append(Check(id=f"c{number}", description=str(item.get("check_item", "")), source=source))
+    return Scenario(
+        id=f"{env_id}-{task_id}",
+        environment_id=str(env_id),
+        initial_state=init_config,
+        task=task,
+        checks=checks,
+        tags=["envscaler", "rl" if checks else "sft"],
+        provenance=Provenance(source="envscaler", upstream_id=str(task_id)),
+    )
+
+
+def import_envscaler(environments_file: Path, scenario_files: list[Path] | None = None) -> ImportReport:
+    """Read EnvScaler files. A malformed record is reported with its id; the others are still imported."""
+    report = ImportReport()
+    for key, record in _records(orjson.loads(Path(environments_file).read_bytes())):
+        label = record.get("env_id", key) if isinstance(record, dict) else key
+        try:
+            report.environments.append(convert_environment(record, key))
+        except Exception as exc:
+            report.problems.append(f"environment {label}: {exc}")
+    for path in scenario_files or []:
+        data = orjson.loads(Path(path).read_bytes())
+        for index, (_, record) in enumerate(_records(data)):
+            label = f"{record.get('env_id')}/{record.get('task_id', index)}" if isinstance(record, dict) else index
+            try:
+                report.scenarios.append(convert_scenario(record, index))
+            except Exception as exc:
+                report.problems.append(f"scenario {label} in {Path(path).name}: {exc}")
+    for problem in report.problems:
+        logger.warning("EnvScaler import: %s", problem)
+    return report

@@ -1,0 +1,176 @@
+"""Validation of a library: every environment loads and every scenario is a sound training signal."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from harness.library import Library
+from harness.sandbox.pool import EnvironmentLoadError, SandboxError, SandboxPool
+from harness.schema import CheckResult, Environment, ReferenceAction, Scenario, ToolCall
+from harness.scoring import reward_from_results
+from harness.toolspec import ToolDerivationError, derive_tools
+
+logger = logging.getLogger(__name__)
+
+
+class RecordReport(BaseModel):
+    kind: Literal["environment", "scenario"]
+    id: str
+    problems: list[str] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)
+    details: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+class ValidationReport(BaseModel):
+    source: str
+    records: list[RecordReport]
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.records)
+
+    @property
+    def invalid(self) -> list[RecordReport]:
+        return [r for r in self.records if not r.ok]
+
+
+async def validate_environment(
+    pool: SandboxPool, environment: Environment, sample_state: dict[str, Any]
+) -> RecordReport:
+    report = RecordReport(kind="environment", id=environment.id)
+    report.problems.extend(f"static check: {p}" for p in pool.static_problems(environment.code))
+    if report.problems:
+        return report
+    try:
+        derived = {t.function.name: t for t in derive_tools(environment.code, environment.class_name)}
+    except ToolDerivationError as exc:
+        report.problems.append(str(exc))
+        return report
+    declared = {t.function.name: t for t in environment.tools}
+    for name in sorted(declared.keys() - derived.keys()):
+        report.problems.append(f"tool {name!r} has no public method")
+    for name in sorted(derived.keys() - declared.keys()):
+        report.warnings.append(f"public method {name!r} is not offered as a tool")
+    for name in sorted(declared.keys() & derived.keys()):
+        method_params = set((derived[name].function.parameters.get("properties") or {}).keys())
+        tool_params = set((declared[name].function.parameters.get("properties") or {}).keys())
+        if tool_params - method_params:
+            report.problems.append(
+                f"tool {name!r} declares parameters the method lacks: {sorted(tool_params - method_params)}"
+            )
+        method_required = set(derived[name].function.parameters.get("required") or [])
+        if method_required - tool_params:
+            report.problems.append(f"tool {name!r} omits required parameters {sorted(method_required - tool_params)}")
+    report.details["tools"] = len(declared)
+    try:
+        session = await pool.open_session(environment, sample_state)
+        await session.close()
+    except EnvironmentLoadError as exc:
+        report.problems.append(str(exc))
+    return report
+
+
+async def _replay(
+    pool: SandboxPool, environment: Environment, scenario: Scenario, actions: list[ReferenceAction]
+) -> tuple[dict[str, Any], list[bool], list[str]]:
+    """Final state, whether each call changed the state, and error observations."""
+    session = await pool.open_session(environment, scenario.initial_state, record_diffs=True)
+    changed: list[bool] = []
+    errors: list[str] = []
+    try:
+        for number, action in enumerate(actions, start=1):
+            observation, diff = await session.call(
+                ToolCall(id=f"ref_{number}", name=action.name, arguments=action.arguments)
+            )
+            changed.append(bool(diff))
+            if not observation.ok:
+                errors.append(f"reference call {number} ({action.name}): {observation.error}")
+        return await session.state(), changed, errors
+    finally:
+        await session.close()
+
+
+async def validate_scenario(pool: SandboxPool, scenario: Scenario, environment: Environment | None) -> RecordReport:
+    report = RecordReport(kind="scenario", id=scenario.id)
+    if environment is None:
+        report.problems.append(f"environment {scenario.environment_id!r} is not in the library")
+        return report
+    try:
+        session = await pool.open_session(environment, scenario.initial_state)
+        await session.close()
+    except EnvironmentLoadError as exc:
+        report.problems.append(f"initial state does not load: {exc}")
+        return report
+    if not scenario.checks:
+        report.warnings.append("no checks: usable for rollouts but cannot be scored")
+        return report
+    at_reset = await pool.run_checks(scenario.checks, scenario.initial_state, scenario.initial_state)
+    for result in at_reset:
+        if result.error:
+            report.problems.append(f"check {result.check_id} fails to run on the initial state: {result.error}")
+    if all(r.passed for r in at_reset):
+        report.problems.append("every check already holds at reset: doing nothing would succeed")
+    report.details["true_at_reset"] = sum(r.passed for r in at_reset)
+    report.details["checks"] = len(at_reset)
+    if not scenario.reference_actions:
+        report.warnings.append("no reference actions: solvability not proven")
+        return report
+    final, changed, errors = await _replay(pool, environment, scenario, scenario.reference_actions)
+    results = await pool.run_checks(scenario.checks, scenario.initial_state, final)
+    reward = reward_from_results(_with_reset(results, at_reset))
+    report.details["reference_state_reward"] = reward.state_reward
+    report.warnings.extend(errors)
+    if not reward.success:
+        failed = [r.check_id + (f" ({r.error})" if r.error else "") for r in results if not r.passed]
+        report.problems.append(f"reference actions do not reach success; failing checks: {', '.join(failed)}")
+    read_only = [a for a, did_change in zip(scenario.reference_actions, changed, strict=True) if not did_change]
+    if read_only and len(read_only) < len(scenario.reference_actions):
+        final_read_only, _, _ = await _replay(pool, environment, scenario, read_only)
+        read_only_results = await pool.run_checks(scenario.checks, scenario.initial_state, final_read_only)
+        if all(r.passed for r in read_only_results):
+            report.problems.append("the reference's read-only calls alone reach success")
+    return report
+
+
+def _with_reset(results: list[CheckResult], at_reset: list[CheckResult]) -> list[CheckResult]:
+    held = {r.check_id: r.passed for r in at_reset}
+    return [r.model_copy(update={"passed_at_reset": held.get(r.check_id)}) for r in results]
+
+
+async def validate_library(library: Library, pool: SandboxPool, concurrency: int = 16) -> ValidationReport:
+    """Check every environment and scenario; problems make a record invalid, warnings do not."""
+    limit = asyncio.Semaphore(concurrency)
+    records: list[RecordReport] = [
+        RecordReport(kind="scenario" if ".jsonl" in p else "environment", id=p.split(":")[0], problems=[p])
+        for p in library.problems
+    ]
+
+    async def guarded(kind: Literal["environment", "scenario"], record_id: str, work: Any) -> RecordReport:
+        async with limit:
+            try:
+                result: RecordReport = await work
+                return result
+            except (SandboxError, EnvironmentLoadError) as exc:
+                return RecordReport(kind=kind, id=record_id, problems=[f"sandbox: {exc}"])
+
+    samples: dict[str, dict[str, Any]] = {}
+    for scenario in library.scenarios:
+        samples.setdefault(scenario.environment_id, scenario.initial_state)
+    jobs = [
+        guarded("environment", env.id, validate_environment(pool, env, samples.get(env.id, {})))
+        for env in library.environments.values()
+    ]
+    jobs += [
+        guarded("scenario", s.id, validate_scenario(pool, s, library.environments.get(s.environment_id)))
+        for s in library.scenarios
+    ]
+    records.extend(await asyncio.gather(*jobs))
+    return ValidationReport(source=library.source.source, records=records)

@@ -1,0 +1,236 @@
+"""The sandbox runtime: tool calls, validation, diffs, determinism, checks and scoring."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from harness.sandbox import SandboxPool
+from harness.schema import Check, Environment, ObservationKind, Scenario, ToolCall
+from harness.scoring import ScenarioWithoutChecks, score_final_state
+from harness.toolspec import derive_tools
+
+WALLET = '''
+import random
+import time
+import uuid
+from datetime import datetime
+from typing import Optional
+
+
+class Wallet:
+    def __init__(self, init_config: dict):
+        self.accounts = init_config.get("accounts", {})
+        self.log = init_config.get("log", [])
+
+    def get_balance(self, account_id: str) -> dict:
+        """Read one account's balance.
+
+        Args:
+            account_id: The account to read.
+        """
+        if account_id not in self.accounts:
+            return {"success": False, "error": f"no account {account_id}"}
+        return {"success": True, "data": self.accounts[account_id]["balance"]}
+
+    def transfer(self, source: str, target: str, amount: float, memo: Optional[str] = None) -> dict:
+        """Move money between two accounts.
+
+        Args:
+            source: Account to take the money from.
+            target: Account to credit.
+            amount: How much to move; must not exceed the balance.
+            memo: A note kept with the transfer.
+        """
+        if self.accounts[source]["balance"] < amount:
+            return {"success": False, "error": "insufficient funds"}
+        self.accounts[source]["balance"] -= amount
+        self.accounts[target]["balance"] += amount
+        self.log.append({"id": str(uuid.uuid4()), "at": datetime.now().isoformat(), "t": time.time(),
+                         "nonce": random.random(), "memo": memo})
+        return {"success": True, "message": "done"}
+'''
+
+STATE = {"accounts": {"A": {"balance": 100}, "B": {"balance": 5}}, "log": []}
+
+
+def wallet() -> Environment:
+    return Environment(
+        id="wallet", name="Wallet", class_name="Wallet", code=WALLET, tools=derive_tools(WALLET, "Wallet")
+    )
+
+
+def transfer(amount, **extra) -> ToolCall:
+    return ToolCall(id="t", name="transfer", arguments={"source": "A", "target": "B", "amount": amount, **extra})
+
+
+@pytest.fixture
+async def pool():
+    async with SandboxPool(workers=2) as sandbox:
+        yield sandbox
+
+
+def test_tool_schemas_are_derived_from_the_class():
+    tools = {t.function.name: t.function for t in derive_tools(WALLET, "Wallet")}
+    assert set(tools) == {"get_balance", "transfer"}
+    params = tools["transfer"].parameters
+    assert params["required"] == ["source", "target", "amount"]
+    assert params["properties"]["amount"] == {
+        "type": "number",
+        "description": "How much to move; must not exceed the balance.",
+    }
+    assert params["properties"]["memo"]["type"] == "string"
+    assert tools["transfer"].description == "Move money between two accounts."
+
+
+async def test_call_returns_observation_and_diff(pool):
+    session = await pool.open_session(wallet(), STATE)
+    observation, diff = await session.call(transfer(30))
+    assert observation.kind is ObservationKind.OK
+    paths = {tuple(d.path) for d in diff}
+    assert ("accounts", "A", "balance") in paths and ("accounts", "B", "balance") in paths
+    state = await session.state()
+    assert state["accounts"]["A"]["balance"] == 70
+    assert STATE["accounts"]["A"]["balance"] == 100  # the caller's initial state is never touched
+
+
+async def test_refused_call_is_tool_error_and_changes_nothing(pool):
+    session = await pool.open_session(wallet(), STATE)
+    before = await session.state()
+    observation, diff = await session.call(transfer(1000))
+    assert observation.kind is ObservationKind.TOOL_ERROR
+    assert observation.error == "insufficient funds"
+    assert diff == [] and await session.state() == before
+
+
+@pytest.mark.parametrize(
+    ("call", "kind", "fragment"),
+    [
+        (ToolCall(id="x", name="transfr", arguments={}), ObservationKind.UNKNOWN_TOOL, "Did you mean 'transfer'"),
+        (
+            ToolCall(id="x", name="get_balance", arguments={}),
+            ObservationKind.INVALID_ARGUMENTS,
+            "missing required parameter 'account_id'",
+        ),
+        (
+            ToolCall(id="x", name="get_balance", arguments={"acount_id": "A"}),
+            ObservationKind.INVALID_ARGUMENTS,
+            "Did you mean 'account_id'",
+        ),
+        (
+            ToolCall(id="x", name="get_balance", arguments={"account_id": 7}),
+            ObservationKind.INVALID_ARGUMENTS,
+            "must be string",
+        ),
+        (
+            ToolCall(id="x", name="get_balance", arguments=None, raw_arguments="{broken"),
+            ObservationKind.INVALID_ARGUMENTS,
+            "not a JSON object",
+        ),
+        (
+            ToolCall(id="x", name="__init__", arguments={}),
+            ObservationKind.UNKNOWN_TOOL,
+            "Available tools: get_balance, transfer",
+        ),
+    ],
+)
+async def test_bad_calls_become_error_observations(pool, call, kind, fragment):
+    session = await pool.open_session(wallet(), STATE)
+    observation, _ = await session.call(call)
+    assert observation.kind is kind
+    assert fragment in observation.error
+    assert (await session.call(ToolCall(id="y", name="get_balance", arguments={"account_id": "A"})))[0].content == {
+        "success": True,
+        "data": 100,
+    }
+
+
+async def test_same_calls_give_byte_identical_state(pool):
+    states = []
+    for _ in range(2):
+        session = await pool.open_session(wallet(), STATE, seed=7)
+        for amount in (10, 20, 5):
+            await session.call(transfer(amount, memo="rent"))
+        states.append(orjson.dumps(await session.state()))
+        await session.close()
+    assert states[0] == states[1]
+    log = orjson.loads(states[0])["log"]
+    assert log[0]["at"].startswith("2025-01-15T12:00")  # the frozen clock
+    assert len({entry["id"] for entry in log}) == 3  # uuids differ within an episode
+
+
+async def test_different_seeds_give_different_random_values(pool):
+    nonces = []
+    for seed in (1, 2):
+        session = await pool.open_session(wallet(), STATE, seed=seed)
+        await session.call(transfer(1))
+        nonces.append((await session.state())["log"][0]["nonce"])
+    assert nonces[0] != nonces[1]
+
+
+def scenario(checks: list[Check]) -> Scenario:
+    return Scenario(id="s1", environment_id="wallet", initial_state=STATE, task="Move 30 from A to B.", checks=checks)
+
+
+CHECKS = [
+    Check(
+        id="moved",
+        description="A paid 30",
+        source="def check(initial_state, final_state):\n    return final_state['accounts']['A']['balance'] == initial_state['accounts']['A']['balance'] - 30\n",
+    ),
+    Check(
+        id="envscaler",
+        description="B got 30 (EnvScaler form)",
+        source="def check_func(final_state):\n    return final_state['accounts']['B']['balance'] == initial_state['accounts']['B']['balance'] + 30\n",
+    ),
+    Check(
+        id="untouched",
+        description="no other account",
+        source="def check(initial_state, final_state):\n    return set(final_state['accounts']) == {'A', 'B'}\n",
+    ),
+    Check(
+        id="truthy", description="returns 1, not True", source="def check(initial_state, final_state):\n    return 1\n"
+    ),
+    Check(
+        id="raises",
+        description="raises",
+        source="def check(initial_state, final_state):\n    return final_state['missing']\n",
+    ),
+]
+
+
+async def test_scoring_counts_only_exact_true(pool):
+    session = await pool.open_session(wallet(), STATE)
+    await session.call(transfer(30))
+    results, reward = await score_final_state(pool, scenario(CHECKS), await session.state())
+    by_id = {r.check_id: r for r in results}
+    assert by_id["moved"].passed and by_id["envscaler"].passed and by_id["untouched"].passed
+    assert not by_id["truthy"].passed and by_id["truthy"].value == "1"
+    assert not by_id["raises"].passed and "KeyError" in by_id["raises"].error
+    assert reward.state_reward == pytest.approx(3 / 5)
+    # "untouched" held at reset; the other four did not, and two of those pass now.
+    assert by_id["untouched"].passed_at_reset is True
+    assert reward.delta_reward == pytest.approx(2 / 4)
+    assert reward.success is False
+
+
+async def test_do_nothing_scores_below_the_solution(pool):
+    good = scenario(CHECKS[:3])
+    _, nothing = await score_final_state(pool, good, STATE)
+    assert nothing.success is False and nothing.delta_reward == 0.0
+    session = await pool.open_session(wallet(), STATE)
+    await session.call(transfer(30))
+    _, solved = await score_final_state(pool, good, await session.state())
+    assert solved.success and solved.state_reward == 1.0 and solved.delta_reward == 1.0
+
+
+async def test_scenario_without_checks_is_refused(pool):
+    with pytest.raises(ScenarioWithoutChecks, match="no checks"):
+        await score_final_state(pool, scenario([]), STATE)
+
+
+async def test_check_that_loops_forever_fails_alone(pool):
+    looping = Check(id="loop", description="never ends", source="def check(i, f):\n    while True:\n        pass\n")
+    results = await pool.run_checks([CHECKS[0], looping, CHECKS[2]], STATE, STATE)
+    assert [r.passed for r in results] == [False, False, True]
+    assert "did not finish" in results[1].error
