@@ -108,6 +108,89 @@ def import_envscaler_command(
     raise typer.Exit(0 if report.environments or report.scenarios else 1)
 
 
+@app.command()
+def run(
+    model: Annotated[str, typer.Option(help="Model alias (see harness/data/models.toml) or litellm model string.")] = "local",
+    envs: Annotated[str | None, typer.Option(help="Folder or Hub dataset id ORG/NAME[@REV]; default the seed library.")] = None,
+    mode: Annotated[str, typer.Option(help="nonconv, conv or both.")] = "nonconv",
+    agent: Annotated[str, typer.Option("--agent", help="function_calling, prompted or oracle.")] = "function_calling",
+    user_model: Annotated[str | None, typer.Option(help="Simulated user's model (default: --model).")] = None,
+    trials: Annotated[int, typer.Option(help="Trials per scenario and mode (for pass^k).")] = 1,
+    env: Annotated[list[str] | None, typer.Option(help="Only this environment id; repeatable.")] = None,
+    scenario: Annotated[list[str] | None, typer.Option(help="Only this scenario id; repeatable.")] = None,
+    limit: Annotated[int | None, typer.Option(help="At most this many scenarios.")] = None,
+    concurrency: Annotated[int, typer.Option(help="Episodes in flight.")] = 32,
+    rpm: Annotated[int | None, typer.Option(help="Requests per minute per endpoint.")] = None,
+    tpm: Annotated[int | None, typer.Option(help="Tokens per minute per endpoint.")] = None,
+    temperature: Annotated[float | None, typer.Option(help="Sampling temperature.")] = 0.0,
+    max_tokens: Annotated[int | None, typer.Option(help="Completion token cap per model call.")] = None,
+    seed: Annotated[int, typer.Option(help="Base seed for models and sandboxes.")] = 0,
+    max_steps: Annotated[int | None, typer.Option(help="Agent turns per episode (default 30 nonconv, 40 conv).")] = None,
+    out: Annotated[Path | None, typer.Option(help="Run folder (default runs/<time>-<model>).")] = None,
+    resume: Annotated[bool, typer.Option(help="Continue the run in --out; only missing episodes run.")] = False,
+    retry_errors: Annotated[bool, typer.Option(help="With --resume, also re-run infrastructure errors.")] = False,
+    workers: Annotated[int | None, typer.Option(help="Sandbox worker processes (default one per core).")] = None,
+    cache_dir: Annotated[Path | None, typer.Option(help="Cache model responses in this folder.")] = None,
+) -> None:
+    """Run an agent on scenarios, score the final states, and print a summary per environment and mode.
+
+    With no arguments: the embedded local model on a small slice of the bundled seed library, offline.
+    """
+    from harness.runner import RunConfig, RunRefused
+    from harness.runner import run as run_episodes
+
+    if mode not in ("nonconv", "conv", "both"):
+        raise typer.BadParameter("--mode must be nonconv, conv or both")
+    if model == "local" and limit is None and not scenario and not env and envs is None:
+        limit = 4  # the offline demo: a small slice that finishes in about a minute on two cores
+    config = RunConfig(
+        model=model,
+        agent_kind=agent,
+        envs=envs,
+        mode=mode,  # type: ignore[arg-type]
+        user_model=user_model,
+        trials=trials,
+        env=list(env or []),
+        scenario=list(scenario or []),
+        limit=limit,
+        concurrency=concurrency,
+        rpm=rpm,
+        tpm=tpm,
+        temperature=temperature,
+        max_tokens=max_tokens,
+        seed=seed,
+        max_steps=max_steps,
+        out=out,
+        resume=resume,
+        retry_errors=retry_errors,
+        workers=workers,
+        cache_dir=cache_dir,
+    )
+    from agents.run_adapters import agent_factory, user_factory
+    from harness.cli_progress import ProgressView, print_summary
+
+    view = ProgressView(console)
+    try:
+        with view:
+            outcome = asyncio.run(
+                run_episodes(config, agent_factory=agent_factory, user_factory=user_factory, on_progress=view.update)
+            )
+    except RunRefused as exc:
+        err_console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from None
+    print_summary(console, outcome)
+
+
+def _register_subcommands() -> None:
+    from harness import cli_leaderboard, cli_publish
+
+    cli_publish.register(app)
+    cli_leaderboard.register(app)
+
+
+_register_subcommands()
+
+
 def main() -> None:
     app()
 

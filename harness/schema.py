@@ -62,7 +62,7 @@ class Provenance(Record):
     source: str = "handwritten"
     model: str | None = None
     prompt_version: str | None = None
-    created_at: datetime = Field(default_factory=utc_now)
+    created_at: datetime | None = None
     upstream_id: str | None = None
     details: dict[str, JSONValue] = Field(default_factory=dict)
 

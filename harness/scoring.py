@@ -39,7 +39,16 @@ async def score_final_state(
     if not scenario.checks:
         raise ScenarioWithoutChecks(f"scenario {scenario.id!r} has no checks and cannot be scored")
     if reset_results is None:
-        reset_results = await pool.run_checks(scenario.checks, scenario.initial_state, scenario.initial_state)
+        # Trials of one scenario share its reset results. The key includes the state object's identity (the entry
+        # keeps the object alive, so the identity cannot be reused) so that two scenarios sharing an id but not
+        # a state never share an entry.
+        key = (scenario.id, id(scenario.initial_state), tuple(c.source for c in scenario.checks))
+        cached = pool.reset_results.get(key)
+        if cached is None:
+            reset_results = await pool.run_checks(scenario.checks, scenario.initial_state, scenario.initial_state)
+            pool.reset_results[key] = (scenario.initial_state, reset_results)
+        else:
+            reset_results = cached[1]
     results = await pool.run_checks(scenario.checks, scenario.initial_state, final_state)
     at_reset = {r.check_id: r.passed for r in reset_results}
     results = [r.model_copy(update={"passed_at_reset": at_reset.get(r.check_id)}) for r in results]

@@ -33,3 +33,23 @@ def diff_values(before: Any, after: Any, path: Path | None = None) -> list[dict[
             entries.extend(diff_values(old, new, [*path, index]))
         return entries
     return [{"path": path, "op": "change", "before": before, "after": after}]
+
+
+def apply_diff(state: Any, entries: list[dict[str, Any]]) -> Any:
+    """``state`` with the diff entries applied (the inverse of :func:`diff_values`); ``state`` is not modified."""
+    import copy
+
+    result = copy.deepcopy(state)
+    for entry in entries:
+        path = list(entry["path"])
+        if not path:
+            result = copy.deepcopy(entry["after"])
+            continue
+        parent = result
+        for key in path[:-1]:
+            parent = parent[key]
+        if entry["op"] == "remove":
+            del parent[path[-1]]
+        else:
+            parent[path[-1]] = copy.deepcopy(entry["after"])
+    return result

@@ -419,6 +419,8 @@ class SandboxPool:
         self._session_ids = itertools.count(1)
         self._checked: dict[str, list[str]] = {}
         self._started = False
+        self.reset_results: dict[tuple[str, int, tuple[str, ...]], tuple[Any, list[CheckResult]]] = {}
+        """Check results on each scenario's initial state, computed once per scenario (see harness.scoring)."""
 
     async def start(self) -> None:
         if self._started:

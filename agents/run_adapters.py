@@ -1,0 +1,16 @@
+"""The factories ``harness.runner.run`` takes: one policy per episode from the run's settings."""
+
+from __future__ import annotations
+
+from agents.factory import build_agent_from_settings, build_user
+from harness.llm import LLMClient
+from harness.protocols import AgentPolicy, UserPolicy
+from harness.schema import AgentSettings, Scenario
+
+
+def agent_factory(scenario: Scenario, client: LLMClient, settings: AgentSettings) -> AgentPolicy:
+    return build_agent_from_settings(settings, client, scenario=scenario)
+
+
+def user_factory(scenario: Scenario, client: LLMClient, settings: AgentSettings) -> UserPolicy:
+    return build_user(settings.model, client, role=settings.role, system_prompt_version=settings.system_prompt_version)
