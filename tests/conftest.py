@@ -11,3 +11,5 @@ import os
 import tests.hub_env  # noqa: F401  (must precede any import of huggingface_hub or datasets)
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+pytest_plugins = ["tests.conftest_hub"]

@@ -1,0 +1,96 @@
+"""``harness publish KIND SOURCE --repo ORG/NAME``: build a Hub-format dataset and upload it."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+class Kind(StrEnum):
+    environments = "environments"
+    scenarios = "scenarios"
+    trajectories = "trajectories"
+    sft = "sft"
+    leaderboard = "leaderboard"
+
+
+def _fail(prefix: str, message: object, code: int) -> typer.Exit:
+    # Plain text: messages hold paths and brackets that rich markup would eat.
+    err_console.print(Text.assemble((prefix, "bold red"), " ", str(message)))
+    return typer.Exit(code)
+
+
+def publish_command(
+    kind: Annotated[Kind, typer.Argument(help="What SOURCE holds.", case_sensitive=False)],
+    source: Annotated[
+        str,
+        typer.Argument(
+            help="environments/scenarios: a library folder or Hub id; trajectories: a run folder "
+            "(results.jsonl, manifest.json); sft: a folder of *.jsonl chat or ShareGPT files; "
+            "leaderboard: a folder with leaderboard.jsonl and optional report.md."
+        ),
+    ],
+    repo: Annotated[str, typer.Option("--repo", help="Hub dataset id ORG/NAME.")],
+    private: Annotated[bool, typer.Option("--private", help="Create the repository as private.")] = False,
+    revision: Annotated[
+        str | None,
+        typer.Option("--revision", "--branch", help="Branch to commit to (created if missing). Default: main."),
+    ] = None,
+    message: Annotated[str | None, typer.Option("--message", "-m", help="Commit message.")] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Only build the Hub-format folder here; do not upload.")
+    ] = None,
+    license: Annotated[str, typer.Option("--license", help="License identifier for the card.")] = "apache-2.0",
+) -> None:
+    """Build SOURCE as a Parquet dataset with a card and publish it to the Hugging Face Hub.
+
+    The token comes from HF_TOKEN or `hf auth login`. Re-running with unchanged content makes no commit;
+    after a failed upload the built folder is kept and re-running resumes.
+    """
+    from harness.hub import PublishError, SourceError, build_from_source, parse_hub_spec, upload_built
+    from harness.hub.load import HubLoadError
+
+    try:
+        repo_id, pinned = parse_hub_spec(repo)
+    except HubLoadError as error:
+        raise _fail("Bad --repo:", error, 2) from error
+    if pinned is not None:
+        raise _fail("Bad --repo:", "give the branch with --revision, not @revision", 2)
+
+    folder = out if out is not None else Path(tempfile.mkdtemp(prefix="harness-publish-"))
+    try:
+        built = build_from_source(kind.value, source, folder, repo_id, license=license)
+    except (SourceError, HubLoadError, OSError, ValueError) as error:
+        if out is None:
+            shutil.rmtree(folder, ignore_errors=True)
+        raise _fail("Cannot build:", error, 1) from error
+    summary = ", ".join(f"{c.name} ({c.num_rows} rows)" for c in built.configs)
+    if out is not None:
+        console.print(f"Built {kind.value} dataset for {repo_id} in {folder}: {summary}")
+        return
+    try:
+        result = upload_built(built, private=private, revision=revision, message=message)
+    except PublishError as error:
+        raise _fail("Publish failed:", error, 1) from error
+    shutil.rmtree(folder, ignore_errors=True)
+    if result.committed:
+        console.print(f"Published {summary} to {result.url} ({result.revision}, commit {result.commit_sha})")
+    else:
+        console.print(
+            f"{result.repo_id}@{result.revision} already has this content (commit {result.commit_sha}); no commit made"
+        )
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``publish`` to the ``harness`` command."""
+    app.command("publish")(publish_command)

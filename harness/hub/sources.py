@@ -1,0 +1,124 @@
+"""Reading what ``harness publish`` publishes from the folders the other stages write."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from harness.schema import Environment, RunManifest, Scenario, Trajectory
+
+CONFIG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+class SourceError(ValueError):
+    """The SOURCE folder does not hold what the KIND needs."""
+
+
+@dataclass
+class RunRecords:
+    trajectories: list[Trajectory]
+    manifest: RunManifest | None
+
+
+@dataclass
+class LeaderboardRecords:
+    rows: list[dict[str, Any]]
+    report: str | None
+
+
+def _jsonl(path: Path) -> list[Any]:
+    items = []
+    for number, line in enumerate(path.read_bytes().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            items.append(orjson.loads(line))
+        except orjson.JSONDecodeError as error:
+            raise SourceError(f"{path}:{number}: not JSON ({error})") from error
+    return items
+
+
+def _require_folder(source: Path) -> Path:
+    if not source.is_dir():
+        raise SourceError(f"{source} is not a folder")
+    return source
+
+
+def read_library(source: str | Path) -> tuple[list[Environment], list[Scenario]]:
+    """Environments and scenarios from anything ``harness.library.load_library`` reads."""
+    from harness.library import load_library
+
+    library = load_library(source)
+    return list(library.environments.values()), list(library.scenarios)
+
+
+def read_run(source: Path) -> RunRecords:
+    """``results.jsonl`` (the last line of an episode wins, as after a retry) and ``manifest.json``."""
+    folder = _require_folder(source)
+    results = folder / "results.jsonl"
+    if not results.exists():
+        raise SourceError(f"{folder} has no results.jsonl (is it a run folder?)")
+    by_episode: dict[str, Trajectory] = {}
+    for number, item in enumerate(_jsonl(results), start=1):
+        try:
+            trajectory = Trajectory.model_validate(item)
+        except ValueError as error:
+            raise SourceError(f"{results}:{number}: not a Trajectory ({error})") from error
+        by_episode[trajectory.episode_id] = trajectory
+    manifest_path = folder / "manifest.json"
+    manifest = None
+    if manifest_path.exists():
+        try:
+            manifest = RunManifest.model_validate_json(manifest_path.read_bytes())
+        except ValueError as error:
+            raise SourceError(f"{manifest_path}: not a RunManifest ({error})") from error
+    return RunRecords(list(by_episode.values()), manifest)
+
+
+def _is_chat_row(row: Any) -> bool:
+    if not isinstance(row, dict):
+        return False
+    messages = row.get("messages")
+    conversations = row.get("conversations")
+    return (isinstance(messages, list) and all(isinstance(m, dict) for m in messages)) or (
+        isinstance(conversations, list) and all(isinstance(m, dict) for m in conversations)
+    )
+
+
+def read_sft(source: Path) -> dict[str, list[dict[str, Any]]]:
+    """One list of rows per ``*.jsonl`` file: chat rows (``messages``, ``tools``) or ShareGPT rows."""
+    folder = _require_folder(source)
+    files = sorted(folder.glob("*.jsonl"))
+    if not files:
+        raise SourceError(f"{folder} has no *.jsonl files")
+    configs: dict[str, list[dict[str, Any]]] = {}
+    for path in files:
+        if not CONFIG_NAME.match(path.stem):
+            raise SourceError(f"{path.name}: the file stem is the config name and must match {CONFIG_NAME.pattern}")
+        rows = _jsonl(path)
+        for number, row in enumerate(rows, start=1):
+            if not _is_chat_row(row):
+                raise SourceError(
+                    f"{path}:{number}: expected a chat row with a `messages` list or a ShareGPT row with a "
+                    "`conversations` list"
+                )
+        configs[path.stem] = rows
+    return configs
+
+
+def read_leaderboard(source: Path) -> LeaderboardRecords:
+    folder = _require_folder(source)
+    path = folder / "leaderboard.jsonl"
+    if not path.exists():
+        raise SourceError(f"{folder} has no leaderboard.jsonl")
+    rows = _jsonl(path)
+    for number, row in enumerate(rows, start=1):
+        if not isinstance(row, dict):
+            raise SourceError(f"{path}:{number}: a leaderboard row must be a JSON object")
+    report_path = folder / "report.md"
+    report = report_path.read_text(encoding="utf-8") if report_path.exists() else None
+    return LeaderboardRecords(rows, report)
