@@ -181,11 +181,100 @@ def run(
     print_summary(console, outcome)
 
 
+@app.command()
+def sft(
+    teacher: Annotated[str, typer.Option(help="The teacher model (alias or litellm string).")],
+    out: Annotated[Path, typer.Option(help="Output folder: rollouts/ plus the SFT files.")],
+    envs: Annotated[str | None, typer.Option(help="Folder or Hub dataset id; default the seed library.")] = None,
+    mode: Annotated[str, typer.Option(help="nonconv, conv or both.")] = "both",
+    attempts: Annotated[int, typer.Option(help="Teacher attempts per scenario and mode.")] = 2,
+    min_reward: Annotated[
+        float | None, typer.Option(help="Keep episodes with state reward ≥ this (default: success only).")
+    ] = None,
+    allow_errors: Annotated[bool, typer.Option(help="Keep episodes that recorded agent errors.")] = False,
+    keep_reasoning: Annotated[bool, typer.Option(help="Keep reasoning content in assistant turns.")] = True,
+    split_turns: Annotated[bool, typer.Option(help="Also write one ShareGPT sample per assistant turn.")] = False,
+    agent: Annotated[str, typer.Option("--agent", help="function_calling, prompted or oracle.")] = "function_calling",
+    user_model: Annotated[str | None, typer.Option(help="Simulated user's model (default: the teacher).")] = None,
+    env: Annotated[list[str] | None, typer.Option(help="Only this environment id; repeatable.")] = None,
+    scenario: Annotated[list[str] | None, typer.Option(help="Only this scenario id; repeatable.")] = None,
+    limit: Annotated[int | None, typer.Option(help="At most this many scenarios.")] = None,
+    concurrency: Annotated[int, typer.Option(help="Episodes in flight.")] = 32,
+    rpm: Annotated[int | None, typer.Option(help="Requests per minute per endpoint.")] = None,
+    tpm: Annotated[int | None, typer.Option(help="Tokens per minute per endpoint.")] = None,
+    temperature: Annotated[float | None, typer.Option(help="Teacher sampling temperature.")] = 0.7,
+    seed: Annotated[int, typer.Option(help="Base seed.")] = 0,
+    cache_dir: Annotated[Path | None, typer.Option(help="Cache model responses in this folder.")] = None,
+) -> None:
+    """Roll out a teacher (resumable), keep the episodes that reach the bar, export SFT datasets."""
+    from agents.run_adapters import agent_factory, user_factory
+    from harness.cli_progress import ProgressView
+    from harness.metrics import read_results
+    from harness.runner import RunConfig, RunRefused
+    from harness.runner import run as run_episodes
+    from harness.sft import SelectionRule, export
+
+    if mode not in ("nonconv", "conv", "both"):
+        raise typer.BadParameter("--mode must be nonconv, conv or both")
+    rollouts = out / "rollouts"
+    config = RunConfig(
+        model=teacher,
+        agent_kind=agent,
+        envs=envs,
+        mode=mode,  # type: ignore[arg-type]
+        user_model=user_model,
+        trials=attempts,
+        env=list(env or []),
+        scenario=list(scenario or []),
+        limit=limit,
+        concurrency=concurrency,
+        rpm=rpm,
+        tpm=tpm,
+        temperature=temperature,
+        seed=seed,
+        out=rollouts,
+        resume=(rollouts / "manifest.json").exists(),
+        retry_errors=True,
+        cache_dir=cache_dir,
+    )
+    view = ProgressView(console)
+    try:
+        with view:
+            outcome = asyncio.run(
+                run_episodes(config, agent_factory=agent_factory, user_factory=user_factory, on_progress=view.update)
+            )
+    except RunRefused as exc:
+        err_console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from None
+    trajectories = read_results(outcome.run_dir / "results.jsonl")
+    stats = export(
+        trajectories,
+        out,
+        rule=SelectionRule(min_reward=min_reward, allow_errors=allow_errors),
+        keep_reasoning=keep_reasoning,
+        split=split_turns,
+    )
+    table = Table(title=f"SFT data in {out}")
+    table.add_column("")
+    table.add_column("value", justify="right")
+    table.add_row("teacher episodes", str(stats.episodes))
+    table.add_row("kept", str(stats.kept))
+    for reason, count in sorted(stats.dropped.items()):
+        table.add_row(f"dropped: {reason}", str(count))
+    for stem, count in stats.samples.items():
+        table.add_row(f"rows in {stem}.jsonl", str(count))
+    for label, figures in (("turns", stats.turns), ("tool calls", stats.tool_calls), ("tokens", stats.tokens)):
+        if figures:
+            table.add_row(f"{label} per sample (mean / max)", f"{figures['mean']:.1f} / {figures['max']:.0f}")
+    console.print(table)
+
+
 def _register_subcommands() -> None:
-    from harness import cli_leaderboard, cli_publish
+    from harness import cli_leaderboard, cli_publish, cli_serve
 
     cli_publish.register(app)
     cli_leaderboard.register(app)
+    cli_serve.register(app)
 
 
 _register_subcommands()

@@ -1,0 +1,49 @@
+"""Environments over the Model Context Protocol: serve any environment with one sandboxed instance per MCP
+session (:mod:`harness.mcp.server`), and evaluate agents on environments served over MCP
+(:mod:`harness.mcp.client`, :mod:`harness.mcp.evaluation`).
+
+Names are loaded lazily: fastmcp is needed only when they are used.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from harness.mcp.admin import ADMIN_EXTENSION as ADMIN_EXTENSION
+    from harness.mcp.client import McpAdminError as McpAdminError
+    from harness.mcp.client import McpConnectionError as McpConnectionError
+    from harness.mcp.client import McpTarget as McpTarget
+    from harness.mcp.client import McpToolSession as McpToolSession
+    from harness.mcp.evaluation import McpEpisode as McpEpisode
+    from harness.mcp.evaluation import run_mcp_episode as run_mcp_episode
+    from harness.mcp.server import EnvironmentServer as EnvironmentServer
+    from harness.mcp.server import running_http_server as running_http_server
+    from harness.mcp.server import server_instructions as server_instructions
+    from harness.mcp.sessions import SessionExpired as SessionExpired
+    from harness.mcp.sessions import SessionRegistry as SessionRegistry
+
+_EXPORTS = {
+    "ADMIN_EXTENSION": "harness.mcp.admin",
+    "EnvironmentServer": "harness.mcp.server",
+    "McpAdminError": "harness.mcp.client",
+    "McpConnectionError": "harness.mcp.client",
+    "McpEpisode": "harness.mcp.evaluation",
+    "McpTarget": "harness.mcp.client",
+    "McpToolSession": "harness.mcp.client",
+    "SessionExpired": "harness.mcp.sessions",
+    "SessionRegistry": "harness.mcp.sessions",
+    "run_mcp_episode": "harness.mcp.evaluation",
+    "running_http_server": "harness.mcp.server",
+    "server_instructions": "harness.mcp.server",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module_name = _EXPORTS.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'harness.mcp' has no attribute {name!r}")
+    return getattr(importlib.import_module(module_name), name)

@@ -1,0 +1,67 @@
+"""The wire vocabulary shared by the MCP server and client: administrative methods and ``_meta`` keys.
+
+Administrative operations (load a scenario's initial state into this session, read its state for scoring,
+release it) are custom JSON-RPC request methods of the MCP extension :data:`ADMIN_EXTENSION` (SEP-2133),
+not tools: they never appear in ``tools/list``, so an agent that works from the tool listing cannot see or
+call them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from mcp_types import Request, RequestParams, Result
+
+ADMIN_EXTENSION = "io.github.envharness/admin"
+"""Identifier of the administrative extension."""
+
+LOAD_STATE = "envharness/load_state"
+READ_STATE = "envharness/read_state"
+CLOSE_SESSION = "envharness/close_session"
+
+SESSION_META_KEY = "io.github.envharness/session"
+"""Request ``_meta`` key holding a client-chosen session key. Needed only where the protocol has no session
+(2026-07-28 connections over HTTP); it takes precedence over the MCP session when given."""
+
+OBSERVATION_META_KEY = "io.github.envharness/observation"
+"""Result ``_meta`` key of a tool call: ``{"kind": ObservationKind, "error": str | None}`` and, when the request
+asked for it, ``"diff"`` (the state changes of the call)."""
+
+DIFF_META_KEY = "io.github.envharness/diff"
+"""Request ``_meta`` flag: include the call's state diff in the result's observation metadata."""
+
+
+class LoadStateParams(RequestParams):
+    """Replace this session's environment instance with one built from ``state`` (or, when ``state`` is
+    None, from the initial state of ``scenario_id`` in the server's library, or the server's default state)."""
+
+    state: dict[str, Any] | None = None
+    scenario_id: str | None = None
+    seed: int = 0
+
+
+class LoadStateResult(Result):
+    environment_id: str
+    scenario_id: str | None = None
+
+
+class StateResult(Result):
+    state: dict[str, Any]
+
+
+class ClosedResult(Result):
+    closed: bool
+
+
+class LoadStateRequest(Request[LoadStateParams, Literal["envharness/load_state"]]):
+    method: Literal["envharness/load_state"] = "envharness/load_state"
+
+
+class ReadStateRequest(Request[RequestParams, Literal["envharness/read_state"]]):
+    method: Literal["envharness/read_state"] = "envharness/read_state"
+    params: RequestParams = RequestParams()
+
+
+class CloseSessionRequest(Request[RequestParams, Literal["envharness/close_session"]]):
+    method: Literal["envharness/close_session"] = "envharness/close_session"
+    params: RequestParams = RequestParams()

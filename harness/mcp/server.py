@@ -1,0 +1,419 @@
+"""An environment served over the Model Context Protocol (fastmcp).
+
+Every tool of the environment becomes an MCP tool with the same JSON schema and description; a call goes
+through :meth:`harness.sandbox.EnvSession.call`, so argument validation and sandboxing are those of every other
+runtime. The introduction and rules are the server's instructions.
+
+Each MCP session gets its own environment instance (see :mod:`harness.mcp.sessions`). What identifies a
+session:
+
+1. the request ``_meta`` key :data:`~harness.mcp.admin.SESSION_META_KEY`, when the client sends one;
+2. otherwise the MCP session of a handshake-era connection (protocol 2025-11-25 and earlier: the
+   ``Mcp-Session-Id`` over streamable HTTP, the connection itself over stdio);
+3. otherwise, over stdio, the server process (a stdio server serves exactly one client).
+
+A 2026-07-28 (sessionless) request over HTTP without the ``_meta`` key has nothing that identifies its
+client, so it is refused rather than given a shared instance.
+
+Administrative operations are request methods of the :data:`~harness.mcp.admin.ADMIN_EXTENSION` extension,
+outside the tool listing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any
+
+import uvicorn
+from fastmcp import FastMCP
+from fastmcp.server.context import Context
+from fastmcp.server.dependencies import get_context
+from fastmcp.server.extensions import MethodBinding, ServerExtension
+from fastmcp.tools.base import Tool, ToolResult
+from mcp.shared.exceptions import MCPError
+from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, RequestParams, TextContent
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import PrivateAttr
+
+from harness.mcp.admin import (
+    ADMIN_EXTENSION,
+    CLOSE_SESSION,
+    DIFF_META_KEY,
+    LOAD_STATE,
+    OBSERVATION_META_KEY,
+    READ_STATE,
+    SESSION_META_KEY,
+    ClosedResult,
+    LoadStateParams,
+    LoadStateResult,
+    StateResult,
+)
+from harness.mcp.sessions import SessionExpired, SessionRegistry
+from harness.sandbox import EnvironmentLoadError, SandboxError, SandboxLimits, SandboxPool
+from harness.schema import Environment, Observation, ObservationKind, Scenario, ToolCall
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_IDLE_TIMEOUT_S = 600.0
+
+
+class NoSessionError(LookupError):
+    """A request that identifies no session (sessionless HTTP without the session ``_meta`` key)."""
+
+
+def server_instructions(environment: Environment) -> str:
+    """The introduction and the rules, as the MCP server's instructions."""
+    parts = [environment.introduction.strip() or environment.summary.strip() or environment.name]
+    if environment.rules:
+        parts.append("Rules:\n" + "\n".join(f"- {rule}" for rule in environment.rules))
+    return "\n\n".join(parts)
+
+
+# --------------------------------------------------------------------------------------------- sessions
+
+
+def _connection_of(ctx: Context) -> Any | None:
+    """The SDK connection behind a request, for its teardown hook. The SDK keeps it on the session object
+    without a public accessor (fastmcp reads it the same way); without it, idle eviction still applies."""
+    request_context = ctx.request_context
+    session = getattr(request_context, "session", None)
+    return getattr(session, "_connection", None)
+
+
+class _SessionKeys:
+    """Maps a request to its session key, and closes the session's instance when its connection ends."""
+
+    def __init__(self, registry: SessionRegistry):
+        self.registry = registry
+
+    def key(self, ctx: Context) -> str:
+        request_context = ctx.request_context
+        if request_context is None:
+            raise NoSessionError("no MCP request is in progress")
+        meta = request_context.meta or {}
+        explicit = meta.get(SESSION_META_KEY)
+        if isinstance(explicit, str) and explicit:
+            return f"client:{explicit}"
+        if request_context.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            key = f"mcp:{ctx.session_id}"
+            self._close_with_connection(ctx, key)
+            return key
+        if ctx.transport == "stdio":
+            return "stdio"
+        raise NoSessionError(
+            "this server keeps one environment instance per MCP session, and a sessionless (2026-07-28) "
+            "request over HTTP does not identify one: connect with a session-bearing protocol version "
+            "(2025-11-25; fastmcp: Client(url, mode='legacy')) or send a session key of your choice in "
+            f"the request _meta under {SESSION_META_KEY!r}"
+        )
+
+    def _close_with_connection(self, ctx: Context, key: str) -> None:
+        connection = _connection_of(ctx)
+        if connection is None:
+            return
+        state = getattr(connection, "state", None)
+        if not isinstance(state, dict) or state.get("envharness_session_key") == key:
+            return
+        state["envharness_session_key"] = key
+        registry = self.registry
+
+        async def forget() -> None:
+            await registry.forget(key)
+
+        connection.exit_stack.push_async_callback(forget)
+
+
+# ------------------------------------------------------------------------------------------------ tools
+
+
+ToolDispatch = Callable[[str, dict[str, Any]], Awaitable[ToolResult]]
+
+
+class EnvironmentTool(Tool):
+    """An environment tool: its schema and description as declared, its calls sent to the session's instance."""
+
+    _dispatch: ToolDispatch | None = PrivateAttr(default=None)
+
+    async def run(self, arguments: dict[str, Any]) -> ToolResult:
+        assert self._dispatch is not None, "EnvironmentTool used without a dispatcher"
+        return await self._dispatch(self.name, arguments)
+
+
+def observation_text(observation: Observation) -> str:
+    """The JSON text an agent reads for an observation: the tool's own result, or an error it can act on
+    (the episode loop's convention, so a model sees the same text whichever runtime served the call)."""
+    if observation.ok or (observation.kind is ObservationKind.TOOL_ERROR and observation.content is not None):
+        payload: Any = observation.content
+    else:
+        payload = {
+            "success": False,
+            "error": observation.error or observation.kind.value,
+            "error_type": observation.kind.value,
+        }
+    return json.dumps(payload, ensure_ascii=False, default=str)
+
+
+def tool_result(observation: Observation, diff: Sequence[Any] | None = None) -> ToolResult:
+    """An observation as an MCP tool result: the tool's content, or an error result carrying the error text.
+
+    The text is what the episode loop gives an agent for the same observation; ``_meta`` records the
+    observation kind (and the state diff when asked for).
+    """
+    meta: dict[str, Any] = {
+        "kind": observation.kind.value,
+        "error": observation.error,
+        "has_content": observation.content is not None,
+    }
+    if diff is not None:
+        meta["diff"] = [entry.model_dump(mode="json") for entry in diff]
+    content = [TextContent(type="text", text=observation_text(observation))]
+    structured = observation.content if observation.ok and isinstance(observation.content, dict) else None
+    return ToolResult(
+        content=content,
+        structured_content=structured,
+        meta={OBSERVATION_META_KEY: meta},
+        is_error=not observation.ok,
+    )
+
+
+# -------------------------------------------------------------------------------------------- the server
+
+
+class EnvironmentServer:
+    """An environment served over MCP: the fastmcp server, its per-session instances and the sandbox pool.
+
+    Use as an async context manager (it starts the idle evictor and, when it owns the pool, the pool), then
+    :meth:`serve_stdio` or :meth:`serve_http`. ``scenarios`` lets clients load a scenario by id; the default
+    state of a session that uses a tool before loading one is ``initial_state`` (``{}`` when None).
+    """
+
+    def __init__(
+        self,
+        environment: Environment,
+        *,
+        initial_state: dict[str, Any] | None = None,
+        scenarios: Sequence[Scenario] = (),
+        pool: SandboxPool | None = None,
+        workers: int | None = None,
+        limits: SandboxLimits | None = None,
+        idle_timeout_s: float | None = DEFAULT_IDLE_TIMEOUT_S,
+        seed: int = 0,
+    ) -> None:
+        if not environment.tools:
+            raise ValueError(f"environment {environment.id!r} has no tools to serve")
+        self.environment = environment
+        self.scenarios = {s.id: s for s in scenarios if s.environment_id == environment.id}
+        self._owns_pool = pool is None
+        self.pool = pool if pool is not None else SandboxPool(workers=workers, limits=limits)
+        self.registry = SessionRegistry(
+            self.pool, environment, dict(initial_state or {}), seed=seed, idle_timeout_s=idle_timeout_s
+        )
+        self._keys = _SessionKeys(self.registry)
+        self.mcp = self._build()
+
+    # ----------------------------------------------------------------------------------------- lifecycle
+
+    async def __aenter__(self) -> EnvironmentServer:
+        if self._owns_pool:
+            await self.pool.start()
+        self.registry.start_evictor()
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.registry.aclose()
+        if self._owns_pool:
+            await self.pool.close()
+
+    async def serve_stdio(self) -> None:
+        """Serve one client over stdin/stdout until it disconnects."""
+        await self.mcp.run_stdio_async(show_banner=False, log_level="WARNING")
+
+    def http_server(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 8765,
+        *,
+        path: str = "/mcp",
+        log_level: str = "warning",
+    ) -> uvicorn.Server:
+        """A uvicorn server for streamable HTTP at ``http://host:port{path}``; run it with ``serve()``."""
+        # The HTTP session ends when its instance is evicted, so a client never keeps a session without state.
+        app = self.mcp.http_app(path=path, transport="http", session_idle_timeout=self.registry.idle_timeout_s)
+        config = uvicorn.Config(
+            app,
+            host=host,
+            port=port,
+            log_level=log_level,
+            access_log=False,
+            lifespan="on",
+            ws="none",
+            timeout_graceful_shutdown=2,
+        )
+        return uvicorn.Server(config)
+
+    async def serve_http(
+        self, host: str = "127.0.0.1", port: int = 8765, *, path: str = "/mcp", log_level: str = "warning"
+    ) -> None:
+        """Serve streamable HTTP at ``http://host:port{path}`` until interrupted."""
+        await self.http_server(host, port, path=path, log_level=log_level).serve()
+
+    # ------------------------------------------------------------------------------------------ building
+
+    def _build(self) -> FastMCP:
+        server: FastMCP = FastMCP(
+            name=self.environment.name or self.environment.id,
+            instructions=server_instructions(self.environment),
+            mask_error_details=False,
+        )
+        for spec in self.environment.tools:
+            tool = EnvironmentTool(
+                name=spec.function.name,
+                description=spec.function.description,
+                parameters=spec.function.parameters or {"type": "object", "properties": {}, "required": []},
+            )
+            tool._dispatch = self._call_tool
+            server.add_tool(tool)
+        server.add_extension(_AdminExtension(self))
+        return server
+
+    async def _call_tool(self, name: str, arguments: dict[str, Any]) -> ToolResult:
+        ctx = get_context()
+        call_id = f"mcp_{ctx.request_id}" if ctx.request_context is not None else "mcp_call"
+        call = ToolCall(id=call_id, name=name, arguments=arguments)
+        meta = (ctx.request_context.meta if ctx.request_context is not None else None) or {}
+        want_diff = bool(meta.get(DIFF_META_KEY))
+        try:
+            key = self._keys.key(ctx)
+            async with self.registry.use(key) as session:
+                observation, diff = await session.call(call)
+        except (NoSessionError, SessionExpired) as exc:
+            return tool_result(_error(call, ObservationKind.TOOL_ERROR, str(exc)))
+        except (SandboxError, EnvironmentLoadError) as exc:
+            logger.warning("tool call %s failed in the sandbox: %s", name, exc)
+            return tool_result(_error(call, ObservationKind.SANDBOX_ERROR, str(exc)))
+        return tool_result(observation, diff if want_diff else None)
+
+    # --------------------------------------------------------------------------------------- admin calls
+
+    async def load_state(self, params: LoadStateParams) -> LoadStateResult:
+        key = self._keys.key(get_context())
+        scenario_id = params.scenario_id
+        if params.state is not None:
+            state = params.state
+        elif scenario_id is not None:
+            scenario = self.scenarios.get(scenario_id)
+            if scenario is None:
+                raise MCPError(code=INVALID_PARAMS, message=f"unknown scenario {scenario_id!r}")
+            state = scenario.initial_state
+        else:
+            state = self.registry.default_state
+        try:
+            await self.registry.load(key, state, seed=params.seed)
+        except EnvironmentLoadError as exc:
+            raise MCPError(code=INVALID_PARAMS, message=str(exc)) from exc
+        except SandboxError as exc:
+            raise MCPError(code=INTERNAL_ERROR, message=str(exc)) from exc
+        return LoadStateResult(environment_id=self.environment.id, scenario_id=scenario_id)
+
+    async def read_state(self) -> StateResult:
+        key = self._keys.key(get_context())
+        try:
+            async with self.registry.use(key) as session:
+                return StateResult(state=await session.state())
+        except SessionExpired as exc:
+            raise MCPError(code=INVALID_PARAMS, message=str(exc)) from exc
+        except (SandboxError, EnvironmentLoadError) as exc:
+            raise MCPError(code=INTERNAL_ERROR, message=str(exc)) from exc
+
+    async def close_session(self) -> ClosedResult:
+        key = self._keys.key(get_context())
+        return ClosedResult(closed=await self.registry.close(key))
+
+
+def _error(call: ToolCall, kind: ObservationKind, message: str) -> Observation:
+    return Observation(tool_call_id=call.id, name=call.name, kind=kind, error=message)
+
+
+class _AdminExtension(ServerExtension):
+    """The administrative request methods, outside the tool listing."""
+
+    identifier = ADMIN_EXTENSION
+
+    def __init__(self, owner: EnvironmentServer):
+        self._owner = owner
+
+    def clone(self) -> ServerExtension:
+        return _AdminExtension(self._owner)
+
+    def settings(self) -> dict[str, Any]:
+        return {"methods": [LOAD_STATE, READ_STATE, CLOSE_SESSION], "environment_id": self._owner.environment.id}
+
+    def methods(self) -> Sequence[MethodBinding]:
+        owner = self._owner
+
+        async def load(_ctx: Any, params: LoadStateParams) -> LoadStateResult:
+            return await _admin_call(owner.load_state(params))
+
+        async def read(_ctx: Any, _params: RequestParams) -> StateResult:
+            return await _admin_call(owner.read_state())
+
+        async def close(_ctx: Any, _params: RequestParams) -> ClosedResult:
+            return await _admin_call(owner.close_session())
+
+        return (
+            MethodBinding(LOAD_STATE, LoadStateParams, load),
+            MethodBinding(READ_STATE, RequestParams, read),
+            MethodBinding(CLOSE_SESSION, RequestParams, close),
+        )
+
+
+async def _admin_call(operation: Awaitable[Any]) -> Any:
+    try:
+        return await operation
+    except NoSessionError as exc:
+        raise MCPError(code=INVALID_PARAMS, message=str(exc)) from exc
+
+
+# ---------------------------------------------------------------------------------------- entry points
+
+
+@contextlib.asynccontextmanager
+async def running_http_server(
+    server: EnvironmentServer, host: str = "127.0.0.1", port: int = 0, *, path: str = "/mcp"
+) -> AsyncIterator[str]:
+    """Serve ``server`` over streamable HTTP in this event loop; yields the endpoint URL (port 0: any free one).
+
+    The HTTP server, the sessions' instances and (when the server owns it) the sandbox pool are shut down on
+    exit.
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    bound_port = sock.getsockname()[1]
+    http = server.http_server(host, bound_port, path=path)
+    try:
+        async with server:
+            task = asyncio.create_task(http.serve(sockets=[sock]), name="mcp-http-server")
+            try:
+                while not http.started:
+                    if task.done():
+                        task.result()
+                        raise RuntimeError("the MCP HTTP server stopped while starting")
+                    await asyncio.sleep(0.01)
+                yield f"http://{host}:{bound_port}{path}"
+            finally:
+                http.should_exit = True
+                try:
+                    await asyncio.wait_for(task, timeout=10)
+                except TimeoutError:
+                    logger.warning("the MCP HTTP server did not stop in time; cancelling it")
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+    finally:
+        sock.close()
