@@ -119,7 +119,9 @@ def run(
     env: Annotated[list[str] | None, typer.Option(help="Only this environment id; repeatable.")] = None,
     scenario: Annotated[list[str] | None, typer.Option(help="Only this scenario id; repeatable.")] = None,
     limit: Annotated[int | None, typer.Option(help="At most this many scenarios.")] = None,
-    concurrency: Annotated[int, typer.Option(help="Episodes in flight.")] = 32,
+    concurrency: Annotated[
+        int | None, typer.Option(help="Episodes in flight (default 32; 1 for the embedded model).")
+    ] = None,
     rpm: Annotated[int | None, typer.Option(help="Requests per minute per endpoint.")] = None,
     tpm: Annotated[int | None, typer.Option(help="Tokens per minute per endpoint.")] = None,
     temperature: Annotated[float | None, typer.Option(help="Sampling temperature.")] = 0.0,
@@ -141,8 +143,13 @@ def run(
 
     if mode not in ("nonconv", "conv", "both"):
         raise typer.BadParameter("--mode must be nonconv, conv or both")
-    if model == "local" and limit is None and not scenario and not env and envs is None:
-        limit = 4  # the offline demo: a small slice that finishes in about a minute on two cores
+    if model == "local":
+        # The embedded model serves one request at a time and reuses the prompt prefix of the previous request:
+        # one episode at a time keeps that cache warm (episodes interleaved would re-read ~2k tokens per step).
+        concurrency = concurrency or 1
+        if limit is None and not scenario and not env and envs is None:
+            limit = 4  # the offline demo: a small slice that finishes in about a minute on two cores
+            max_steps = max_steps or 8
     config = RunConfig(
         model=model,
         agent_kind=agent,
@@ -153,7 +160,7 @@ def run(
         env=list(env or []),
         scenario=list(scenario or []),
         limit=limit,
-        concurrency=concurrency,
+        concurrency=concurrency or 32,
         rpm=rpm,
         tpm=tpm,
         temperature=temperature,

@@ -79,13 +79,16 @@ def composite(
 ) -> RewardBreakdown:
     """``reward`` (the check-based breakdown) completed with R_traj, P_length, gold-state match and R."""
     weights = weights or CompositeWeights()
-    r_traj = trajectory_match(scenario.reference_actions, calls, weights.rel_tol)
-    penalty = length_penalty(scenario.reference_actions, calls, weights)
     gold_match: bool | None = None
     r_state = reward.state_reward
     if scenario.gold_final_state is not None and final_state is not None:
         gold_match = values_match(scenario.gold_final_state, final_state, weights.rel_tol)
         r_state = 1.0 if gold_match else 0.0
+    if not scenario.reference_actions:
+        # Without a reference there is nothing to match or to measure length against: R is R_state.
+        return reward.model_copy(update={"gold_state_match": gold_match, "composite": r_state})
+    r_traj = trajectory_match(scenario.reference_actions, calls, weights.rel_tol)
+    penalty = length_penalty(scenario.reference_actions, calls, weights)
     value = weights.alpha * r_traj + (1 - weights.alpha) * r_state - weights.gamma * penalty
     return reward.model_copy(
         update={

@@ -88,3 +88,9 @@ def test_gold_final_state_replaces_check_rate_and_reads_the_trajectory():
     assert trajectory_reward(sc, trajectory) == pytest.approx(1.0)
     wrong = trajectory.model_copy(update={"final_state_diff": []})
     assert trajectory_reward(sc, wrong) == pytest.approx(0.5)
+
+
+def test_without_reference_actions_the_reward_is_the_state_reward():
+    bare = Scenario(id="s", environment_id="e", initial_state={}, task="t")
+    result = composite(bare, calls(("a", {}), ("b", {})), reward(0.5))
+    assert result.composite == 0.5 and result.trajectory_reward is None and result.length_penalty is None

@@ -1,0 +1,127 @@
+"""A gymnasium-style environment for RL rollout loops, on the same episode machinery as ``harness run``.
+
+    env = ToolEnv(library, pool=pool)                      # mode="conv" needs a simulated user
+    messages, tools = await env.reset(scenario)
+    while True:
+        assistant = await my_policy(messages, tools)      # an OpenAI assistant message
+        result = await env.step(assistant)
+        messages = result.messages                        # the whole transcript so far
+        if result.terminated or result.truncated:
+            break
+    result.reward, result.info["trajectory"]              # composite reward and the full record
+
+The methods are coroutines because environment code runs in sandbox worker processes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.episode import Episode, EpisodeConfig
+from harness.library import Library
+from harness.protocols import UserPolicy, agent_turn_from_message
+from harness.reward import CompositeWeights, composite, final_state_of
+from harness.sandbox import SandboxPool
+from harness.schema import AgentSettings, Mode, ModelSettings, Scenario, TerminationReason, Trajectory
+
+
+@dataclass
+class StepResult:
+    observations: list[dict[str, Any]]
+    """The messages that followed the assistant message: tool results, and in conv mode the user's reply."""
+    messages: list[dict[str, Any]]
+    reward: float
+    terminated: bool
+    truncated: bool
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class ToolEnv:
+    """One episode at a time; make one ``ToolEnv`` per concurrent rollout (they can share a pool)."""
+
+    def __init__(
+        self,
+        library: Library,
+        *,
+        pool: SandboxPool,
+        mode: Mode = "nonconv",
+        user: UserPolicy | None = None,
+        max_steps: int | None = None,
+        weights: CompositeWeights | None = None,
+        policy_name: str = "external",
+    ):
+        if mode == "conv" and user is None:
+            raise ValueError("conversational mode needs a simulated user policy")
+        self.library = library
+        self.pool = pool
+        self.mode = mode
+        self.user = user
+        self.max_steps = max_steps
+        self.weights = weights or CompositeWeights()
+        self.settings = AgentSettings(kind=policy_name, model=ModelSettings(model=policy_name))
+        self._episode: Episode | None = None
+        self._scenario: Scenario | None = None
+        self._count = 0
+
+    async def reset(self, scenario: Scenario, *, seed: int = 0) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Start an episode on ``scenario``: the opening messages and the tools (OpenAI function schemas)."""
+        await self.close()
+        environment = self.library.environments.get(scenario.environment_id)
+        if environment is None:
+            raise KeyError(f"environment {scenario.environment_id!r} is not in the library")
+        self._count += 1
+        config = EpisodeConfig(mode=self.mode, max_steps=self.max_steps, seed=seed)
+        episode = Episode(
+            scenario,
+            environment,
+            pool=self.pool,
+            config=config,
+            episode_id=f"{scenario.id}-{self._count}",
+            agent_settings=self.settings,
+            user=self.user,
+        )
+        self._episode = episode
+        self._scenario = scenario
+        try:
+            await episode.start()
+        except Exception as exc:
+            episode.fail(exc)
+        return list(episode.messages), list(episode.tools)
+
+    async def step(self, assistant_message: dict[str, Any]) -> StepResult:
+        """Apply one assistant message. The reward is 0 until the episode ends, then the composite reward."""
+        episode = self._episode
+        if episode is None:
+            raise RuntimeError("call reset() before step()")
+        if episode.done:
+            raise RuntimeError("the episode has ended; call reset()")
+        before = len(episode.messages)
+        try:
+            await episode.apply(agent_turn_from_message(assistant_message))
+        except Exception as exc:
+            episode.fail(exc)
+        observations = episode.messages[before + 1 :]
+        if not episode.done:
+            return StepResult(observations, list(episode.messages), 0.0, False, False)
+        trajectory = await episode.finish()
+        self._episode = None
+        reward, trajectory = self._score(trajectory)
+        truncated = trajectory.termination is TerminationReason.MAX_STEPS
+        info = {"trajectory": trajectory, "termination": trajectory.termination.value}
+        return StepResult(observations, list(trajectory.messages), reward, not truncated, truncated, info)
+
+    def _score(self, trajectory: Trajectory) -> tuple[float, Trajectory]:
+        scenario = self._scenario
+        if trajectory.reward is None or scenario is None:
+            return 0.0, trajectory
+        final_state = final_state_of(scenario, trajectory) if scenario.gold_final_state is not None else None
+        breakdown = composite(scenario, [s.call for s in trajectory.steps], trajectory.reward, final_state, self.weights)
+        trajectory = trajectory.model_copy(update={"reward": breakdown})
+        assert breakdown.composite is not None
+        return breakdown.composite, trajectory
+
+    async def close(self) -> None:
+        if self._episode is not None:
+            await self._episode.close()
+            self._episode = None

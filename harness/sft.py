@@ -1,0 +1,223 @@
+"""SFT datasets from teacher rollouts: filter, de-duplicate, and export in the forms trainers take.
+
+- ``messages.jsonl``: OpenAI-style ``messages`` + ``tools`` rows (TRL's SFT trainer and most chat templates).
+- ``sharegpt.jsonl``: LlamaFactory's ShareGPT form (``conversations`` with human / gpt / function_call /
+  observation turns, ``system``, ``tools`` as a JSON string); with ``split_turns``, also
+  ``sharegpt_turns.jsonl``: one sample per assistant turn with the earlier turns as history.
+- ``stats.json``: what was kept and dropped and why, and turns, tool calls and tokens per sample.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import statistics
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import orjson
+from pydantic import BaseModel, Field
+
+from harness.schema import TerminationReason, Trajectory
+
+
+class SelectionRule(BaseModel):
+    min_reward: float | None = Field(
+        default=None, description="Keep episodes with state_reward ≥ this; None requires success."
+    )
+    allow_errors: bool = Field(default=False, description="Keep episodes that recorded agent-side errors.")
+
+
+class SftStats(BaseModel):
+    episodes: int
+    kept: int
+    dropped: dict[str, int]
+    samples: dict[str, int] = Field(default_factory=dict, description="Rows written per file.")
+    turns: dict[str, float] = Field(default_factory=dict)
+    tool_calls: dict[str, float] = Field(default_factory=dict)
+    tokens: dict[str, float] = Field(default_factory=dict)
+
+
+def _drop_reason(trajectory: Trajectory, rule: SelectionRule) -> str | None:
+    if trajectory.termination is TerminationReason.INFRA_ERROR:
+        return "infra_error"
+    if trajectory.reward is None:
+        return "unscored"
+    if rule.min_reward is None and not trajectory.reward.success:
+        return "not_successful"
+    if rule.min_reward is not None and trajectory.reward.state_reward < rule.min_reward:
+        return "below_min_reward"
+    if trajectory.errors and not rule.allow_errors:
+        return "agent_errors"
+    return None
+
+
+def _signature(trajectory: Trajectory) -> str:
+    calls = [(s.call.name, s.call.arguments) for s in trajectory.steps]
+    key = [trajectory.scenario_id, trajectory.mode, calls]
+    return hashlib.sha256(orjson.dumps(key, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def select(trajectories: Iterable[Trajectory], rule: SelectionRule) -> tuple[list[Trajectory], Counter[str]]:
+    """Trajectories that reach the bar, one per distinct (scenario, mode, tool-call sequence)."""
+    kept: list[Trajectory] = []
+    dropped: Counter[str] = Counter()
+    seen: set[str] = set()
+    for trajectory in trajectories:
+        reason = _drop_reason(trajectory, rule)
+        if reason is None:
+            signature = _signature(trajectory)
+            if signature in seen:
+                reason = "duplicate"
+            else:
+                seen.add(signature)
+        if reason is None:
+            kept.append(trajectory)
+        else:
+            dropped[reason] += 1
+    return kept, dropped
+
+
+def _clean_message(message: dict[str, Any], keep_reasoning: bool) -> dict[str, Any]:
+    clean: dict[str, Any] = {"role": message["role"], "content": message.get("content")}
+    if message.get("tool_calls"):
+        clean["tool_calls"] = message["tool_calls"]
+    if message.get("tool_call_id"):
+        clean["tool_call_id"] = message["tool_call_id"]
+    if keep_reasoning and message.get("reasoning_content"):
+        clean["reasoning_content"] = message["reasoning_content"]
+    if clean["content"] is None and message["role"] != "assistant":
+        clean["content"] = ""
+    return clean
+
+
+def to_messages_row(trajectory: Trajectory, keep_reasoning: bool = True) -> dict[str, Any]:
+    return {
+        "messages": [_clean_message(m, keep_reasoning) for m in trajectory.messages],
+        "tools": [t.model_dump(mode="json") for t in trajectory.tools],
+        "episode_id": trajectory.episode_id,
+        "scenario_id": trajectory.scenario_id,
+        "environment_id": trajectory.environment_id,
+        "mode": trajectory.mode,
+        "state_reward": trajectory.reward.state_reward if trajectory.reward else None,
+    }
+
+
+def _assistant_text(message: dict[str, Any], keep_reasoning: bool) -> str:
+    text = message.get("content") or ""
+    if keep_reasoning and message.get("reasoning_content"):
+        text = f"<think>\n{message['reasoning_content']}\n</think>\n\n{text}"
+    return str(text)
+
+
+def _function_call_value(message: dict[str, Any]) -> str:
+    calls = []
+    for call in message["tool_calls"]:
+        arguments = call["function"].get("arguments") or "{}"
+        try:
+            parsed = json.loads(arguments) if isinstance(arguments, str) else arguments
+        except json.JSONDecodeError:
+            parsed = arguments
+        calls.append({"name": call["function"]["name"], "arguments": parsed})
+    return json.dumps(calls[0] if len(calls) == 1 else calls, ensure_ascii=False)
+
+
+def _parsed(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def to_sharegpt_row(trajectory: Trajectory, keep_reasoning: bool = True) -> dict[str, Any]:
+    """LlamaFactory's ShareGPT form; parallel tool results are merged into one observation (a JSON list)."""
+    system = ""
+    conversations: list[dict[str, str]] = []
+    pending_observations: list[str] = []
+
+    def flush_observations() -> None:
+        if len(pending_observations) == 1:
+            conversations.append({"from": "observation", "value": pending_observations[0]})
+        elif pending_observations:
+            merged = json.dumps([_parsed(o) for o in pending_observations], ensure_ascii=False)
+            conversations.append({"from": "observation", "value": merged})
+        pending_observations.clear()
+
+    for message in trajectory.messages:
+        role = message["role"]
+        if role == "system":
+            system = str(message.get("content") or "")
+            continue
+        if role == "tool":
+            pending_observations.append(str(message.get("content") or ""))
+            continue
+        flush_observations()
+        if role == "user":
+            conversations.append({"from": "human", "value": str(message.get("content") or "")})
+        elif role == "assistant" and message.get("tool_calls"):
+            conversations.append({"from": "function_call", "value": _function_call_value(message)})
+        elif role == "assistant":
+            conversations.append({"from": "gpt", "value": _assistant_text(message, keep_reasoning)})
+    flush_observations()
+    tools = [t.function.model_dump(mode="json") for t in trajectory.tools]
+    return {
+        "conversations": conversations,
+        "system": system,
+        "tools": json.dumps(tools, ensure_ascii=False),
+        "episode_id": trajectory.episode_id,
+        "scenario_id": trajectory.scenario_id,
+    }
+
+
+def split_turns(row: dict[str, Any]) -> list[dict[str, Any]]:
+    """One sample per assistant turn (gpt or function_call), with every earlier turn as history."""
+    samples = []
+    for index, turn in enumerate(row["conversations"]):
+        if turn["from"] in ("gpt", "function_call"):
+            samples.append({**row, "conversations": row["conversations"][: index + 1], "turn": len(samples)})
+    return samples
+
+
+def _describe(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {}
+    return {
+        "mean": statistics.fmean(values),
+        "median": statistics.median(values),
+        "min": min(values),
+        "max": max(values),
+    }
+
+
+def export(
+    trajectories: list[Trajectory],
+    out: Path,
+    *,
+    rule: SelectionRule | None = None,
+    keep_reasoning: bool = True,
+    split: bool = False,
+) -> SftStats:
+    """Write the SFT files for the trajectories that reach the bar, and return the statistics."""
+    rule = rule or SelectionRule()
+    kept, dropped = select(trajectories, rule)
+    out.mkdir(parents=True, exist_ok=True)
+    messages_rows = [to_messages_row(t, keep_reasoning) for t in kept]
+    sharegpt_rows = [to_sharegpt_row(t, keep_reasoning) for t in kept]
+    files: dict[str, list[dict[str, Any]]] = {"messages": messages_rows, "sharegpt": sharegpt_rows}
+    if split:
+        files["sharegpt_turns"] = [sample for row in sharegpt_rows for sample in split_turns(row)]
+    for stem, rows in files.items():
+        (out / f"{stem}.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    stats = SftStats(
+        episodes=len(trajectories),
+        kept=len(kept),
+        dropped=dict(dropped),
+        samples={stem: len(rows) for stem, rows in files.items()},
+        turns=_describe([sum(m["role"] == "assistant" for m in t.messages) for t in kept]),
+        tool_calls=_describe([len(t.steps) for t in kept]),
+        tokens=_describe([u.total_tokens for t in kept for role, u in t.usage.items() if role == "agent"]),
+    )
+    (out / "stats.json").write_bytes(orjson.dumps(stats.model_dump(mode="json"), option=orjson.OPT_INDENT_2))
+    return stats
