@@ -133,6 +133,9 @@ def run(
     retry_errors: Annotated[bool, typer.Option(help="With --resume, also re-run infrastructure errors.")] = False,
     workers: Annotated[int | None, typer.Option(help="Sandbox worker processes (default one per core).")] = None,
     cache_dir: Annotated[Path | None, typer.Option(help="Cache model responses in this folder.")] = None,
+    mcp: Annotated[
+        str | None, typer.Option(help="Use the environment served over MCP at this URL, or by this stdio command.")
+    ] = None,
 ) -> None:
     """Run an agent on scenarios, score the final states, and print a summary per environment and mode.
 
@@ -172,6 +175,7 @@ def run(
         retry_errors=retry_errors,
         workers=workers,
         cache_dir=cache_dir,
+        mcp=mcp,
     )
     from agents.run_adapters import agent_factory, user_factory
     from harness.cli_progress import ProgressView, print_summary

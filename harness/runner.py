@@ -53,6 +53,7 @@ RESULT_SETTINGS = (
     "seed",
     "max_steps",
     "system_prompt_version",
+    "mcp",
 )
 
 
@@ -83,6 +84,9 @@ class RunConfig(BaseModel):
     retry_errors: bool = False
     workers: int | None = Field(default=None, description="Sandbox worker processes; default one per core.")
     cache_dir: Path | None = Field(default=None, description="Opt-in on-disk model response cache.")
+    mcp: str | None = Field(
+        default=None, description="Evaluate through an MCP server instead: a URL, or a command that serves on stdio."
+    )
 
 
 class RunRefused(ValueError):
@@ -175,6 +179,7 @@ def episode_id(scenario: Scenario, mode: str, agent: AgentSettings, user: AgentS
         "user": user.model_dump(mode="json") if user is not None else None,
         "max_steps": config.max_steps,
         "trial": trial,
+        "mcp": config.mcp,
     }
     return hashlib.sha256(orjson.dumps(key, option=orjson.OPT_SORT_KEYS)).hexdigest()[:20]
 
@@ -186,7 +191,7 @@ def select_scenarios(library: Library, config: RunConfig) -> list[Scenario]:
             continue
         if config.scenario and scenario.id not in config.scenario:
             continue
-        if scenario.environment_id not in library.environments:
+        if scenario.environment_id not in library.environments and config.mcp is None:
             logger.warning("scenario %s skipped: environment %s is missing", scenario.id, scenario.environment_id)
             continue
         if not scenario.checks:
@@ -373,12 +378,25 @@ async def _run_one(
     user_factory: UserFactory | None,
     library: Library,
 ) -> Trajectory:
-    environment = library.environments[spec.scenario.environment_id]
     policy = agent_factory(spec.scenario, client, agent)
     simulated_user = user_factory(spec.scenario, client, user) if spec.mode == "conv" and user_factory else None
     episode_config = EpisodeConfig(
         mode=spec.mode, max_steps=config.max_steps, seed=spec.seed, trial=spec.trial, run_id=run_id
     )
+    if config.mcp is not None:
+        from harness.mcp import run_mcp_episode
+
+        return await run_mcp_episode(
+            spec.scenario,
+            config.mcp,
+            pool=pool,
+            agent=policy,
+            user=simulated_user,
+            config=episode_config,
+            episode_id=spec.episode_id,
+            environment=library.environments.get(spec.scenario.environment_id),
+        )
+    environment = library.environments[spec.scenario.environment_id]
     return await run_episode(
         spec.scenario,
         environment,

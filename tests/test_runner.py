@@ -176,3 +176,19 @@ def test_sigkill_mid_run_then_resume_has_every_episode_exactly_once(tmp_path):
     ids = [line["episode_id"] for line in lines]
     assert len(ids) == len(set(ids)) == 60
     assert all(line["reward"]["success"] for line in lines)
+
+
+async def test_run_through_an_mcp_server(tmp_path):
+    from harness.mcp.server import EnvironmentServer, running_http_server
+    from harness.sandbox import SandboxPool
+
+    environment = LIBRARY.environments["banking"]
+    async with SandboxPool(workers=1) as pool:
+        server = EnvironmentServer(environment, pool=pool)
+        async with running_http_server(server) as url:
+            cfg = config(tmp_path, model="oracle", agent_kind="oracle", env=["banking"], limit=3, mcp=url, concurrency=3)
+            outcome = await run(cfg, agent_factory=agent_factory, library=LIBRARY)
+    results = read_results(outcome.run_dir / "results.jsonl")
+    assert len(results) == 3
+    assert all(t.reward is not None and t.reward.success for t in results), [(t.termination, t.errors) for t in results]
+    assert orjson.loads((outcome.run_dir / "manifest.json").read_bytes())["config"]["mcp"] == url

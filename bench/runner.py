@@ -1,0 +1,132 @@
+"""Runner throughput against the mock OpenAI-compatible server at a fixed latency.
+
+    python bench/runner.py [--latency 0.1] [--levels 16,64,256,1024] [--rpm-seconds 130]
+
+For each concurrency level, in a fresh process: episodes/s and requests/s against the bound concurrency / L,
+harness CPU per request, and peak memory (RSS). The mock model replays each seed scenario's reference actions
+(about five requests per episode); the server runs in its own process. Then the requests per minute achieved
+with ``rpm=600`` while demand exceeds it, counted by the server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def serve(latency: float, ready: multiprocessing.Queue, stop: multiprocessing.Event, counts: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+    from harness.library import load_library
+    from tests.doubles.mock_openai import MockOpenAIServer
+
+    server = MockOpenAIServer(latency=latency, record_bodies=False)
+    for scenario in load_library().scenarios:
+        server.register_replay(scenario.task, [a.model_dump() for a in scenario.reference_actions])
+    with server.running_in_thread():
+        ready.put((server.base_url, None))
+        stop.wait()
+        counts.put(([r.t for r in server.chat_requests()], server.max_open_connections))
+
+
+def run_level(base_url: str, concurrency: int, episodes: int, rpm: int | None, results: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+    from agents.run_adapters import agent_factory
+    from harness.library import load_library
+    from harness.llm import AliasTable, EndpointLimits, LLMClient
+    from harness.llm.aliases import AliasEntry
+    from harness.runner import RunConfig, run
+
+    library = load_library()
+    trials = max(1, -(-episodes // len(library.scenarios)))
+    aliases = AliasTable({"mock": AliasEntry(model="hosted_vllm/replay", api_base=base_url)}, environ={})
+
+    async def go() -> tuple[float, int, int]:
+        client = LLMClient(aliases=aliases, default_limits=EndpointLimits(concurrency=concurrency, rpm=rpm))
+        with tempfile.TemporaryDirectory() as folder:
+            config = RunConfig(model="mock", trials=trials, concurrency=concurrency, out=Path(folder) / "run")
+            started = time.perf_counter()
+            outcome = await run(config, agent_factory=agent_factory, client=client, library=library)
+            elapsed = time.perf_counter() - started
+        requests = sum(u.requests for u in client.usage_by_role().values())
+        await client.aclose()
+        return elapsed, outcome.ran, requests
+
+    cpu_before = resource.getrusage(resource.RUSAGE_SELF)
+    elapsed, ran, requests = asyncio.run(go())
+    cpu_after = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = (cpu_after.ru_utime - cpu_before.ru_utime) + (cpu_after.ru_stime - cpu_before.ru_stime)
+    peak_mb = cpu_after.ru_maxrss / 1024
+    results.put((elapsed, ran, requests, cpu, peak_mb))
+
+
+def measure(base_url: str, concurrency: int, episodes: int, rpm: int | None = None) -> tuple[float, int, int, float, float]:
+    context = multiprocessing.get_context("spawn")
+    results = context.Queue()
+    process = context.Process(target=run_level, args=(base_url, concurrency, episodes, rpm, results))
+    process.start()
+    value = results.get()
+    process.join()
+    return value  # type: ignore[no-any-return]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--latency", type=float, default=0.1)
+    parser.add_argument("--levels", default="16,64,256,1024")
+    parser.add_argument("--rpm-seconds", type=float, default=130.0, help="0 skips the rpm measurement")
+    args = parser.parse_args()
+    context = multiprocessing.get_context("spawn")
+    ready, counts = context.Queue(), context.Queue()
+    stop = context.Event()
+    server = context.Process(target=serve, args=(args.latency, ready, stop, counts))
+    server.start()
+    base_url, _ = ready.get()
+    print(f"mock server latency {args.latency * 1000:.0f} ms; bound = concurrency / latency requests/s")
+    print(f"{'conc.':>6} {'episodes':>9} {'episodes/s':>11} {'requests/s':>11} {'bound':>7} {'% bound':>8} "
+          f"{'CPU ms/req':>11} {'peak MB':>8}")
+    for level in [int(x) for x in args.levels.split(",")]:
+        episodes = max(3 * level, 200)
+        elapsed, ran, requests, cpu, peak = measure(base_url, level, episodes)
+        bound = level / args.latency
+        rate = requests / elapsed
+        print(f"{level:>6} {ran:>9} {ran / elapsed:>11.1f} {rate:>11.1f} {bound:>7.0f} {100 * rate / bound:>7.1f}% "
+              f"{1000 * cpu / max(requests, 1):>11.2f} {peak:>8.0f}")
+    if args.rpm_seconds:
+        episodes = int(args.rpm_seconds * 600 / 60 / 4)  # demand well above 600/min at concurrency 64
+        started = time.monotonic()
+        context_results = context.Queue()
+        process = context.Process(target=run_level, args=(base_url, 64, episodes * 4, 600, context_results))
+        process.start()
+        time.sleep(args.rpm_seconds)
+        process.kill()
+        process.join()
+        stop.set()
+        times, _connections = counts.get()
+        times = [t for t in times if t >= started]  # CLOCK_MONOTONIC is shared by all processes
+        window = [t for t in times if t >= times[-1] - 60.0] if times else []
+        print(f"rpm=600 for {time.monotonic() - started:.0f} s: {len(window)} requests in the last 60 s "
+              f"({100 * len(window) / 600:.1f}% of 600); busiest 60 s window: {busiest(times, 60.0)}")
+    else:
+        stop.set()
+        counts.get()
+    server.join()
+
+
+def busiest(times: list[float], window: float) -> int:
+    best, start = 0, 0
+    for end in range(len(times)):
+        while times[end] - times[start] >= window:
+            start += 1
+        best = max(best, end - start + 1)
+    return best
+
+
+if __name__ == "__main__":
+    main()
