@@ -151,25 +151,27 @@ def write_alias_file(path: Path, server: MockOpenAIServer) -> None:
 
 
 def test_sigkill_mid_run_then_resume_has_every_episode_exactly_once(tmp_path):
-    server = MockOpenAIServer(record_bodies=False, latency=0.05)
+    server = MockOpenAIServer(record_bodies=False, latency=0.2)
     register_scenarios(server)
     with server.running_in_thread():
         models = tmp_path / "models.toml"
         write_alias_file(models, server)
         out = tmp_path / "run"
-        args = ["run", "--model", "mock-agent", "--out", str(out), "--limit", "60", "--concurrency", "6"]
+        # At 0.2 s per request, 4 episodes in flight and about 5 requests per episode, the run lasts at least
+        # 15 s: long enough to be killed part way whatever the machine's load.
+        args = ["run", "--model", "mock-agent", "--out", str(out), "--limit", "60", "--concurrency", "4"]
         env = {**os.environ, "HARNESS_MODELS_FILE": str(models)}
         process = subprocess.Popen([sys.executable, "-m", "harness.cli", *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         results = out / "results.jsonl"
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
-            if results.exists() and results.read_bytes().count(b"\n") >= 10:
+            if results.exists() and results.read_bytes().count(b"\n") >= 5:
                 break
-            time.sleep(0.05)
+            time.sleep(0.02)
         process.send_signal(signal.SIGKILL)
         process.wait()
         partial = results.read_bytes().count(b"\n")
-        assert 10 <= partial < 60
+        assert 5 <= partial < 60
         resumed = CliRunner().invoke(app, [*args, "--resume"], env={"HARNESS_MODELS_FILE": str(models)})
         assert resumed.exit_code == 0, resumed.output
     lines = [orjson.loads(line) for line in results.read_bytes().splitlines()]

@@ -1,0 +1,59 @@
+"""Model access: the only package that imports litellm.
+
+```python
+from harness.llm import LLMClient, ModelSettings
+client = LLMClient(cache_dir=None, default_limits=EndpointLimits(concurrency=64))
+result = await client.chat(ModelSettings(model="qwen3-8b", temperature=0.0), messages, tools=tools, role="agent")
+```
+"""
+
+from harness.llm import _litellm  # noqa: F401  (first: sets the offline cost map before litellm loads)
+from harness.llm.aliases import AliasTable, ResolvedModel, env_name, user_models_file
+from harness.llm.cache import ResponseCache, cache_key
+from harness.llm.client import ChatResult, LLMClient
+from harness.llm.errors import (
+    ContextWindowExceeded,
+    EndpointUnreachable,
+    LLMError,
+    ModelHandlerError,
+    RequestRejected,
+    RetriesExhausted,
+)
+from harness.llm.limits import EndpointLimits
+from harness.llm.local_provider import LOCAL_MODEL_STRING, LOCAL_PROVIDER
+from harness.llm.python_models import (
+    PYTHON_PROVIDER,
+    PythonModelHandler,
+    register_python_model,
+    registered_python_models,
+    unregister_python_model,
+)
+from harness.llm.retry import RetryPolicy
+from harness.schema import ModelSettings
+
+__all__ = [
+    "LOCAL_MODEL_STRING",
+    "LOCAL_PROVIDER",
+    "PYTHON_PROVIDER",
+    "AliasTable",
+    "ChatResult",
+    "ContextWindowExceeded",
+    "EndpointLimits",
+    "EndpointUnreachable",
+    "LLMClient",
+    "LLMError",
+    "ModelHandlerError",
+    "ModelSettings",
+    "PythonModelHandler",
+    "RequestRejected",
+    "ResolvedModel",
+    "ResponseCache",
+    "RetriesExhausted",
+    "RetryPolicy",
+    "cache_key",
+    "env_name",
+    "register_python_model",
+    "registered_python_models",
+    "unregister_python_model",
+    "user_models_file",
+]
