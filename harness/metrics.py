@@ -4,7 +4,7 @@ Accounting rules:
 - An episode that ended in an infrastructure error (``termination == infra_error``) is counted and reported,
   and kept out of every average: it is neither scored as 0 nor silently dropped.
 - An episode without a reward that did not end in an infrastructure error is counted as ``unscored`` and is
-  likewise kept out of the reward averages (it still counts in the step, token and cost averages, since it ran).
+  likewise kept out of the reward averages (it still counts in the step, token and cost averages: it ran).
 - When a run's ``results.jsonl`` holds several lines for one ``episode_id`` (a retry), the last line wins.
 - pass^k follows τ-bench: for each task with ``n`` scored trials of which ``c`` succeeded, C(c, k) / C(n, k),
   averaged over tasks; k runs from 1 to the smallest ``n`` over the group's tasks. A task is one scenario in
@@ -176,21 +176,20 @@ def summarize_group(trajectories: Sequence[Trajectory], key: dict[str, str] | No
         total_tokens=sum(episode_tokens(t) for t in trajectories),
         total_cost_usd=math.fsum(episode_cost(t) for t in trajectories),
         mean_cost_usd=_mean([episode_cost(t) for t in ran]),
-        terminations={reason.value: terminations[reason.value] for reason in TerminationReason if terminations[reason.value]},
+        terminations={
+            reason.value: terminations[reason.value] for reason in TerminationReason if terminations[reason.value]
+        },
     )
 
 
-def summarize(
-    trajectories: Iterable[Trajectory], group_by: Sequence[str] = DEFAULT_GROUP_BY
-) -> list[GroupSummary]:
+def summarize(trajectories: Iterable[Trajectory], group_by: Sequence[str] = DEFAULT_GROUP_BY) -> list[GroupSummary]:
     """One summary per distinct value of ``group_by``, sorted by key; duplicates by episode_id: last wins."""
     unique = deduplicate(trajectories)
     groups: dict[tuple[str, ...], list[Trajectory]] = {}
     for trajectory in unique:
         groups.setdefault(tuple(group_value(trajectory, key) for key in group_by), []).append(trajectory)
     return [
-        summarize_group(members, dict(zip(group_by, values, strict=True)))
-        for values, members in sorted(groups.items())
+        summarize_group(members, dict(zip(group_by, values, strict=True))) for values, members in sorted(groups.items())
     ]
 
 
@@ -230,21 +229,20 @@ def read_results(path: Path) -> list[Trajectory]:
     """
     if not path.exists():
         return []
-    text = path.read_text(encoding="utf-8")
-    lines = text.split("\n")
-    trajectories: list[Trajectory] = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            trajectories.append(Trajectory.model_validate_json(line))
-        except ValueError as error:
-            is_torn_tail = number == len(lines) and not text.endswith("\n")
-            if is_torn_tail:
-                logger.warning("skipping a truncated last line in %s", path)
+    by_id: dict[str, Trajectory] = {}
+    with path.open("rb") as lines:
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
                 continue
-            raise ValueError(f"{path}:{number}: not a trajectory: {error}") from error
-    return deduplicate(trajectories)
+            try:
+                trajectory = Trajectory.model_validate_json(line)
+            except ValueError as error:
+                if not line.endswith(b"\n"):  # only the last line can lack its newline
+                    logger.warning("skipping a truncated last line (%d) in %s", number, path)
+                    continue
+                raise ValueError(f"{path}:{number}: not a trajectory: {error}") from error
+            by_id[trajectory.episode_id] = trajectory
+    return list(by_id.values())
 
 
 def load_manifest(run_dir: Path | str) -> RunManifest:

@@ -258,7 +258,10 @@ def build_manifest(config: RunConfig, run_id: str, library: Library, client: LLM
         dataset=DatasetRef(
             source=library.source.source, revision=library.source.revision, fingerprint=library.source.fingerprint
         ),
-        config=config.model_dump(mode="json"),
+        config={
+            **config.model_dump(mode="json"),
+            "environment_domains": {env_id: env.domain for env_id, env in library.environments.items() if env.domain},
+        },
         model_resolution=resolution,
         episodes_planned=planned,
     )

@@ -1,0 +1,119 @@
+"""``harness leaderboard build|publish`` and ``harness show``: tables, reports and terminal views of runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def _fail(prefix: str, message: object, code: int) -> typer.Exit:
+    """Print an error (as plain text: messages may hold brackets) and give the exit to raise."""
+    err_console.print(Text.assemble((prefix, "bold red"), " ", str(message)))
+    return typer.Exit(code)
+
+
+leaderboard_app = typer.Typer(help="Rank stored runs and publish the leaderboard.", no_args_is_help=True)
+
+
+@leaderboard_app.command("build")
+def build(
+    run_dirs: Annotated[list[Path], typer.Argument(help="Run folders (each with manifest.json and results.jsonl).")],
+    out: Annotated[Path, typer.Option("--out", help="Folder to write the leaderboard and reports into.")],
+    split_by_dataset: Annotated[
+        bool,
+        typer.Option(
+            "--split-by-dataset",
+            help="Build one table per environment set and revision instead of refusing to mix them.",
+        ),
+    ] = False,
+    title: Annotated[str, typer.Option(help="Title of the reports.")] = "Leaderboard",
+) -> None:
+    """Rank runs: one row per model and settings, one table per environment set and revision."""
+    from leaderboards import DatasetMismatchError, build_leaderboard, write_leaderboard
+    from leaderboards.terminal import leaderboard_view
+
+    try:
+        leaderboard = build_leaderboard(run_dirs, split_by_dataset=split_by_dataset)
+    except DatasetMismatchError as error:
+        raise _fail("Refusing to merge:", error, 2) from error
+    except (FileNotFoundError, ValueError) as error:
+        raise _fail("Cannot build the leaderboard:", error, 1) from error
+    try:
+        files = write_leaderboard(leaderboard, out, title=title)
+    except ImportError as error:
+        raise _fail("Cannot write the report:", error, 1) from error
+    for table in leaderboard.tables:
+        console.print(leaderboard_view(table))
+        for warning in table.warnings:
+            err_console.print(Text.assemble(("warning:", "yellow"), " ", warning))
+    console.print(
+        f"Wrote {len(leaderboard.rows)} rows in {len(leaderboard.tables)} table(s): {files.rows}, "
+        f"{files.markdown}, {files.html} and {len(files.episodes)} episode pages.",
+        markup=False,
+        highlight=False,
+    )
+
+
+@leaderboard_app.command("publish")
+def publish(
+    folder: Annotated[Path, typer.Argument(help="A folder written by `harness leaderboard build`.")],
+    repo: Annotated[str, typer.Option("--repo", help="Hub dataset repository, ORG/NAME.")],
+    private: Annotated[bool, typer.Option(help="Create the repository as private.")] = False,
+    revision: Annotated[str | None, typer.Option(help="Branch to publish to (default main).")] = None,
+    message: Annotated[str | None, typer.Option(help="Commit message.")] = None,
+) -> None:
+    """Publish a built leaderboard as a Hub dataset config, with the table on its card."""
+    from harness.hub import PublishError, SourceError
+    from harness.hub import publish as publish_to_hub
+
+    try:
+        result = publish_to_hub("leaderboard", folder, repo, private=private, revision=revision, message=message)
+    except (SourceError, PublishError) as error:
+        raise _fail("Cannot publish:", error, 1) from error
+    outcome = f"commit {result.commit_sha}" if result.committed else "no change: the Hub already had these files"
+    console.print(
+        f"Published {folder} to {result.repo_id}@{result.revision} ({outcome}): {result.url}",
+        markup=False,
+        highlight=False,
+    )
+
+
+def show(
+    run_dir: Annotated[Path, typer.Argument(help="A run folder.")],
+    episode: Annotated[
+        str | None, typer.Option("--episode", help="Show this episode (its id or a unique prefix of it).")
+    ] = None,
+) -> None:
+    """Show a run's summary, or one of its episodes, in the terminal."""
+    from harness.metrics import load_run
+    from leaderboards.catalog import load_catalog
+    from leaderboards.terminal import find_episode, run_view, trajectory_view
+
+    try:
+        manifest, trajectories = load_run(run_dir)
+    except (FileNotFoundError, ValueError) as error:
+        raise _fail("Cannot read the run:", error, 1) from error
+    if episode is None:
+        views = run_view(manifest, trajectories)
+    else:
+        try:
+            trajectory = find_episode(trajectories, episode)
+        except KeyError as error:
+            raise _fail("Cannot show the episode:", error.args[0], 1) from error
+        scenario = load_catalog(manifest).scenarios.get(trajectory.scenario_id)
+        views = trajectory_view(trajectory, scenario)
+    for view in views:
+        console.print(view)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``leaderboard build``, ``leaderboard publish`` and ``show`` to the ``harness`` command."""
+    app.add_typer(leaderboard_app, name="leaderboard")
+    app.command("show")(show)

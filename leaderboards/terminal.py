@@ -1,0 +1,263 @@
+"""Rich renderables for a terminal view of a run summary and of one trajectory.
+
+Model text is shown as plain ``Text`` (never parsed as rich markup) with control characters made visible,
+so nothing a model wrote can restyle or take over the terminal.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Group, RenderableType
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from harness.metrics import (
+    GroupSummary,
+    assistant_turns,
+    episode_cost,
+    episode_tokens,
+    summarize,
+    summarize_overall,
+)
+from harness.schema import DiffEntry, RunManifest, Scenario, Trajectory
+from leaderboards.aggregate import LeaderboardTable, dataset_label
+from leaderboards.page import fmt_cost, fmt_float, fmt_percent, fmt_tokens, to_json_text
+
+MAX_TEXT_CHARS = 2000
+FAILED_EPISODES_LISTED = 10
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def clean(value: object, limit: int = MAX_TEXT_CHARS) -> str:
+    """Text with control characters shown as escapes, cut to ``limit`` characters."""
+    text = _CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", "" if value is None else str(value))
+    return text if len(text) <= limit else text[:limit] + f" … ({len(text) - limit} more characters)"
+
+
+def plain(value: object, style: str = "", limit: int = MAX_TEXT_CHARS) -> Text:
+    return Text(clean(value, limit), style=style)
+
+
+def summary_table(groups: Sequence[GroupSummary], overall: GroupSummary, title: str) -> Table:
+    max_k = max((max(g.pass_hat_k, default=0) for g in [*groups, overall]), default=0)
+    key_names = list(groups[0].key) if groups else []
+    table = Table(title=title, show_lines=False)
+    for name in key_names:
+        longest = max((len(clean(g.key[name], 60)) for g in groups), default=0)
+        table.add_column(name, no_wrap=True, min_width=min(max(longest, len(name)), 60))
+    numeric = ["episodes", "scored", "infra err", "state", "delta", "success"]
+    numeric += [f"pass^{k}" for k in range(1, max_k + 1)]
+    numeric += ["steps", "tool calls", "tokens/ep", "cost/ep", "cost"]
+    for name in numeric:
+        table.add_column(name, justify="right")
+
+    def cells(summary: GroupSummary) -> list[Text]:
+        values = [
+            str(summary.episodes),
+            str(summary.scored),
+            str(summary.infra_errors),
+            fmt_float(summary.mean_state_reward),
+            fmt_float(summary.mean_delta_reward),
+            fmt_percent(summary.success_rate),
+        ]
+        values += [fmt_float(summary.pass_hat_k.get(k)) for k in range(1, max_k + 1)]
+        values += [
+            fmt_float(summary.mean_steps, 1),
+            fmt_float(summary.mean_tool_calls, 1),
+            fmt_tokens(summary.mean_tokens),
+            fmt_cost(summary.mean_cost_usd),
+            fmt_cost(summary.total_cost_usd),
+        ]
+        return [plain(v) for v in values]
+
+    for group in groups:
+        error_style = "red" if group.infra_errors else ""
+        table.add_row(*[plain(group.key[name]) for name in key_names], *cells(group), style=error_style)
+    table.add_section()
+    table.add_row(*[plain("all" if i == 0 else "") for i in range(len(key_names))], *cells(overall), style="bold")
+    return table
+
+
+def leaderboard_view(table: LeaderboardTable) -> Table:
+    """One leaderboard table for a terminal: the headline columns (per-domain scores are in the reports)."""
+    view = Table(title=plain(f"Leaderboard on {dataset_label(table.dataset)}", limit=200))
+    headers = ["#", "model", "settings", "reward", "delta", "success"]
+    headers += [f"pass^{k}" for k in range(1, table.max_k + 1)]
+    headers += [mode for mode in table.modes]
+    headers += ["tokens/ep", "cost/ep", "scored", "infra err"]
+    for header in headers:
+        view.add_column(header, justify="left" if header in {"model", "settings"} else "right", no_wrap=True)
+    for row in table.rows:
+        cells = [str(row.rank), row.model, row.settings_id]
+        cells += [fmt_float(row.mean_state_reward), fmt_float(row.mean_delta_reward), fmt_percent(row.success_rate)]
+        cells += [fmt_float(row.pass_hat_k.get(k)) for k in range(1, table.max_k + 1)]
+        cells += [fmt_float(row.per_mode.get(mode)) for mode in table.modes]
+        cells += [fmt_tokens(row.mean_tokens), fmt_cost(row.mean_cost_usd), f"{row.scored}/{row.episodes}"]
+        cells.append(str(row.infra_errors))
+        view.add_row(*[plain(cell, limit=80) for cell in cells])
+    return view
+
+
+def run_view(manifest: RunManifest, trajectories: Sequence[Trajectory]) -> list[RenderableType]:
+    """The summary of a run: what it ran on, one line per environment and mode, and its failed episodes."""
+    dataset = manifest.dataset
+    models = sorted({t.agent.model.model for t in trajectories})
+    header = Table.grid(padding=(0, 2))
+    header.add_row(Text("run", style="bold"), plain(manifest.run_id))
+    header.add_row(Text("created", style="bold"), plain(manifest.created_at.isoformat(timespec="seconds")))
+    header.add_row(
+        Text("environment set", style="bold"),
+        plain(f"{dataset.source} @ {dataset.revision or 'no revision'} ({dataset.fingerprint or '–'})"),
+    )
+    header.add_row(Text("models", style="bold"), plain(", ".join(models) or "–"))
+    header.add_row(
+        Text("episodes", style="bold"),
+        plain(f"{len(trajectories)} recorded of {manifest.episodes_planned} planned"),
+    )
+    overall = summarize_overall(trajectories)
+    terminations = ", ".join(f"{reason} {count}" for reason, count in overall.terminations.items())
+    header.add_row(Text("terminations", style="bold"), plain(terminations or "–"))
+    views: list[RenderableType] = [Panel(header, title="Run", expand=False)]
+    if len(models) > 1:
+        groups = summarize(trajectories, group_by=("model", "environment_id", "mode"))
+        views.append(summary_table(groups, overall, "By model, environment and mode"))
+    else:
+        views.append(summary_table(summarize(trajectories), overall, "By environment and mode"))
+    failed = [t for t in trajectories if t.infra_error or (t.reward is not None and not t.reward.success)]
+    if failed:
+        listing = Table(title=f"Failed episodes (first {min(len(failed), FAILED_EPISODES_LISTED)} of {len(failed)})")
+        for name in ("episode", "scenario", "mode", "trial", "termination", "reward"):
+            listing.add_column(name)
+        for trajectory in failed[:FAILED_EPISODES_LISTED]:
+            reward = trajectory.reward.state_reward if trajectory.reward is not None else None
+            listing.add_row(
+                plain(trajectory.episode_id),
+                plain(trajectory.scenario_id),
+                plain(trajectory.mode),
+                plain(trajectory.trial),
+                plain(trajectory.termination.value),
+                plain(fmt_float(reward)),
+            )
+        views.append(listing)
+        views.append(Text("Show one with: harness show RUN_DIR --episode EPISODE_ID", style="dim"))
+    return views
+
+
+def find_episode(trajectories: Sequence[Trajectory], episode_id: str) -> Trajectory:
+    """The trajectory whose id is ``episode_id`` or, failing that, the only one it is a prefix of."""
+    for trajectory in trajectories:
+        if trajectory.episode_id == episode_id:
+            return trajectory
+    matches = [t for t in trajectories if t.episode_id.startswith(episode_id)]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise KeyError(f"no episode {episode_id!r} in this run")
+    raise KeyError(f"{len(matches)} episodes start with {episode_id!r}; give more of the id")
+
+
+def _diff_lines(entries: Sequence[DiffEntry]) -> Text:
+    text = Text()
+    for entry in entries:
+        path = ".".join(str(p) for p in entry.path)
+        text.append(f"  {entry.op} ", style="magenta")
+        text.append(clean(path, 200))
+        before, after = to_json_text(entry.before, 200), to_json_text(entry.after, 200)
+        text.append(f": {clean(before, 200)} → {clean(after, 200)}\n")
+    text.rstrip()
+    return text
+
+
+def trajectory_view(trajectory: Trajectory, scenario: Scenario | None = None) -> list[RenderableType]:
+    """One trajectory: outcome, task (given its scenario), checks, then the conversation with tool calls,
+    observations and diffs."""
+    reward = trajectory.reward
+    overview = Table.grid(padding=(0, 2))
+    rows: list[tuple[str, str]] = [
+        ("episode", trajectory.episode_id),
+        ("scenario", f"{trajectory.scenario_id} on {trajectory.environment_id}"),
+        ("mode / trial", f"{trajectory.mode} / {trajectory.trial}"),
+        ("agent", f"{trajectory.agent.model.model} ({trajectory.agent.kind})"),
+        ("termination", trajectory.termination.value),
+    ]
+    if trajectory.termination_detail:
+        rows[-1] = ("termination", f"{trajectory.termination.value}: {trajectory.termination_detail}")
+    if reward is None:
+        rows.append(("reward", "not scored"))
+    else:
+        rows.append(
+            (
+                "reward",
+                f"{'success' if reward.success else 'failure'}, state {fmt_float(reward.state_reward)} "
+                f"({reward.checks_passed}/{reward.checks_total}), delta {fmt_float(reward.delta_reward)}",
+            )
+        )
+    rows.append(
+        (
+            "effort",
+            f"assistant turns {assistant_turns(trajectory)}, tool calls {trajectory.num_tool_calls}, "
+            f"tokens {fmt_tokens(episode_tokens(trajectory))}, cost {fmt_cost(episode_cost(trajectory))}",
+        )
+    )
+    for name, value in rows:
+        overview.add_row(Text(name, style="bold"), plain(value))
+    views: list[RenderableType] = [Panel(overview, title="Episode", expand=False)]
+    if scenario is not None:
+        views.append(Panel(plain(scenario.task), title="Task", title_align="left"))
+
+    if trajectory.check_results:
+        descriptions = {check.id: check.description for check in scenario.checks} if scenario else {}
+        checks = Table(title="Checks")
+        for name in ("check", "what it verifies", "result", "held at reset", "returned / error"):
+            checks.add_column(name)
+        for result in sorted(trajectory.check_results, key=lambda r: r.passed):
+            at_reset = "–" if result.passed_at_reset is None else ("yes" if result.passed_at_reset else "no")
+            checks.add_row(
+                plain(result.check_id),
+                plain(descriptions.get(result.check_id, ""), limit=300),
+                Text("passed", style="green") if result.passed else Text("FAILED", style="bold red"),
+                plain(at_reset),
+                plain(result.error or result.value or "", limit=300),
+            )
+        views.append(checks)
+
+    steps = {step.call.id: step for step in trajectory.steps}
+    role_styles = {"system": "dim", "user": "cyan", "assistant": "green", "tool": "magenta"}
+    for message in trajectory.messages:
+        role = str(message.get("role", "?"))
+        body = Text()
+        content = message.get("content")
+        if content:
+            body.append(clean(content if isinstance(content, str) else to_json_text(content)))
+        for call in message.get("tool_calls") or []:
+            function = _function_of(call)
+            body.append("\n→ " if body else "→ ", style="bold")
+            body.append(clean(function.get("name", ""), 200), style="bold")
+            body.append(" " + clean(function.get("arguments", ""), 1000))
+        title = role
+        step = steps.get(str(message.get("tool_call_id", ""))) if role == "tool" else None
+        if step is not None:
+            kind = step.observation.kind.value
+            title = f"tool {clean(step.call.name, 100)} [{kind}]"
+            if step.state_diff:
+                body.append("\nstate changes:\n", style="italic")
+                body.append_text(_diff_lines(step.state_diff))
+        body.rstrip()
+        views.append(Panel(body, title=Text(title), title_align="left", border_style=role_styles.get(role, "")))
+
+    if trajectory.final_state_diff:
+        views.append(Panel(_diff_lines(trajectory.final_state_diff), title="Final state diff", title_align="left"))
+    if trajectory.errors:
+        views.append(Panel(plain("\n".join(trajectory.errors)), title="Errors", border_style="red"))
+    return [Group(*views)]
+
+
+def _function_of(call: Any) -> dict[str, Any]:
+    """The ``function`` part of an OpenAI tool call, or {} when the call is malformed."""
+    function = call.get("function") if isinstance(call, dict) else None
+    return function if isinstance(function, dict) else {}
