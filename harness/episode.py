@@ -250,8 +250,7 @@ class Episode:
                 final_state = await self._session.state()
                 if self._start_state is not None:
                     final_state_diff = [
-                        DiffEntry.model_validate(entry)
-                        for entry in diff_values(self._start_state, final_state)
+                        DiffEntry.model_validate(entry) for entry in diff_values(self._start_state, final_state)
                     ]
                 if self.scenario.checks:
                     started = time.perf_counter()

@@ -131,9 +131,7 @@ def default_user_profile(task: str) -> UserProfile:
 
 def user_system_prompt(profile: UserProfile, version: str = DEFAULT_PROMPT_VERSION) -> str:
     prompts = prompt_set(version)
-    instructions = (
-        f"\nMore about how you act: {profile.instructions.strip()}\n" if profile.instructions else ""
-    )
+    instructions = f"\nMore about how you act: {profile.instructions.strip()}\n" if profile.instructions else ""
     return prompts.user.format(
         persona=profile.persona.strip(),
         goal=profile.goal.strip(),

@@ -146,6 +146,29 @@ def openai_tool_call(call: ToolCall) -> dict[str, Any]:
     return {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": arguments}}
 
 
+def agent_turn_from_message(message: dict[str, Any], usage: Usage | None = None) -> AgentTurn:
+    """An :class:`AgentTurn` from an OpenAI assistant message (as a native tool-calling model returns it).
+
+    The recorded message keeps ``content``, ``reasoning_content`` (also taken from ``<think>`` blocks left in
+    the content) and the tool calls in normalized form (argument text re-serialized when it parsed, kept
+    verbatim when it did not).
+    """
+    tool_calls = tool_calls_from_message(message)
+    content = message.get("content")
+    reasoning = message.get("reasoning_content") or None
+    if isinstance(content, str) and "<think>" in content:
+        content, inline_reasoning = split_reasoning(content)
+        reasoning = reasoning or inline_reasoning
+    record: dict[str, Any] = {"role": "assistant", "content": content if isinstance(content, str) else None}
+    if tool_calls:
+        record["tool_calls"] = [openai_tool_call(call) for call in tool_calls]
+    elif record["content"] is None:
+        record["content"] = ""
+    if reasoning:
+        record["reasoning_content"] = reasoning
+    return AgentTurn(message=record, tool_calls=tool_calls, usage=usage if usage is not None else Usage())
+
+
 _THINK_BLOCK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
 
 

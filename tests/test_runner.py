@@ -130,17 +130,17 @@ async def test_faults_end_as_scored_or_marked_and_retry_errors_finishes_them(ser
 
 
 async def test_rpm_is_respected_on_the_server_side(server, tmp_path):
-    window, rpm = 1.0, 8
+    window, rpm = 2.0, 10
     client = client_for(server, concurrency=64, rpm=rpm, window_seconds=window)
     cfg = config(tmp_path, limit=8, concurrency=8)
     await run(cfg, agent_factory=agent_factory, client=client, library=LIBRARY)
     await client.aclose()
     times = sorted(r.t for r in server.chat_requests())
     assert len(times) > 3 * rpm  # demand well above the limit
-    # Admission is timed on the client; arrival on the server adds a few milliseconds of transit jitter, so the
-    # server-side window is taken 5% shorter than the limiter's.
+    # Admission is timed on the client; arrival on the server adds transit jitter (large on a loaded machine),
+    # so the server-side window is taken 10% shorter than the limiter's.
     for index, start in enumerate(times):
-        in_window = sum(1 for t in times[index:] if t - start < window * 0.95)
+        in_window = sum(1 for t in times[index:] if t - start < window * 0.9)
         assert in_window <= rpm
 
 

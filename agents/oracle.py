@@ -1,0 +1,31 @@
+"""The oracle: replays a scenario's reference actions, one call per turn, then a final message. No model."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.protocols import AgentTurn, openai_tool_call
+from harness.schema import AgentSettings, ModelSettings, Scenario, ToolCall
+
+ORACLE_FINAL_MESSAGE = "I have completed your request."
+
+
+class OracleAgent:
+    """Bound to one scenario. Its progress is read from the transcript (how many of its tool-calling turns
+    it holds), so it needs no state of its own and can resume any transcript it produced."""
+
+    def __init__(self, scenario: Scenario, *, role: str = "agent", final_message: str = ORACLE_FINAL_MESSAGE) -> None:
+        self.scenario = scenario
+        self.final_message = final_message
+        self.settings = AgentSettings(kind="oracle", role=role, model=ModelSettings(model="oracle"))
+
+    async def act(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> AgentTurn:
+        done = sum(1 for m in messages if m.get("role") == "assistant" and m.get("tool_calls"))
+        actions = self.scenario.reference_actions
+        if done >= len(actions):
+            return AgentTurn(message={"role": "assistant", "content": self.final_message})
+        turn = sum(1 for m in messages if m.get("role") == "assistant")
+        action = actions[done]
+        call = ToolCall(id=f"call_{turn}_0", name=action.name, arguments=dict(action.arguments))
+        message = {"role": "assistant", "content": None, "tool_calls": [openai_tool_call(call)]}
+        return AgentTurn(message=message, tool_calls=[call])
