@@ -18,14 +18,24 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from harness.llm import ContextWindowExceeded, LLMError
 from harness.prompts import agent_system_prompt, default_user_profile, user_greeting, user_system_prompt
-from harness.protocols import AgentPolicy, AgentPolicyError, AgentTurn, UserPolicy, UserTurn, openai_tool_call
-from harness.sandbox import EnvSession, SandboxError, SandboxPool
+from harness.protocols import (
+    AgentPolicy,
+    AgentPolicyError,
+    AgentTurn,
+    ToolSession,
+    UserPolicy,
+    UserTurn,
+    openai_tool_call,
+)
+from harness.reward import CompositeWeights, composite
+from harness.sandbox import SandboxError, SandboxPool
 from harness.schema import (
     AgentSettings,
     CheckResult,
@@ -52,6 +62,9 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_STEPS: dict[str, int] = {"nonconv": 30, "conv": 40}
 
+SessionOpener = Callable[[Environment, dict[str, Any], int], Awaitable[ToolSession]]
+"""Opens the episode's tool session from (environment, initial state, seed); the sandbox pool by default."""
+
 
 class EpisodeConfig(BaseModel):
     """How one episode runs. ``max_steps`` counts agent turns; None takes the mode's default (30 / 40)."""
@@ -63,6 +76,9 @@ class EpisodeConfig(BaseModel):
     seed: int = 0
     trial: int = 0
     run_id: str | None = None
+    reward_weights: CompositeWeights = Field(
+        default_factory=CompositeWeights, description="α, γ and tolerances of the composite reward."
+    )
     max_consecutive_parse_errors: int = Field(
         default=3, ge=1, description="Unreadable agent turns in a row before the episode ends as agent_error."
     )
@@ -114,6 +130,7 @@ class Episode:
         episode_id: str,
         agent_settings: AgentSettings,
         user: UserPolicy | None = None,
+        session_opener: SessionOpener | None = None,
     ) -> None:
         if config.mode == "conv" and user is None:
             raise ValueError("conversational mode needs a user policy")
@@ -141,7 +158,8 @@ class Episode:
         self.timings = Timings()
         self.phase = "sandbox"
         self._clock = time.perf_counter()
-        self._session: EnvSession | None = None
+        self._session: ToolSession | None = None
+        self._session_opener = session_opener
         self._start_state: dict[str, Any] | None = None
         self._used_call_ids: set[str] = set()
         self._parse_errors_in_a_row = 0
@@ -161,9 +179,12 @@ class Episode:
         """Open the sandbox session and write the opening messages (in conv mode the user speaks first)."""
         self.phase = "sandbox"
         started = time.perf_counter()
-        self._session = await self.pool.open_session(
-            self.environment, self.scenario.initial_state, seed=self.config.seed
-        )
+        if self._session_opener is not None:
+            self._session = await self._session_opener(self.environment, self.scenario.initial_state, self.config.seed)
+        else:
+            self._session = await self.pool.open_session(
+                self.environment, self.scenario.initial_state, seed=self.config.seed
+            )
         self._start_state = await self._session.state()
         self.timings.tool_seconds += time.perf_counter() - started
         version = self.agent_settings.system_prompt_version
@@ -256,6 +277,8 @@ class Episode:
                     started = time.perf_counter()
                     try:
                         check_results, reward = await score_final_state(self.pool, self.scenario, final_state)
+                        calls = [step.call for step in self.steps]
+                        reward = composite(self.scenario, calls, reward, final_state, self.config.reward_weights)
                     finally:
                         self.timings.scoring_seconds += time.perf_counter() - started
             except Exception as exc:

@@ -21,9 +21,9 @@ from typing import Any
 from harness.episode import Episode, EpisodeConfig
 from harness.library import Library
 from harness.protocols import UserPolicy, agent_turn_from_message
-from harness.reward import CompositeWeights, composite, final_state_of
+from harness.reward import CompositeWeights
 from harness.sandbox import SandboxPool
-from harness.schema import AgentSettings, Mode, ModelSettings, Scenario, TerminationReason, Trajectory
+from harness.schema import AgentSettings, Mode, ModelSettings, Scenario, TerminationReason
 
 
 @dataclass
@@ -61,7 +61,6 @@ class ToolEnv:
         self.weights = weights or CompositeWeights()
         self.settings = AgentSettings(kind=policy_name, model=ModelSettings(model=policy_name))
         self._episode: Episode | None = None
-        self._scenario: Scenario | None = None
         self._count = 0
 
     async def reset(self, scenario: Scenario, *, seed: int = 0) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -71,7 +70,7 @@ class ToolEnv:
         if environment is None:
             raise KeyError(f"environment {scenario.environment_id!r} is not in the library")
         self._count += 1
-        config = EpisodeConfig(mode=self.mode, max_steps=self.max_steps, seed=seed)
+        config = EpisodeConfig(mode=self.mode, max_steps=self.max_steps, seed=seed, reward_weights=self.weights)
         episode = Episode(
             scenario,
             environment,
@@ -82,7 +81,6 @@ class ToolEnv:
             user=self.user,
         )
         self._episode = episode
-        self._scenario = scenario
         try:
             await episode.start()
         except Exception as exc:
@@ -106,20 +104,10 @@ class ToolEnv:
             return StepResult(observations, list(episode.messages), 0.0, False, False)
         trajectory = await episode.finish()
         self._episode = None
-        reward, trajectory = self._score(trajectory)
+        reward = trajectory.reward.composite if trajectory.reward is not None else None
         truncated = trajectory.termination is TerminationReason.MAX_STEPS
         info = {"trajectory": trajectory, "termination": trajectory.termination.value}
-        return StepResult(observations, list(trajectory.messages), reward, not truncated, truncated, info)
-
-    def _score(self, trajectory: Trajectory) -> tuple[float, Trajectory]:
-        scenario = self._scenario
-        if trajectory.reward is None or scenario is None:
-            return 0.0, trajectory
-        final_state = final_state_of(scenario, trajectory) if scenario.gold_final_state is not None else None
-        breakdown = composite(scenario, [s.call for s in trajectory.steps], trajectory.reward, final_state, self.weights)
-        trajectory = trajectory.model_copy(update={"reward": breakdown})
-        assert breakdown.composite is not None
-        return breakdown.composite, trajectory
+        return StepResult(observations, list(trajectory.messages), reward or 0.0, not truncated, truncated, info)
 
     async def close(self) -> None:
         if self._episode is not None:

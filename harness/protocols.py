@@ -16,13 +16,24 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from harness.schema import AgentSettings, ToolCall, Usage
+from harness.schema import AgentSettings, DiffEntry, Observation, ToolCall, Usage
 
 STOP = "###STOP###"
 TRANSFER = "###TRANSFER###"
 OUT_OF_SCOPE = "###OUT-OF-SCOPE###"
 STOP_TOKENS: tuple[str, ...] = (STOP, TRANSFER, OUT_OF_SCOPE)
 """Tokens a simulated user ends a conversation with (τ-bench's conventions)."""
+
+
+@runtime_checkable
+class ToolSession(Protocol):
+    """Where an episode's tool calls run and its state lives: a sandbox session, or an MCP server's."""
+
+    async def call(self, call: ToolCall) -> tuple[Observation, list[DiffEntry]]: ...
+
+    async def state(self) -> dict[str, Any]: ...
+
+    async def close(self) -> None: ...
 
 
 class AgentPolicyError(Exception):

@@ -555,3 +555,21 @@ async def test_conv_mode_needs_a_user(pool: SandboxPool) -> None:
             episode_id="x",
             agent_settings=OracleAgent(shop_scenario()).settings,
         )
+
+
+async def test_every_trajectory_carries_the_composite_reward():
+    from agents.oracle import OracleAgent
+    from harness.episode import EpisodeConfig, run_episode
+    from harness.library import load_library
+    from harness.sandbox import SandboxPool
+
+    library = load_library()
+    scenario = library.scenarios[0]
+    async with SandboxPool(workers=1) as pool:
+        trajectory = await run_episode(
+            scenario, library.environments[scenario.environment_id], pool=pool, agent=OracleAgent(scenario),
+            config=EpisodeConfig(mode="nonconv"), episode_id="composite",
+        )
+    reward = trajectory.reward
+    assert reward is not None and reward.success
+    assert reward.trajectory_reward == 1.0 and reward.length_penalty == 0.0 and reward.composite == 1.0

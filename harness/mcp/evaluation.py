@@ -6,7 +6,7 @@ sandbox pool.
 from __future__ import annotations
 
 import logging
-from typing import Any, cast
+from typing import Any
 
 from harness.episode import Episode, EpisodeConfig
 from harness.mcp.client import AdminStyle, McpTarget, McpToolSession
@@ -17,38 +17,20 @@ from harness.schema import Environment, Scenario, TerminationReason, Timings, Tr
 logger = logging.getLogger(__name__)
 
 
-class _McpSessionOpener:
-    """Stands in for the sandbox pool while :meth:`Episode.start` opens its session: the session it hands
-    over is the MCP one, loaded with the scenario's initial state."""
-
-    def __init__(self, session: McpToolSession):
-        self._session = session
-
-    async def open_session(
-        self, environment: Environment, initial_state: dict[str, Any], *, seed: int = 0, record_diffs: bool = True
-    ) -> McpToolSession:
-        await self._session.load_state(initial_state, seed=seed)
-        return self._session
-
-
 class McpEpisode(Episode):
     """An :class:`~harness.episode.Episode` whose tool calls and state go through an MCP session.
 
-    Everything but the opening of the session is the episode loop's own code: the transcript, steps, limits,
-    termination and scoring (``score_final_state`` on the state read back over MCP, in the local pool).
+    Everything but the session is the episode loop's own code: the transcript, steps, limits, termination and
+    scoring (``score_final_state`` on the state read back over MCP, in the local pool).
     """
 
     def __init__(self, scenario: Scenario, environment: Environment, *, session: McpToolSession, **kwargs: Any):
-        super().__init__(scenario, environment, **kwargs)
-        self.mcp_session = session
+        async def open_loaded(_environment: Environment, initial_state: dict[str, Any], seed: int) -> McpToolSession:
+            await session.load_state(initial_state, seed=seed)
+            return session
 
-    async def start(self) -> None:
-        pool = self.pool
-        self.pool = cast(SandboxPool, _McpSessionOpener(self.mcp_session))
-        try:
-            await super().start()
-        finally:
-            self.pool = pool
+        super().__init__(scenario, environment, session_opener=open_loaded, **kwargs)
+        self.mcp_session = session
 
     async def close(self) -> None:
         await super().close()
