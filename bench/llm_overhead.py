@@ -35,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from harness.llm import EndpointLimits, LLMClient, ModelSettings  # noqa: E402
 from harness.llm._litellm import litellm  # noqa: E402
+from harness.llm.openai_http import ROUTE_VARIABLE  # noqa: E402
 from harness.llm.transport import DIRECT_ROUTE_VARIABLE  # noqa: E402
 
 MESSAGES = [
@@ -158,9 +159,12 @@ async def measure_overhead(base_url: str, calls: int, concurrency: int) -> None:
     await sequential("litellm.acompletion (litellm's own clients)", bare_litellm, calls)
     ours_wall, ours_cpu = await sequential("LLMClient.chat", ours, calls)
     tools_wall, tools_cpu = await sequential("LLMClient.chat, 15 tools, tool-call reply", ours_tools, calls)
+    os.environ[ROUTE_VARIABLE] = "litellm"  # read on every call
+    await sequential("  the same through litellm's HTTP route", ours_tools, calls)
     os.environ[DIRECT_ROUTE_VARIABLE] = "False"  # litellm reads it on every call
-    await sequential("  the same through the OpenAI SDK route", ours_tools, calls)
+    await sequential("  the same through litellm's OpenAI SDK route", ours_tools, calls)
     os.environ[DIRECT_ROUTE_VARIABLE] = "True"
+    os.environ.pop(ROUTE_VARIABLE)
     print(f"  overhead of LLMClient.chat over raw: {ours_wall - raw_wall:.2f} ms wall, {ours_cpu - raw_cpu:.2f} ms CPU")
     print(
         f"  with 15 tools and a tool call:        {tools_wall - raw_wall:.2f} ms wall, {tools_cpu - raw_cpu:.2f} ms CPU"

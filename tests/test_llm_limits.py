@@ -13,7 +13,7 @@ from tests.doubles.mock_openai import MockOpenAIServer
 
 # The throttle stamps a request just before sending it; the server stamps it when the body has arrived. The
 # two clocks are the same, but delivery can differ by a few milliseconds between requests.
-DELIVERY_SLACK = 0.05
+DELIVERY_SLACK = 0.2  # server-side arrival jitter on a loaded two-core machine
 
 
 def client_with(default: EndpointLimits, **kwargs) -> LLMClient:
@@ -44,7 +44,7 @@ async def test_without_a_cap_all_requests_overlap():
 
 
 async def test_rpm_window_counted_on_the_server():
-    limit, window = 3, 0.4
+    limit, window = 3, 1.0
     async with MockOpenAIServer() as server:
         client = client_with(EndpointLimits(concurrency=None, rpm=limit, window_seconds=window))
         await asyncio.gather(*(client.chat(echo(server), [{"role": "user", "content": "x"}]) for _ in range(9)))
@@ -57,7 +57,7 @@ async def test_rpm_window_counted_on_the_server():
 
 
 async def test_tpm_window_counted_on_the_server():
-    window = 0.3
+    window = 1.0
     async with MockOpenAIServer() as server:
         # Each request is about 40 tokens of prompt; a 60-token window admits one request at a time.
         client = client_with(EndpointLimits(concurrency=None, tpm=60, window_seconds=window))

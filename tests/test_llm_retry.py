@@ -54,6 +54,7 @@ async def test_rate_limit_waits_for_retry_after_seen_by_the_server(server, clien
 
 
 async def test_retry_after_is_honoured_with_the_sdk_route_too(server, client, monkeypatch):
+    monkeypatch.setenv("HARNESS_LLM_ROUTE", "litellm")
     monkeypatch.setenv("EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER", "False")
     server.inject(Fault("rate_limit", times=1, retry_after=0.2))
     result = await client.chat(settings(server, "openai/echo"), MESSAGES)

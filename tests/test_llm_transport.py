@@ -40,10 +40,12 @@ def make_client(**kwargs) -> LLMClient:
     return LLMClient(aliases=AliasTable.load(include_user_file=False), **kwargs)
 
 
-@pytest.fixture(params=["direct", "sdk"])
+@pytest.fixture(params=["harness", "direct", "sdk"])
 def route(request, monkeypatch):
-    """litellm's direct HTTP route (our default) and its OpenAI SDK route."""
-    monkeypatch.setenv("EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER", "True" if request.param == "direct" else "False")
+    """Our own OpenAI-compatible route (the default), litellm's direct HTTP route and its OpenAI SDK route."""
+    if request.param != "harness":
+        monkeypatch.setenv("HARNESS_LLM_ROUTE", "litellm")
+    monkeypatch.setenv("EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER", "False" if request.param == "sdk" else "True")
     return request.param
 
 

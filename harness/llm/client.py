@@ -25,6 +25,7 @@ from harness.llm.aliases import AliasTable, ResolvedModel, deep_merge
 from harness.llm.cache import ResponseCache, cache_key
 from harness.llm.errors import EndpointUnreachable, LLMError, RetriesExhausted
 from harness.llm.limits import EndpointGate, EndpointLimits
+from harness.llm.openai_http import DIRECT_PROVIDERS, direct_route_enabled, post_chat_completion
 from harness.llm.redact import redact
 from harness.llm.retry import RetryPolicy, RetryWait, TransientFailure, classify, exception_chain
 from harness.llm.transport import OPENAI_COMPATIBLE, OpenAIClientPool, api_key_for
@@ -217,14 +218,19 @@ class LLMClient:
             request["tools"] = tools
         if api_base is not None:
             request["api_base"] = api_base
+        direct: tuple[str, str | None] | None = None
         if resolved.provider in OPENAI_COMPATIBLE:
             api_key = api_key_for(resolved.provider, api_key_env, api_base)
-            if api_key is not None:
+            if api_base is not None and resolved.provider in DIRECT_PROVIDERS and direct_route_enabled():
+                direct = (api_base, api_key)
+            elif api_key is not None:
                 request["api_key"] = api_key
                 if api_base is not None:
                     request["client"] = self._pool.client_for(api_base, api_key)
 
-        response, attempts = await self._call_with_retries(request, settings.model, resolved, endpoint, params)
+        response, attempts = await self._call_with_retries(
+            request, settings.model, resolved, endpoint, params, direct
+        )
         result = self._result(response, resolved, attempts, time.perf_counter() - started)
         self._account(role, result.usage)
         if self.cache is not None and key is not None:
@@ -255,6 +261,7 @@ class LLMClient:
         resolved: ResolvedModel,
         endpoint: str,
         params: dict[str, Any],
+        direct: tuple[str, str | None] | None = None,
     ) -> tuple[Any, int]:
         gate = self._gate(endpoint)
         policy = self.retry
@@ -296,7 +303,17 @@ class LLMClient:
                     attempts += 1
                     async with gate.admit(estimate) as admission:
                         try:
-                            response = await litellm.acompletion(**request)
+                            if direct is not None:
+                                response = await post_chat_completion(
+                                    self._pool.session(),
+                                    request,
+                                    api_base=direct[0],
+                                    api_key=direct[1],
+                                    model=model,
+                                    endpoint=endpoint,
+                                )
+                            else:
+                                response = await litellm.acompletion(**request)
                         except Exception as exc:
                             failure = classify(exc, model=model, endpoint=endpoint)
                             if isinstance(failure, LLMError):

@@ -72,6 +72,10 @@ class OpenAIClientPool:
             self._session = aiohttp.ClientSession(connector=connector)
         return self._session
 
+    def session(self) -> aiohttp.ClientSession:
+        """The shared connection pool (used by the direct OpenAI-compatible route)."""
+        return self._get_session()
+
     def client_for(self, api_base: str, api_key: str) -> AsyncHTTPHandler | openai.AsyncOpenAI:
         """The client to pass to ``litellm.acompletion(client=...)`` for this endpoint."""
         if direct_route():
