@@ -23,7 +23,11 @@ from harness.schema import Scenario
 def oracle_messages(scenario: Scenario) -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = []
     for index, action in enumerate(scenario.reference_actions):
-        call = {"id": f"c{index}", "type": "function", "function": {"name": action.name, "arguments": json.dumps(action.arguments)}}
+        call = {
+            "id": f"c{index}",
+            "type": "function",
+            "function": {"name": action.name, "arguments": json.dumps(action.arguments)},
+        }
         messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
     messages.append({"role": "assistant", "content": "Done."})
     return messages

@@ -23,7 +23,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def serve(latency: float, ready: multiprocessing.Queue, stop: multiprocessing.Event, counts: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+def serve(
+    latency: float, ready: multiprocessing.Queue, stop: multiprocessing.Event, counts: multiprocessing.Queue
+) -> None:  # type: ignore[type-arg]
     from harness.library import load_library
     from tests.doubles.mock_openai import MockOpenAIServer
 
@@ -66,7 +68,9 @@ def run_level(base_url: str, concurrency: int, episodes: int, rpm: int | None, r
     results.put((elapsed, ran, requests, cpu, peak_mb))
 
 
-def measure(base_url: str, concurrency: int, episodes: int, rpm: int | None = None) -> tuple[float, int, int, float, float]:
+def measure(
+    base_url: str, concurrency: int, episodes: int, rpm: int | None = None
+) -> tuple[float, int, int, float, float]:
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
     process = context.Process(target=run_level, args=(base_url, concurrency, episodes, rpm, results))
@@ -89,15 +93,19 @@ def main() -> None:
     server.start()
     base_url, _ = ready.get()
     print(f"mock server latency {args.latency * 1000:.0f} ms; bound = concurrency / latency requests/s")
-    print(f"{'conc.':>6} {'episodes':>9} {'episodes/s':>11} {'requests/s':>11} {'bound':>7} {'% bound':>8} "
-          f"{'CPU ms/req':>11} {'peak MB':>8}")
+    print(
+        f"{'conc.':>6} {'episodes':>9} {'episodes/s':>11} {'requests/s':>11} {'bound':>7} {'% bound':>8} "
+        f"{'CPU ms/req':>11} {'peak MB':>8}"
+    )
     for level in [int(x) for x in args.levels.split(",")]:
         episodes = max(3 * level, 200)
         elapsed, ran, requests, cpu, peak = measure(base_url, level, episodes)
         bound = level / args.latency
         rate = requests / elapsed
-        print(f"{level:>6} {ran:>9} {ran / elapsed:>11.1f} {rate:>11.1f} {bound:>7.0f} {100 * rate / bound:>7.1f}% "
-              f"{1000 * cpu / max(requests, 1):>11.2f} {peak:>8.0f}")
+        print(
+            f"{level:>6} {ran:>9} {ran / elapsed:>11.1f} {rate:>11.1f} {bound:>7.0f} {100 * rate / bound:>7.1f}% "
+            f"{1000 * cpu / max(requests, 1):>11.2f} {peak:>8.0f}"
+        )
     if args.rpm_seconds:
         episodes = int(args.rpm_seconds * 600 / 60 / 4)  # demand well above 600/min at concurrency 64
         started = time.monotonic()
@@ -111,8 +119,10 @@ def main() -> None:
         times, _connections = counts.get()
         times = [t for t in times if t >= started]  # CLOCK_MONOTONIC is shared by all processes
         window = [t for t in times if t >= times[-1] - 60.0] if times else []
-        print(f"rpm=600 for {time.monotonic() - started:.0f} s: {len(window)} requests in the last 60 s "
-              f"({100 * len(window) / 600:.1f}% of 600); busiest 60 s window: {busiest(times, 60.0)}")
+        print(
+            f"rpm=600 for {time.monotonic() - started:.0f} s: {len(window)} requests in the last 60 s "
+            f"({100 * len(window) / 600:.1f}% of 600); busiest 60 s window: {busiest(times, 60.0)}"
+        )
     else:
         stop.set()
         counts.get()

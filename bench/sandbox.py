@@ -139,7 +139,9 @@ async def main() -> None:
         snapshots = await snapshot_costs(pool)
     print(f"workers: {workers}")
     print(f"direct call:   p50 {percentile(direct, 0.5) * 1e3:.4f} ms   p99 {percentile(direct, 0.99) * 1e3:.4f} ms")
-    print(f"sandbox call:  p50 {percentile(sandboxed, 0.5) * 1e3:.4f} ms   p99 {percentile(sandboxed, 0.99) * 1e3:.4f} ms")
+    print(
+        f"sandbox call:  p50 {percentile(sandboxed, 0.5) * 1e3:.4f} ms   p99 {percentile(sandboxed, 0.99) * 1e3:.4f} ms"
+    )
     overhead = percentile(sandboxed, 0.5) - percentile(direct, 0.5)
     print(f"p50 overhead per call: {overhead * 1e3:.4f} ms")
     print(f"one session, sequential: {1 / statistics.mean(sandboxed):,.0f} calls/s")

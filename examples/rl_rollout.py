@@ -28,8 +28,11 @@ def reference_policy(scenario: Scenario):
         if not actions:
             return {"role": "assistant", "content": "All done."}
         action = actions.pop(0)
-        call = {"id": f"call_{len(actions)}", "type": "function",
-                "function": {"name": action.name, "arguments": json.dumps(action.arguments)}}
+        call = {
+            "id": f"call_{len(actions)}",
+            "type": "function",
+            "function": {"name": action.name, "arguments": json.dumps(action.arguments)},
+        }
         return {"role": "assistant", "content": None, "tool_calls": [call]}
 
     return act
@@ -67,8 +70,10 @@ async def main() -> None:
                 trajectory = result.info["trajectory"]
                 # The same number a trainer can compute later from a stored trajectory:
                 offline = trajectory_reward(scenario, trajectory)
-                print(f"{scenario.id:28} {mode:8} reward {result.reward:.3f} (recomputed {offline:.3f}) "
-                      f"{result.info['termination']}")
+                print(
+                    f"{scenario.id:28} {mode:8} reward {result.reward:.3f} (recomputed {offline:.3f}) "
+                    f"{result.info['termination']}"
+                )
 
 
 if __name__ == "__main__":

@@ -110,8 +110,12 @@ def import_envscaler_command(
 
 @app.command()
 def run(
-    model: Annotated[str, typer.Option(help="Model alias (see harness/data/models.toml) or litellm model string.")] = "local",
-    envs: Annotated[str | None, typer.Option(help="Folder or Hub dataset id ORG/NAME[@REV]; default the seed library.")] = None,
+    model: Annotated[
+        str, typer.Option(help="Model alias (see harness/data/models.toml) or litellm model string.")
+    ] = "local",
+    envs: Annotated[
+        str | None, typer.Option(help="Folder or Hub dataset id ORG/NAME[@REV]; default the seed library.")
+    ] = None,
     mode: Annotated[str, typer.Option(help="nonconv, conv or both.")] = "nonconv",
     agent: Annotated[str, typer.Option("--agent", help="function_calling, prompted or oracle.")] = "function_calling",
     user_model: Annotated[str | None, typer.Option(help="Simulated user's model (default: --model).")] = None,
@@ -127,7 +131,9 @@ def run(
     temperature: Annotated[float | None, typer.Option(help="Sampling temperature.")] = 0.0,
     max_tokens: Annotated[int | None, typer.Option(help="Completion token cap per model call.")] = None,
     seed: Annotated[int, typer.Option(help="Base seed for models and sandboxes.")] = 0,
-    max_steps: Annotated[int | None, typer.Option(help="Agent turns per episode (default 30 nonconv, 40 conv).")] = None,
+    max_steps: Annotated[
+        int | None, typer.Option(help="Agent turns per episode (default 30 nonconv, 40 conv).")
+    ] = None,
     out: Annotated[Path | None, typer.Option(help="Run folder (default runs/<time>-<model>).")] = None,
     resume: Annotated[bool, typer.Option(help="Continue the run in --out; only missing episodes run.")] = False,
     retry_errors: Annotated[bool, typer.Option(help="With --resume, also re-run infrastructure errors.")] = False,

@@ -7,7 +7,7 @@ import time
 from types import TracebackType
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from harness.metrics import GroupSummary
@@ -31,7 +31,7 @@ class ProgressView:
         self.console = console
         self.live = console.is_terminal
         self._progress: Progress | None = None
-        self._task: int | None = None
+        self._task: TaskID | None = None
         self._last_line = 0.0
 
     def __enter__(self) -> ProgressView:

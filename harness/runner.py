@@ -169,7 +169,9 @@ def user_settings(config: RunConfig) -> AgentSettings:
     )
 
 
-def episode_id(scenario: Scenario, mode: str, agent: AgentSettings, user: AgentSettings | None, trial: int, config: RunConfig) -> str:
+def episode_id(
+    scenario: Scenario, mode: str, agent: AgentSettings, user: AgentSettings | None, trial: int, config: RunConfig
+) -> str:
     """A content hash of what produces the episode: the same inputs always get the same id."""
     key = {
         "scenario": scenario.id,
@@ -340,7 +342,9 @@ async def run(
                 return
             progress.in_flight += 1
             try:
-                trajectory = await _run_one(spec, pool, client, agent, user, config, manifest.run_id, agent_factory, user_factory, library)
+                trajectory = await _run_one(
+                    spec, pool, client, agent, user, config, manifest.run_id, agent_factory, user_factory, library
+                )
             finally:
                 progress.in_flight -= 1
             store.append(trajectory)

@@ -173,7 +173,7 @@ def to_sharegpt_row(trajectory: Trajectory, keep_reasoning: bool = True) -> dict
 
 def split_turns(row: dict[str, Any]) -> list[dict[str, Any]]:
     """One sample per assistant turn (gpt or function_call), with every earlier turn as history."""
-    samples = []
+    samples: list[dict[str, Any]] = []
     for index, turn in enumerate(row["conversations"]):
         if turn["from"] in ("gpt", "function_call"):
             samples.append({**row, "conversations": row["conversations"][: index + 1], "turn": len(samples)})

@@ -22,7 +22,11 @@ def oracle(scenario: Scenario):
         if not actions:
             return {"role": "assistant", "content": "Done."}
         action = actions.pop(0)
-        call = {"id": f"c{len(actions)}", "type": "function", "function": {"name": action.name, "arguments": json.dumps(action.arguments)}}
+        call = {
+            "id": f"c{len(actions)}",
+            "type": "function",
+            "function": {"name": action.name, "arguments": json.dumps(action.arguments)},
+        }
         return {"role": "assistant", "content": None, "tool_calls": [call]}
 
     return act
@@ -83,7 +87,13 @@ async def test_truncates_at_the_step_limit(pool):
     env = ToolEnv(LIBRARY, pool=pool, max_steps=3)
     await env.reset(scenario)
     lookup = scenario.reference_actions[0]
-    call = {"role": "assistant", "content": None, "tool_calls": [{"id": "", "type": "function", "function": {"name": lookup.name, "arguments": json.dumps(lookup.arguments)}}]}
+    call = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "", "type": "function", "function": {"name": lookup.name, "arguments": json.dumps(lookup.arguments)}}
+        ],
+    }
     results = [await env.step(call) for _ in range(3)]
     assert [r.truncated for r in results] == [False, False, True]
     assert not results[-1].terminated

@@ -21,7 +21,9 @@ from harness.schema import (
 
 REFERENCE = [
     ReferenceAction(name="find_user", arguments={"email": "a@b.c"}),
-    ReferenceAction(name="refund", arguments={"order_id": "O-1", "amount": 12.5, "note": "late"}, masked_arguments=["note"]),
+    ReferenceAction(
+        name="refund", arguments={"order_id": "O-1", "amount": 12.5, "note": "late"}, masked_arguments=["note"]
+    ),
 ]
 
 
@@ -34,7 +36,14 @@ def reward(state: float = 1.0) -> RewardBreakdown:
 
 
 def scenario(**extra) -> Scenario:
-    return Scenario(id="s", environment_id="e", initial_state={"orders": {"O-1": {"status": "paid"}}}, task="t", reference_actions=REFERENCE, **extra)
+    return Scenario(
+        id="s",
+        environment_id="e",
+        initial_state={"orders": {"O-1": {"status": "paid"}}},
+        task="t",
+        reference_actions=REFERENCE,
+        **extra,
+    )
 
 
 def test_order_of_reference_calls_does_not_matter():
@@ -45,13 +54,29 @@ def test_order_of_reference_calls_does_not_matter():
 
 
 def test_masked_argument_may_differ_but_others_may_not():
-    assert trajectory_match(REFERENCE, calls(("find_user", {"email": "a@b.c"}), ("refund", {"order_id": "O-1", "amount": 12.5, "note": "other"}))) == 1.0
-    assert trajectory_match(REFERENCE, calls(("find_user", {"email": "a@b.c"}), ("refund", {"order_id": "O-2", "amount": 12.5, "note": "late"}))) == 0.5
+    assert (
+        trajectory_match(
+            REFERENCE,
+            calls(("find_user", {"email": "a@b.c"}), ("refund", {"order_id": "O-1", "amount": 12.5, "note": "other"})),
+        )
+        == 1.0
+    )
+    assert (
+        trajectory_match(
+            REFERENCE,
+            calls(("find_user", {"email": "a@b.c"}), ("refund", {"order_id": "O-2", "amount": 12.5, "note": "late"})),
+        )
+        == 0.5
+    )
 
 
 def test_numbers_within_and_beyond_tolerance():
-    within = calls(("find_user", {"email": "a@b.c"}), ("refund", {"order_id": "O-1", "amount": 12.5 * (1 + 5e-7), "note": ""}))
-    beyond = calls(("find_user", {"email": "a@b.c"}), ("refund", {"order_id": "O-1", "amount": 12.5 * (1 + 5e-6), "note": ""}))
+    within = calls(
+        ("find_user", {"email": "a@b.c"}), ("refund", {"order_id": "O-1", "amount": 12.5 * (1 + 5e-7), "note": ""})
+    )
+    beyond = calls(
+        ("find_user", {"email": "a@b.c"}), ("refund", {"order_id": "O-1", "amount": 12.5 * (1 + 5e-6), "note": ""})
+    )
     assert trajectory_match(REFERENCE, within) == 1.0
     assert trajectory_match(REFERENCE, beyond) == 0.5
     assert values_match(1, 1.0) and not values_match(True, 1)
@@ -79,11 +104,17 @@ def test_gold_final_state_replaces_check_rate_and_reads_the_trajectory():
     sc = scenario(gold_final_state=gold)
     made = calls(("find_user", {"email": "a@b.c"}), ("refund", {"order_id": "O-1", "amount": 12.5}))
     trajectory = Trajectory(
-        episode_id="e1", scenario_id="s", environment_id="e", mode="nonconv",
+        episode_id="e1",
+        scenario_id="s",
+        environment_id="e",
+        mode="nonconv",
         agent=AgentSettings(model=ModelSettings(model="m")),
-        steps=[Step(index=i, call=c, observation=Observation(tool_call_id=c.id, name=c.name)) for i, c in enumerate(made)],
+        steps=[
+            Step(index=i, call=c, observation=Observation(tool_call_id=c.id, name=c.name)) for i, c in enumerate(made)
+        ],
         final_state_diff=[DiffEntry(path=["orders", "O-1", "status"], op="change", before="paid", after="refunded")],
-        reward=reward(0.5), termination=TerminationReason.AGENT_DONE,
+        reward=reward(0.5),
+        termination=TerminationReason.AGENT_DONE,
     )
     assert trajectory_reward(sc, trajectory) == pytest.approx(1.0)
     wrong = trajectory.model_copy(update={"final_state_diff": []})

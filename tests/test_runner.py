@@ -91,7 +91,13 @@ async def test_both_modes_and_resume_runs_nothing_twice(server, tmp_path):
     conv = [t for t in read_results(first.run_dir / "results.jsonl") if t.mode == "conv"]
     assert all(t.termination is TerminationReason.USER_STOP and t.reward.success for t in conv)
     requests_before = len(server.chat_requests())
-    again = await run(cfg.model_copy(update={"resume": True}), agent_factory=agent_factory, user_factory=user_factory, client=client, library=LIBRARY)
+    again = await run(
+        cfg.model_copy(update={"resume": True}),
+        agent_factory=agent_factory,
+        user_factory=user_factory,
+        client=client,
+        library=LIBRARY,
+    )
     await client.aclose()
     assert again.ran == 0 and again.skipped == 12
     assert len(server.chat_requests()) == requests_before
@@ -102,7 +108,12 @@ async def test_resume_refuses_different_settings_and_names_them(server, tmp_path
     client = client_for(server)
     await run(config(tmp_path, limit=1), agent_factory=agent_factory, client=client, library=LIBRARY)
     with pytest.raises(RunRefused, match="temperature"):
-        await run(config(tmp_path, limit=1, resume=True, temperature=0.7), agent_factory=agent_factory, client=client, library=LIBRARY)
+        await run(
+            config(tmp_path, limit=1, resume=True, temperature=0.7),
+            agent_factory=agent_factory,
+            client=client,
+            library=LIBRARY,
+        )
     with pytest.raises(RunRefused, match="--resume"):
         await run(config(tmp_path, limit=1), agent_factory=agent_factory, client=client, library=LIBRARY)
     await client.aclose()
@@ -122,7 +133,13 @@ async def test_faults_end_as_scored_or_marked_and_retry_errors_finishes_them(ser
     assert outcome.summary.overall.infra_errors == len(infra)
     assert outcome.summary.overall.scored == len(scored)
     server.clear_faults()
-    retried = await run(cfg.model_copy(update={"resume": True, "retry_errors": True}), agent_factory=agent_factory, user_factory=user_factory, client=client, library=LIBRARY)
+    retried = await run(
+        cfg.model_copy(update={"resume": True, "retry_errors": True}),
+        agent_factory=agent_factory,
+        user_factory=user_factory,
+        client=client,
+        library=LIBRARY,
+    )
     await client.aclose()
     assert retried.ran == len(infra)
     final = read_results(outcome.run_dir / "results.jsonl")
@@ -145,9 +162,7 @@ async def test_rpm_is_respected_on_the_server_side(server, tmp_path):
 
 
 def write_alias_file(path: Path, server: MockOpenAIServer) -> None:
-    path.write_text(
-        f'[aliases.mock-agent]\nmodel = "hosted_vllm/replay"\napi_base = "{server.base_url}"\n'
-    )
+    path.write_text(f'[aliases.mock-agent]\nmodel = "hosted_vllm/replay"\napi_base = "{server.base_url}"\n')
 
 
 def test_sigkill_mid_run_then_resume_has_every_episode_exactly_once(tmp_path):
@@ -161,7 +176,9 @@ def test_sigkill_mid_run_then_resume_has_every_episode_exactly_once(tmp_path):
         # 15 s: long enough to be killed part way whatever the machine's load.
         args = ["run", "--model", "mock-agent", "--out", str(out), "--limit", "60", "--concurrency", "4"]
         env = {**os.environ, "HARNESS_MODELS_FILE": str(models)}
-        process = subprocess.Popen([sys.executable, "-m", "harness.cli", *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "harness.cli", *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         results = out / "results.jsonl"
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
@@ -188,7 +205,9 @@ async def test_run_through_an_mcp_server(tmp_path):
     async with SandboxPool(workers=1) as pool:
         server = EnvironmentServer(environment, pool=pool)
         async with running_http_server(server) as url:
-            cfg = config(tmp_path, model="oracle", agent_kind="oracle", env=["banking"], limit=3, mcp=url, concurrency=3)
+            cfg = config(
+                tmp_path, model="oracle", agent_kind="oracle", env=["banking"], limit=3, mcp=url, concurrency=3
+            )
             outcome = await run(cfg, agent_factory=agent_factory, library=LIBRARY)
     results = read_results(outcome.run_dir / "results.jsonl")
     assert len(results) == 3

@@ -35,8 +35,24 @@ def teacher_run(tmp_path_factory):
         )
         result = CliRunner().invoke(
             app,
-            ["sft", "--teacher", "teacher", "--user-model", "user", "--out", str(out), "--mode", "both",
-             "--attempts", "2", "--limit", "5", "--split-turns", "--concurrency", "8"],
+            [
+                "sft",
+                "--teacher",
+                "teacher",
+                "--user-model",
+                "user",
+                "--out",
+                str(out),
+                "--mode",
+                "both",
+                "--attempts",
+                "2",
+                "--limit",
+                "5",
+                "--split-turns",
+                "--concurrency",
+                "8",
+            ],
             env={"HARNESS_MODELS_FILE": str(models)},
         )
     assert result.exit_code == 0, result.output
@@ -59,7 +75,9 @@ def test_messages_rows_load_with_datasets_and_pair_every_call(teacher_run):
     for row in rows:
         messages = row["messages"]
         assert messages[0]["role"] == "system" and row["tools"]
-        call_ids = [c["id"] for m in messages if m["role"] == "assistant" and m.get("tool_calls") for c in m["tool_calls"]]
+        call_ids = [
+            c["id"] for m in messages if m["role"] == "assistant" and m.get("tool_calls") for c in m["tool_calls"]
+        ]
         result_ids = [m["tool_call_id"] for m in messages if m["role"] == "tool"]
         assert call_ids and call_ids == result_ids
 
@@ -79,7 +97,9 @@ def test_sharegpt_rows_alternate_and_load(teacher_run):
 def test_selection_rules(teacher_run):
     out, _ = teacher_run
     trajectories = read_results(out / "rollouts" / "results.jsonl")
-    failed = trajectories[0].model_copy(update={"reward": trajectories[0].reward.model_copy(update={"success": False, "state_reward": 0.5})})
+    failed = trajectories[0].model_copy(
+        update={"reward": trajectories[0].reward.model_copy(update={"success": False, "state_reward": 0.5})}
+    )
     errored = trajectories[1].model_copy(update={"termination": TerminationReason.INFRA_ERROR, "reward": None})
     kept, dropped = select([failed, errored], SelectionRule())
     assert kept == [] and dropped == {"not_successful": 1, "infra_error": 1}
@@ -93,14 +113,28 @@ def test_parallel_calls_merge_into_one_observation_and_split_per_turn():
     messages = [
         {"role": "system", "content": "s"},
         {"role": "user", "content": "do both"},
-        {"role": "assistant", "content": None, "reasoning_content": "plan", "tool_calls": [
-            {"id": "a", "type": "function", "function": {"name": "x", "arguments": "{}"}},
-            {"id": "b", "type": "function", "function": {"name": "y", "arguments": "{}"}}]},
-        {"role": "tool", "tool_call_id": "a", "content": "{\"success\": true}"},
-        {"role": "tool", "tool_call_id": "b", "content": "{\"success\": false}"},
+        {
+            "role": "assistant",
+            "content": None,
+            "reasoning_content": "plan",
+            "tool_calls": [
+                {"id": "a", "type": "function", "function": {"name": "x", "arguments": "{}"}},
+                {"id": "b", "type": "function", "function": {"name": "y", "arguments": "{}"}},
+            ],
+        },
+        {"role": "tool", "tool_call_id": "a", "content": '{"success": true}'},
+        {"role": "tool", "tool_call_id": "b", "content": '{"success": false}'},
         {"role": "assistant", "content": "done", "reasoning_content": "checked"},
     ]
-    trajectory = trajectory.model_copy(update={"messages": messages, "steps": [Step(index=i, call=c, observation=Observation(tool_call_id=c.id, name=c.name)) for i, c in enumerate(calls)]})
+    trajectory = trajectory.model_copy(
+        update={
+            "messages": messages,
+            "steps": [
+                Step(index=i, call=c, observation=Observation(tool_call_id=c.id, name=c.name))
+                for i, c in enumerate(calls)
+            ],
+        }
+    )
     row = to_sharegpt_row(trajectory, keep_reasoning=True)
     assert [t["from"] for t in row["conversations"]] == ["human", "function_call", "observation", "gpt"]
     assert orjson.loads(row["conversations"][2]["value"]) == [{"success": True}, {"success": False}]
@@ -113,16 +147,30 @@ def test_parallel_calls_merge_into_one_observation_and_split_per_turn():
 def bare_trajectory():
     from harness.schema import AgentSettings, ModelSettings, Trajectory
 
-    return Trajectory(episode_id="e", scenario_id="s", environment_id="env", mode="nonconv",
-                      agent=AgentSettings(model=ModelSettings(model="m")), termination=TerminationReason.AGENT_DONE)
+    return Trajectory(
+        episode_id="e",
+        scenario_id="s",
+        environment_id="env",
+        mode="nonconv",
+        agent=AgentSettings(model=ModelSettings(model="m")),
+        termination=TerminationReason.AGENT_DONE,
+    )
 
 
 def test_export_without_reasoning_drops_it(tmp_path):
-    trajectory = bare_trajectory().model_copy(update={"messages": [
-        {"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok", "reasoning_content": "secret plan"}]})
+    trajectory = bare_trajectory().model_copy(
+        update={
+            "messages": [
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": "ok", "reasoning_content": "secret plan"},
+            ]
+        }
+    )
     from harness.schema import RewardBreakdown
 
-    trajectory = trajectory.model_copy(update={"reward": RewardBreakdown(state_reward=1.0, success=True, checks_passed=1, checks_total=1)})
+    trajectory = trajectory.model_copy(
+        update={"reward": RewardBreakdown(state_reward=1.0, success=True, checks_passed=1, checks_total=1)}
+    )
     export([trajectory], tmp_path, keep_reasoning=False)
     assert b"secret plan" not in (tmp_path / "messages.jsonl").read_bytes()
     assert b"secret plan" not in (tmp_path / "sharegpt.jsonl").read_bytes()
