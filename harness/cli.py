@@ -287,11 +287,12 @@ def sft(
 
 
 def _register_subcommands() -> None:
-    from harness import cli_leaderboard, cli_publish, cli_serve
+    from harness import cli_leaderboard, cli_publish, cli_serve, cli_synth
 
     cli_publish.register(app)
     cli_leaderboard.register(app)
     cli_serve.register(app)
+    cli_synth.register(app)
 
 
 _register_subcommands()

@@ -1,0 +1,129 @@
+"""``harness synth ...``: synthesis pipelines. ``synth_app`` is shared: each pipeline adds its command to it."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+if TYPE_CHECKING:
+    from synth.costs import CostReport
+    from synth.pipeline import SynthEnvsResult
+
+console = Console()
+err_console = Console(stderr=True)
+
+synth_app = typer.Typer(help="Synthesize environments and scenarios with a model.", no_args_is_help=True)
+
+
+@synth_app.command("envs")
+def envs_command(
+    source: Annotated[
+        str,
+        typer.Option("--from", help="JSON Lines file of tasks (field 'task' or --column), or a Hub dataset id."),
+    ],
+    model: Annotated[str, typer.Option(help="Model alias or litellm model string that plays every role.")],
+    out: Annotated[Path, typer.Option(help="Output folder; a run over an existing folder resumes it.")],
+    column: Annotated[str | None, typer.Option(help="Field or column holding the task text.")] = None,
+    rounds: Annotated[int, typer.Option(help="Dual-agent assessment rounds per environment.")] = 100,
+    threshold: Annotated[float, typer.Option(help="Share of Pass + Warning rounds an environment needs.")] = 0.85,
+    similarity: Annotated[float, typer.Option(help="Cosine similarity at which descriptions are merged.")] = 0.9,
+    max_envs: Annotated[int | None, typer.Option(help="Build at most this many environments (themes).")] = None,
+    max_tasks: Annotated[int | None, typer.Option(help="Read at most this many tasks.")] = None,
+    concurrency: Annotated[int, typer.Option(help="Model calls and environments in flight.")] = 8,
+    rpm: Annotated[int | None, typer.Option(help="Model requests per minute.")] = None,
+    repairs: Annotated[int, typer.Option(help="Repair rounds for methods the checker failed.")] = 3,
+    method_attempts: Annotated[int, typer.Option(help="Tries per method before modeling gives up.")] = 3,
+    embedding_model: Annotated[
+        str | None, typer.Option(help="litellm embedding model (default: bundled all-MiniLM-L6-v2).")
+    ] = None,
+    price_model: Annotated[str, typer.Option(help="Price table row for the dollar figures.")] = "gpt-4.1",
+    temperature: Annotated[float, typer.Option(help="Sampling temperature of every role.")] = 0.0,
+    workers: Annotated[int, typer.Option(help="Sandbox worker processes (default: one per core).")] = 0,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not cache model answers under OUT.")] = False,
+) -> None:
+    """Build environments from a task set: discover, plan, model, assess and repair, validate."""
+    from synth.costs import UnknownPriceModel
+    from synth.discovery import TaskSourceError
+    from synth.pipeline import SynthEnvsConfig, synthesize_environments
+
+    config = SynthEnvsConfig(
+        source=source,
+        model=model,
+        out=out,
+        column=column,
+        rounds=rounds,
+        threshold=threshold,
+        similarity=similarity,
+        max_envs=max_envs,
+        max_tasks=max_tasks,
+        concurrency=concurrency,
+        rpm=rpm,
+        repairs=repairs,
+        method_attempts=method_attempts,
+        embedding_model=embedding_model,
+        price_model=price_model,
+        temperature=temperature,
+        sandbox_workers=workers or None,
+        cache_answers=not no_cache,
+    )
+    try:
+        result = asyncio.run(synthesize_environments(config))
+    except (TaskSourceError, UnknownPriceModel) as exc:
+        err_console.print(Text.assemble(("error:", "bold red"), " ", str(exc)))
+        raise typer.Exit(2) from None
+    print_envs_result(result, out)
+
+
+def print_envs_result(result: SynthEnvsResult, out: Path) -> None:
+    kept = sum(1 for outcome in result.discovery if outcome.keep)
+    console.print(
+        f"tasks: {len(result.discovery)} read, {kept} kept; themes: {len(result.themes)}; "
+        f"environments: [green]{len(result.accepted)} accepted[/green], [red]{len(result.rejected)} rejected[/red]"
+    )
+    if result.rejected:
+        table = Table(title="Rejected")
+        for name in ("theme", "name", "stage", "reason"):
+            table.add_column(name)
+        for rejection in result.rejected:
+            table.add_row(rejection.theme_id, rejection.name or "", rejection.stage, Text(rejection.reason[:200]))
+        console.print(table)
+    console.print(cost_table(result.costs))
+    fresh = result.fresh_usage
+    console.print(
+        f"this invocation: {fresh.requests - fresh.cached_requests} model calls, {fresh.cached_requests} cached; "
+        f"wall {result.wall_seconds:.1f}s"
+    )
+    console.print(f"written to {out}/environments, {out}/rejected.jsonl, {out}/costs.json")
+
+
+def cost_table(costs: CostReport) -> Table:
+    input_price, output_price = costs.price_per_million
+    table = Table(title=f"Costs at {costs.price_model} prices (${input_price:.2f} / ${output_price:.2f} per 1M tokens)")
+    for name in ("stage", "requests", "cached", "prompt tokens", "completion tokens", "USD"):
+        table.add_column(name, justify="right" if name != "stage" else "left")
+    for stage in [*costs.stages, costs.total]:
+        table.add_row(
+            stage.stage,
+            str(stage.requests),
+            str(stage.cached_requests),
+            f"{stage.prompt_tokens:,}",
+            f"{stage.completion_tokens:,}",
+            f"{stage.usd:.4f}",
+        )
+    per_env = f"{costs.usd_per_accepted:.4f}" if costs.usd_per_accepted is not None else "n/a (none accepted)"
+    table.caption = (
+        f"USD per accepted environment: {per_env} (whole run / {costs.accepted}); "
+        f"EnvScaler reports {costs.reference_usd_per_environment:.2f}"
+    )
+    return table
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``synth`` (with every pipeline registered on ``synth_app``) to the ``harness`` command."""
+    app.add_typer(synth_app, name="synth")
