@@ -23,7 +23,8 @@ app = typer.Typer(
 import_app = typer.Typer(help="Import other projects' releases into our records.", no_args_is_help=True)
 app.add_typer(import_app, name="import")
 
-console = Console()
+# Piped output (CI logs, files) gets a wide console so the summary table's columns stay readable.
+console = Console() if Console().is_terminal else Console(width=160)
 err_console = Console(stderr=True)
 
 
@@ -287,11 +288,12 @@ def sft(
 
 
 def _register_subcommands() -> None:
-    from harness import cli_leaderboard, cli_publish, cli_serve, cli_synth
+    from harness import cli_leaderboard, cli_publish, cli_serve, cli_synth, cli_synth_scenarios
 
     cli_publish.register(app)
     cli_leaderboard.register(app)
     cli_serve.register(app)
+    cli_synth_scenarios.register(cli_synth.synth_app)
     cli_synth.register(app)
 
 

@@ -1,0 +1,174 @@
+"""Scenario synthesis figures: acceptance rate per gate and cost per accepted scenario on the seed library with
+scripted models (both pipelines), and tool-graph build time and memory for 1,000 tools.
+
+    python bench/synth_scenarios.py [--per-env N] [--chains N] [--tools 1000] [--skip-graph]
+
+Costs are token counts priced at the gpt-4.1 list price (the scripted models report 1,200 prompt and 400
+completion tokens per answer), so the figure is comparable with EnvScaler's $0.06 per scenario only in method.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import resource
+import sys
+import tempfile
+import time
+import tracemalloc
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from harness.library import load_library
+from harness.llm import LLMClient
+from harness.llm.embeddings import embed
+from harness.sandbox import SandboxPool
+from harness.schema import Environment, ToolSpec
+from synth.graph import build_graph
+from synth.queries import QueryConfig, synthesize_queries
+from synth.sampling import SamplingParams
+from synth.scenarios import ScenarioSynthesisConfig, SynthesisReport, synthesize_scenarios
+from tests.test_synth_scen_e2e import ScriptedQueryModel, ScriptedScenarioWriter, ScriptedTeacher, scripted
+
+
+def print_report(title: str, report: SynthesisReport, seconds: float) -> None:
+    print(f"\n== {title}: {report.accepted}/{report.attempted} accepted in {seconds:.1f}s")
+    for gate, tally in report.gates.items():
+        rate = f"{tally.rate:.0%}" if tally.rate is not None else "n/a"
+        print(f"   gate {gate:16s} {tally.passed:4d}/{tally.evaluated:<4d} {rate}")
+    print(f"   rejected by: {dict(sorted(report.rejected_by.items()))}")
+    per = f"${report.usd_per_accepted:.4f}" if report.usd_per_accepted is not None else "n/a"
+    print(
+        f"   {report.usage.requests} model calls, {report.usage.prompt_tokens:,} + {report.usage.completion_tokens:,}"
+        f" tokens: ${report.usd_total:.4f} total, {per} per accepted scenario at {report.price_model} prices"
+        f" (EnvScaler: ${report.reference_usd_per_scenario:.2f})"
+    )
+
+
+async def scenarios_run(per_env: int, chains: int) -> None:
+    library = load_library()
+    environments = list(library.environments.values())
+    ids = [e.id for e in environments]
+    async with SandboxPool() as pool:
+        with tempfile.TemporaryDirectory() as folder:
+            client = LLMClient(cache_dir=None)
+            config = ScenarioSynthesisConfig(
+                model=scripted(ScriptedScenarioWriter(ids)),
+                solve_with=scripted(ScriptedTeacher()),
+                per_env=per_env,
+                attempts=2,
+                concurrency=1,
+            )
+            started = time.perf_counter()
+            report = await synthesize_scenarios(environments, config, Path(folder) / "scen", client=client, pool=pool)
+            print_report(
+                "harness synth scenarios (seed library, scripted writer and teacher)",
+                report,
+                time.perf_counter() - started,
+            )
+            await client.aclose()
+
+            samples = {s.environment_id: s.initial_state for s in library.scenarios}
+            graph = await build_graph(environments, sample_states=samples, cross_environment=False)
+            client = LLMClient(cache_dir=None)
+            query_config = QueryConfig(
+                model=scripted(ScriptedQueryModel(ids)),
+                chains=chains,
+                concurrency=4,
+                sampling=SamplingParams(max_tools=6, max_environments=1),
+            )
+            started = time.perf_counter()
+            report = await synthesize_queries(
+                environments, graph, query_config, Path(folder) / "q", client=client, pool=pool
+            )
+            print_report(
+                "harness synth queries (seed library graph, scripted model)", report, time.perf_counter() - started
+            )
+            await client.aclose()
+
+
+def _tagged_tool(tool: ToolSpec, copy: int) -> ToolSpec:
+    """The tool with its parameter descriptions made distinct per copy, so every copy's texts are embedded."""
+    data = tool.model_dump()
+    for prop in (data["function"]["parameters"].get("properties") or {}).values():
+        prop["description"] = f"{prop.get('description', '')} (branch {copy})"
+    return ToolSpec.model_validate(data)
+
+
+def replicated(environments: list[Environment], tools: int) -> list[Environment]:
+    """Copies of the seed environments (renamed) until they hold ``tools`` tools."""
+    copies: list[Environment] = []
+    count = 0
+    round_number = 0
+    while count < tools:
+        for environment in environments:
+            if count >= tools:
+                break
+            keep = [_tagged_tool(t, round_number) for t in environment.tools[: tools - count]]
+            entities = [
+                e.model_copy(update={"description": f"Branch {round_number}: {e.description}"})
+                for e in environment.state_entities
+            ]
+            copies.append(
+                environment.model_copy(
+                    update={"id": f"{environment.id}_{round_number}", "tools": keep, "state_entities": entities}
+                )
+            )
+            count += len(keep)
+        round_number += 1
+    return copies
+
+
+async def graph_run(tools: int) -> None:
+    library = load_library()
+    samples = {s.environment_id: s.initial_state for s in library.scenarios}
+    environments = replicated(list(library.environments.values()), tools)
+    copy_samples = {e.id: samples[e.id.rsplit("_", 1)[0]] for e in environments}
+    await embed(["warm up"])  # load the model outside the measurement
+
+    texts: list[str] = []
+
+    async def recording_embed(batch: list[str]) -> list[list[float]]:
+        texts.extend(batch)
+        return [[1.0, 0.0]] * len(batch)
+
+    await build_graph(environments, embed=recording_embed, sample_states=copy_samples, threshold=1.1)
+    started = time.perf_counter()
+    vectors = dict(zip(texts, await embed(texts), strict=True))
+    embedding_seconds = time.perf_counter() - started
+
+    async def cached_embed(batch: list[str]) -> list[list[float]]:
+        return [vectors[t] for t in batch]
+
+    tracemalloc.start()
+    started = time.perf_counter()
+    graph = await build_graph(environments, embed=cached_embed, sample_states=copy_samples)
+    seconds = time.perf_counter() - started
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    details = graph.details
+    print(f"\n== tool graph: {details['tools']} tools in {len(environments)} environments")
+    print(
+        f"   {details['parameters']} parameter nodes, {details['edges']} edges {details['edges_by_rule']}\n"
+        f"   embedding {len(texts)} distinct texts with all-MiniLM-L6-v2 on CPU: {embedding_seconds:.2f}s\n"
+        f"   graph build with those vectors (source reading, nodes, similarity, edges, classes): {seconds:.2f}s;"
+        f" Python heap peak {peak / 2**20:.1f} MiB; process max RSS {rss:.0f} MiB (includes the embedding model)"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--per-env", type=int, default=11)
+    parser.add_argument("--chains", type=int, default=40)
+    parser.add_argument("--tools", type=int, default=1000)
+    parser.add_argument("--skip-graph", action="store_true")
+    args = parser.parse_args()
+    asyncio.run(scenarios_run(args.per_env, args.chains))
+    if not args.skip_graph:
+        asyncio.run(graph_run(args.tools))
+
+
+if __name__ == "__main__":
+    main()

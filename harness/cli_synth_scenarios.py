@@ -1,0 +1,242 @@
+"""``harness synth scenarios | graph | queries``: scenario synthesis, the tool dependency graph, chains to scenarios.
+
+``register(synth_app)`` adds the three commands to the shared ``synth`` command group.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+if TYPE_CHECKING:
+    from harness.llm import LLMClient
+    from synth.scenarios import SynthesisReport
+
+console = Console()
+err_console = Console(stderr=True)
+
+EnvsOption = Annotated[
+    str | None, typer.Option("--envs", help="Environments: a folder or Hub id (default: seed library).")
+]
+
+
+def _client(out: Path, concurrency: int, rpm: int | None, tpm: int | None, cache: bool) -> LLMClient:
+    from harness.llm import EndpointLimits, LLMClient
+
+    return LLMClient(
+        cache_dir=out / "llm_cache" if cache else None,
+        default_limits=EndpointLimits(concurrency=concurrency, rpm=rpm, tpm=tpm),
+    )
+
+
+def _environments(envs: str | None, only: list[str] | None) -> tuple[list[Any], dict[str, dict[str, Any]]]:
+    from harness.library import load_library
+
+    library = load_library(envs or None)
+    environments = [e for e in library.environments.values() if not only or e.id in only]
+    samples: dict[str, dict[str, Any]] = {}
+    for scenario in library.scenarios:
+        samples.setdefault(scenario.environment_id, scenario.initial_state)
+    if not environments:
+        err_console.print(Text.assemble(("error:", "bold red"), " no environments found"))
+        raise typer.Exit(2)
+    return environments, samples
+
+
+def print_report(report: SynthesisReport, out: Path, what: str) -> None:
+    table = Table(title=f"Gates ({report.attempted} attempts)")
+    for column in ("gate", "evaluated", "passed", "acceptance"):
+        table.add_column(column, justify="left" if column == "gate" else "right")
+    for gate, tally in report.gates.items():
+        rate = f"{tally.rate:.0%}" if tally.rate is not None else "n/a"
+        table.add_row(gate, str(tally.evaluated), str(tally.passed), rate)
+    console.print(table)
+    if report.rejected_by:
+        console.print("rejected by: " + ", ".join(f"{g} {n}" for g, n in sorted(report.rejected_by.items())))
+    per = f"${report.usd_per_accepted:.4f}" if report.usd_per_accepted is not None else "n/a (none accepted)"
+    console.print(
+        f"[green]{report.accepted} {what} accepted[/green] of {report.attempted}; "
+        f"{report.usage.requests} model calls ({report.usage.cached_requests} cached), "
+        f"{report.usage.prompt_tokens:,} + {report.usage.completion_tokens:,} tokens; "
+        f"${report.usd_total:.4f} at {report.price_model} prices, {per} per accepted scenario "
+        f"(EnvScaler: ${report.reference_usd_per_scenario:.2f})"
+    )
+    console.print(f"written to {out}/scenarios, {out}/rejected.jsonl, {out}/report.json")
+
+
+def register(synth_app: typer.Typer) -> None:
+    @synth_app.command("scenarios")
+    def scenarios_command(
+        model: Annotated[str, typer.Option(help="Model alias or litellm model string that writes the scenarios.")],
+        out: Annotated[Path, typer.Option(help="Output folder; a run over an existing folder resumes it.")],
+        envs: EnvsOption = None,
+        per_env: Annotated[int, typer.Option("--per-env", help="Scenarios attempted per environment.")] = 3,
+        solve_with: Annotated[
+            str | None, typer.Option("--solve-with", help="Teacher model that must solve each scenario.")
+        ] = None,
+        attempts: Annotated[int, typer.Option(help="Teacher attempts per scenario.")] = 3,
+        probes: Annotated[int, typer.Option(help="Single calls probed per scenario (0: no probing).")] = 8,
+        env: Annotated[list[str] | None, typer.Option(help="Only this environment id; repeatable.")] = None,
+        concurrency: Annotated[int, typer.Option(help="Scenarios and model calls in flight.")] = 4,
+        rpm: Annotated[int | None, typer.Option(help="Model requests per minute.")] = None,
+        tpm: Annotated[int | None, typer.Option(help="Model tokens per minute.")] = None,
+        temperature: Annotated[float | None, typer.Option(help="Sampling temperature.")] = None,
+        price_model: Annotated[str, typer.Option(help="Price table row for the dollar figures.")] = "gpt-4.1",
+        workers: Annotated[int, typer.Option(help="Sandbox worker processes (default: one per core).")] = 0,
+        no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not cache model answers under OUT.")] = False,
+    ) -> None:
+        """Initial states, tasks, user profiles and check functions for each environment, gated."""
+        from harness.sandbox import SandboxPool
+        from synth.scenarios import ScenarioSynthesisConfig, synthesize_scenarios
+
+        environments, _ = _environments(envs, env)
+        config = ScenarioSynthesisConfig(
+            model=model,
+            per_env=per_env,
+            solve_with=solve_with,
+            attempts=attempts,
+            probes=probes,
+            concurrency=concurrency,
+            temperature=temperature,
+            price_model=price_model,
+        )
+
+        async def run() -> SynthesisReport:
+            client = _client(out, concurrency, rpm, tpm, not no_cache)
+            try:
+                async with SandboxPool(workers=workers or None) as pool:
+                    return await synthesize_scenarios(environments, config, out, client=client, pool=pool)
+            finally:
+                await client.aclose()
+
+        print_report(asyncio.run(run()), out, "scenarios")
+
+    @synth_app.command("graph")
+    def graph_command(
+        out: Annotated[Path, typer.Option(help="JSON file to write the graph to.")],
+        envs: EnvsOption = None,
+        threshold: Annotated[float, typer.Option(help="Cosine similarity above which an edge is added.")] = 0.85,
+        picture: Annotated[Path | None, typer.Option(help="Also draw the graph to this PNG file.")] = None,
+        model: Annotated[
+            str | None, typer.Option(help="Model for the output-listing, input-classing and edge passes.")
+        ] = None,
+        embedding_model: Annotated[
+            str | None, typer.Option(help="litellm embedding model (default: bundled all-MiniLM-L6-v2).")
+        ] = None,
+        cross_environment: Annotated[
+            bool, typer.Option("--cross-environment/--within-environment", help="Edges between environments.")
+        ] = True,
+        match_names: Annotated[
+            bool, typer.Option("--match-names/--no-match-names", help="Also link same-name identifiers.")
+        ] = True,
+        env: Annotated[list[str] | None, typer.Option(help="Only this environment id; repeatable.")] = None,
+    ) -> None:
+        """Build the tool dependency graph of a set of environments."""
+        from harness.schema import ModelSettings, Usage
+        from synth.answers import Asker
+        from synth.graph import GraphModel, build_graph, draw_graph, model_graph_passes
+
+        environments, samples = _environments(envs, env)
+
+        async def run() -> Any:
+            passes = GraphModel()
+            client = None
+            usage = Usage()
+            if model:
+                client = _client(out.parent, 8, None, None, True)
+                passes = model_graph_passes(Asker(client, ModelSettings(model=model, temperature=0.0)), usage)
+            try:
+                return await build_graph(
+                    environments,
+                    embedding_model=embedding_model,
+                    threshold=threshold,
+                    cross_environment=cross_environment,
+                    sample_states=samples,
+                    model=passes,
+                    match_names=match_names,
+                ), usage
+            finally:
+                if client is not None:
+                    await client.aclose()
+
+        started = time.perf_counter()
+        graph, usage = asyncio.run(run())
+        graph.details["build_seconds"] = round(time.perf_counter() - started, 2)
+        graph.save(out)
+        details = graph.details
+        console.print(
+            f"{details['tools']} tools, {details['parameters']} parameters, {details['edges']} edges "
+            f"({', '.join(f'{k} {v}' for k, v in details['edges_by_rule'].items())}) "
+            f"in {details['build_seconds']}s; outputs from {details['outputs_from']}"
+        )
+        if model:
+            console.print(f"model passes: {usage.requests} calls ({usage.cached_requests} cached)")
+        console.print(f"written to {out}")
+        if picture is not None:
+            draw_graph(graph, picture)
+            console.print(f"picture: {picture}")
+
+    @synth_app.command("queries")
+    def queries_command(
+        graph: Annotated[Path, typer.Option(help="Tool graph JSON written by 'harness synth graph'.")],
+        model: Annotated[str, typer.Option(help="Model that picks arguments and writes and refines requests.")],
+        out: Annotated[Path, typer.Option(help="Output folder; a run over an existing folder resumes it.")],
+        envs: EnvsOption = None,
+        chains: Annotated[int, typer.Option(help="Chains to sample (one scenario each).")] = 10,
+        seed: Annotated[int, typer.Option(help="Seed of the first chain; chain i uses seed + i.")] = 0,
+        max_tools: Annotated[int, typer.Option(help="Tools per chain at most.")] = 6,
+        turn_max_tools: Annotated[int, typer.Option(help="Tools per turn at most.")] = 5,
+        p_skip_optional: Annotated[float, typer.Option(help="Chance an optional input is skipped.")] = 0.6,
+        p_skip_satisfied: Annotated[float, typer.Option(help="Chance a satisfiable input gets no producer.")] = 0.9,
+        max_depth: Annotated[int, typer.Option(help="Depth of producer resolution.")] = 5,
+        env: Annotated[list[str] | None, typer.Option(help="Only this environment id; repeatable.")] = None,
+        concurrency: Annotated[int, typer.Option(help="Chains and model calls in flight.")] = 4,
+        rpm: Annotated[int | None, typer.Option(help="Model requests per minute.")] = None,
+        tpm: Annotated[int | None, typer.Option(help="Model tokens per minute.")] = None,
+        temperature: Annotated[float | None, typer.Option(help="Sampling temperature.")] = None,
+        price_model: Annotated[str, typer.Option(help="Price table row for the dollar figures.")] = "gpt-4.1",
+        workers: Annotated[int, typer.Option(help="Sandbox worker processes (default: one per core).")] = 0,
+        no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not cache model answers under OUT.")] = False,
+    ) -> None:
+        """Sample tool chains on the graph, execute them, and turn them into multi-turn natural requests."""
+        from harness.sandbox import SandboxPool
+        from synth.graph import ToolGraph
+        from synth.queries import QueryConfig, synthesize_queries
+        from synth.sampling import SamplingParams
+
+        environments, _ = _environments(envs, env)
+        tool_graph = ToolGraph.load(graph)
+        config = QueryConfig(
+            model=model,
+            chains=chains,
+            seed=seed,
+            turn_max_tools=turn_max_tools,
+            concurrency=concurrency,
+            temperature=temperature,
+            price_model=price_model,
+            sampling=SamplingParams(
+                max_tools=max_tools,
+                max_environments=1,
+                p_skip_optional=p_skip_optional,
+                p_skip_satisfied=p_skip_satisfied,
+                max_depth=max_depth,
+                environments=env or None,
+            ),
+        )
+
+        async def run() -> SynthesisReport:
+            client = _client(out, concurrency, rpm, tpm, not no_cache)
+            try:
+                async with SandboxPool(workers=workers or None) as pool:
+                    return await synthesize_queries(environments, tool_graph, config, out, client=client, pool=pool)
+            finally:
+                await client.aclose()
+
+        print_report(asyncio.run(run()), out, "scenarios")

@@ -1,0 +1,203 @@
+"""The deterministic parts of chains-to-scenarios: checks from the gold state, turns, and the refinement rules'
+own checks (the model-backed steps run end to end in test_synth_scen_e2e.py)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from harness.library import load_library
+from harness.sandbox import SandboxPool
+from harness.schema import ToolCall
+from synth.queries import ExecutedCall, checks_from_gold, is_free_text, refine_contexts, split_turns
+from synth.refine import RULES, RefineContext, applies, problems
+
+LIBRARY = load_library()
+RETAIL = LIBRARY.environments["retail_orders"]
+SEED = {s.id: s for s in LIBRARY.scenarios}
+
+
+@pytest.fixture
+async def pool():
+    async with SandboxPool(workers=2) as sandbox:
+        yield sandbox
+
+
+async def _final_state(pool: SandboxPool, state: dict, calls: list[tuple[str, dict]]) -> dict:
+    session = await pool.open_session(RETAIL, state)
+    try:
+        for n, (name, arguments) in enumerate(calls):
+            observation, _ = await session.call(ToolCall(id=f"x{n}", name=name, arguments=arguments))
+            assert observation.ok, observation.error
+        return await session.state()
+    finally:
+        await session.close()
+
+
+async def test_checks_from_the_gold_state_score_by_state(pool: SandboxPool) -> None:
+    scenario = SEED["retail_orders-008"]  # cancel an order and place a new one
+    state = scenario.initial_state
+    actions = [(a.name, a.arguments) for a in scenario.reference_actions]
+    gold = await _final_state(pool, state, actions)
+    reasons = {a.arguments["reason"] for a in scenario.reference_actions if "reason" in a.arguments}
+    checks = checks_from_gold(state, gold, reasons)
+    at_reset = await pool.run_checks(checks, state, state)
+    on_gold = await pool.run_checks(checks, state, gold)
+    assert all(r.error is None for r in at_reset)
+    assert not all(r.passed for r in at_reset)
+    assert all(r.passed for r in on_gold), [(r.check_id, r.error, r.value) for r in on_gold]
+    assert any("A new orders record" in c.description for c in checks)
+    assert any(c.description == "No other orders record changed." for c in checks)
+
+    # Another wording of the free-text reason is as good: it is masked, not compared.
+    reworded = [(n, {**a, "reason": "plans changed"} if "reason" in a else a) for n, a in actions]
+    other = await _final_state(pool, state, reworded)
+    assert all(r.passed for r in await pool.run_checks(checks, state, other))
+
+    # Doing only the cancellation leaves the new order's check false.
+    half = await _final_state(pool, state, [x for x in actions if x[0] != "place_order"])
+    assert not all(r.passed for r in await pool.run_checks(checks, state, half))
+
+
+async def test_a_collateral_change_fails_the_nothing_else_changed_check(pool: SandboxPool) -> None:
+    scenario = SEED["retail_orders-001"]
+    state = scenario.initial_state
+    gold = await _final_state(pool, state, [("cancel_order", {"order_id": "O-1002", "reason": "x"})])
+    checks = checks_from_gold(state, gold, {"x"})
+    other_order = next(k for k, o in state["orders"].items() if k != "O-1002" and o["status"] == "pending")
+    collateral = await _final_state(
+        pool,
+        state,
+        [
+            ("cancel_order", {"order_id": "O-1002", "reason": "x"}),
+            ("cancel_order", {"order_id": other_order, "reason": "x"}),
+        ],
+    )
+    results = {
+        c.description: r.passed for c, r in zip(checks, await pool.run_checks(checks, state, collateral), strict=True)
+    }
+    assert results["No other orders record changed."] is False
+
+
+def test_turns_cover_the_chain_in_order_with_at_most_k_calls() -> None:
+    for seed in range(50):
+        count = random.Random(seed).randint(1, 15)
+        turns = split_turns(count, 5, random.Random(seed))
+        assert [i for turn in turns for i in turn] == list(range(count))
+        assert all(1 <= len(turn) <= 5 for turn in turns)
+
+
+def _executed() -> list[ExecutedCall]:
+    return [
+        ExecutedCall(
+            name="find_user_by_email", arguments={"email": "maria.garcia@example.com"}, user_arguments=["email"]
+        ),
+        ExecutedCall(name="list_user_orders", arguments={"user_id": "U-101"}),
+        ExecutedCall(
+            name="cancel_order",
+            arguments={"order_id": "O-1002", "reason": "changed my mind"},
+            user_arguments=["reason"],
+            masked_arguments=["reason"],
+            changed_state=True,
+        ),
+        ExecutedCall(
+            name="update_default_address",
+            arguments={"user_id": "U-101", "address": "9 Bay St, Austin, TX"},
+            user_arguments=["address"],
+            changed_state=True,
+        ),
+    ]
+
+
+def test_refine_contexts_keep_user_values_once_and_make_earlier_values_referable() -> None:
+    contexts = refine_contexts(_executed(), [[0, 1, 2], [3]], RETAIL.tool_names)
+    first, second = contexts
+    assert first.must_keep == ["maria.garcia@example.com"]
+    assert {"U-101", "O-1002"} <= set(first.lookup_values)
+    assert "changed my mind" not in first.must_keep  # free text is masked, not kept verbatim
+    assert second.must_keep == ["9 Bay St, Austin, TX"]
+    assert "maria.garcia@example.com" in second.referable and "U-101" in second.referable
+    assert is_free_text("reason", "changed my mind") and not is_free_text("email", "a@b.c")
+
+
+def _context(**overrides) -> RefineContext:
+    base = RefineContext(
+        turn=1,
+        tool_names=RETAIL.tool_names,
+        must_keep=["9 Bay St, Austin, TX"],
+        referable=["maria.garcia@example.com", "O-1002"],
+        lookup_values=["U-101"],
+        calls=[{"name": "list_user_orders"}, {"name": "update_default_address"}],
+    )
+    for key, value in overrides.items():
+        setattr(base, key, value)
+    return base
+
+
+def test_implicit_reference_rule() -> None:
+    before = "For maria.garcia@example.com, set the default address to 9 Bay St, Austin, TX."
+    context = _context()
+    assert applies("implicit_reference", before, context)
+    assert not applies("implicit_reference", before, _context(turn=0))
+    assert (
+        problems("implicit_reference", before, "On my account, make 9 Bay St, Austin, TX my default address.", context)
+        == []
+    )
+    still = problems(
+        "implicit_reference", before, "Set maria.garcia@example.com's address to 9 Bay St, Austin, TX please.", context
+    )
+    assert any("repeats values from earlier turns" in p for p in still)
+
+
+def test_action_compression_rule() -> None:
+    before = "Look up my orders with list_user_orders, then use update_default_address to set 9 Bay St, Austin, TX."
+    context = _context()
+    assert applies("action_compression", before, context)
+    assert problems("action_compression", before, "Please make 9 Bay St, Austin, TX my default address.", context) == []
+    named = problems("action_compression", before, "Call update_default_address with 9 Bay St, Austin, TX.", context)
+    assert any("names tools" in p for p in named)
+    longer = problems("action_compression", before, before + " " + "Thank you so much, really. " * 6, context)
+    assert any("longer" in p for p in longer)
+
+
+def test_ambiguity_injection_rule() -> None:
+    before = "Update the default address of customer U-101 to 9 Bay St, Austin, TX."
+    context = _context()
+    assert applies("ambiguity_injection", before, context)
+    assert not applies("ambiguity_injection", "Update my address to 9 Bay St, Austin, TX.", context)
+    assert problems("ambiguity_injection", before, "Update my default address to 9 Bay St, Austin, TX.", context) == []
+    spelled = problems(
+        "ambiguity_injection", before, "Customer U-101: default address 9 Bay St, Austin, TX, please.", context
+    )
+    assert any("still spelled out" in p for p in spelled)
+    dropped = problems("ambiguity_injection", before, "Update my default address to my new place.", context)
+    assert any("drops what only the user can say" in p for p in dropped)
+
+
+def test_goal_expansion_rule() -> None:
+    before = "Set my default address to 9 Bay St, Austin, TX."
+    context = _context()
+    assert applies("goal_expansion", before, context)
+    after = "I just moved for a new job, so please set my default address to 9 Bay St, Austin, TX for future orders."
+    assert problems("goal_expansion", before, after, context) == []
+    assert any(
+        "adds no context" in p for p in problems("goal_expansion", before, "Address: 9 Bay St, Austin, TX.", context)
+    )
+    assert all(problems(rule, before, before, context) for rule in RULES)
+
+
+def test_the_journal_drops_a_torn_last_line_and_keeps_the_rest(tmp_path) -> None:
+    from synth.scenarios import AttemptRecord, Journal, summarize_attempts
+
+    path = tmp_path / "attempts.jsonl"
+    journal = Journal(path)
+    journal.append(AttemptRecord(key="a", environment_id="e", index=0, accepted=True))
+    journal.append(AttemptRecord(key="b", environment_id="e", index=1, accepted=False, rejected_by="single_call"))
+    with path.open("ab") as handle:
+        handle.write(b'{"key": "c", "environment_id"')  # a run killed mid-write
+    reopened = Journal(path)
+    assert set(reopened.records) == {"a", "b"} and "c" not in reopened
+    assert path.read_bytes().endswith(b"\n")
+    report = summarize_attempts(list(reopened.records.values()))
+    assert (report.attempted, report.accepted, report.rejected_by) == (2, 1, {"single_call": 1})
