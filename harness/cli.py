@@ -6,13 +6,16 @@ import asyncio
 import logging
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import orjson
 import typer
 from rich.console import Console
 from rich.logging import RichHandler
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from harness.runner import RunConfig, RunOutcome
 
 app = typer.Typer(
     name="harness",
@@ -148,8 +151,7 @@ def run(
 
     With no arguments: the embedded local model on a small slice of the bundled seed library, offline.
     """
-    from harness.runner import RunConfig, RunRefused
-    from harness.runner import run as run_episodes
+    from harness.runner import RunConfig
 
     if mode not in ("nonconv", "conv", "both"):
         raise typer.BadParameter("--mode must be nonconv, conv or both")
@@ -184,19 +186,27 @@ def run(
         cache_dir=cache_dir,
         mcp=mcp,
     )
+    from harness.cli_progress import print_summary
+
+    print_summary(console, _run_with_progress(config))
+
+
+def _run_with_progress(config: RunConfig) -> RunOutcome:
+    """Run with the progress view and the stock agents; a refused run exits with status 2 and the reason."""
     from agents.run_adapters import agent_factory, user_factory
-    from harness.cli_progress import ProgressView, print_summary
+    from harness.cli_progress import ProgressView
+    from harness.runner import RunRefused
+    from harness.runner import run as run_episodes
 
     view = ProgressView(console)
     try:
         with view:
-            outcome = asyncio.run(
+            return asyncio.run(
                 run_episodes(config, agent_factory=agent_factory, user_factory=user_factory, on_progress=view.update)
             )
     except RunRefused as exc:
         err_console.print(f"[red]{exc}[/red]")
         raise typer.Exit(2) from None
-    print_summary(console, outcome)
 
 
 @app.command()
@@ -225,11 +235,8 @@ def sft(
     cache_dir: Annotated[Path | None, typer.Option(help="Cache model responses in this folder.")] = None,
 ) -> None:
     """Roll out a teacher (resumable), keep the episodes that reach the bar, export SFT datasets."""
-    from agents.run_adapters import agent_factory, user_factory
-    from harness.cli_progress import ProgressView
     from harness.metrics import read_results
-    from harness.runner import RunConfig, RunRefused
-    from harness.runner import run as run_episodes
+    from harness.runner import RunConfig
     from harness.sft import SelectionRule, export
 
     if mode not in ("nonconv", "conv", "both"):
@@ -255,15 +262,7 @@ def sft(
         retry_errors=True,
         cache_dir=cache_dir,
     )
-    view = ProgressView(console)
-    try:
-        with view:
-            outcome = asyncio.run(
-                run_episodes(config, agent_factory=agent_factory, user_factory=user_factory, on_progress=view.update)
-            )
-    except RunRefused as exc:
-        err_console.print(f"[red]{exc}[/red]")
-        raise typer.Exit(2) from None
+    outcome = _run_with_progress(config)
     trajectories = read_results(outcome.run_dir / "results.jsonl")
     stats = export(
         trajectories,

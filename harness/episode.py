@@ -411,6 +411,11 @@ async def run_episode(
         agent_settings=agent.settings,
         user=user,
     )
+    return await drive(episode, agent)
+
+
+async def drive(episode: Episode, agent: AgentPolicy) -> Trajectory:
+    """Play ``episode`` with ``agent`` to its end; per-episode failures end the trajectory, never raise."""
     try:
         await episode.start()
         while not episode.done:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from harness.episode import Episode, EpisodeConfig
+from harness.episode import Episode, EpisodeConfig, drive
 from harness.mcp.client import AdminStyle, McpTarget, McpToolSession
 from harness.protocols import AgentPolicy, UserPolicy
 from harness.sandbox import SandboxPool
@@ -84,16 +84,7 @@ async def run_mcp_episode(
         agent_settings=agent.settings,
         user=user,
     )
-    try:
-        await episode.start()
-        while not episode.done:
-            await episode.apply(await episode.act(agent))
-    except Exception as exc:
-        episode.fail(exc)
-    finally:
-        if not episode.done:
-            await episode.close()
-    return await episode.finish()
+    return await drive(episode, agent)
 
 
 def _unreachable(
