@@ -479,7 +479,8 @@ async def test_rule_is_enforced(library: Library, pool: SandboxPool, case: RuleC
         )
         assert observation.kind is ObservationKind.OK, observation
         assert observation.content["success"] is True
-        assert diff != []
+        if case.allowed_call == case.call:  # the same tool, within the rule, does change the state
+            assert diff != []
     finally:
         await session.close()
 
