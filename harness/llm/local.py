@@ -11,6 +11,7 @@ joined from the chunks shipped in that package into a cache folder on first use,
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import hashlib
 import json
@@ -776,4 +777,14 @@ def get_local_model() -> LocalModel:
         with _instance_lock:
             if _instance is None:
                 _instance = LocalModel()
+                # Free the model before interpreter teardown: llama_cpp's own finalizer runs after its
+                # module globals are gone and prints a TypeError trace at exit.
+                atexit.register(_close_instance)
     return _instance
+
+
+def _close_instance() -> None:
+    global _instance
+    instance, _instance = _instance, None
+    if instance is not None:
+        instance.close()
