@@ -1,7 +1,7 @@
 """Versioned prompt templates (``synth/prompts/*.txt``) and the seed-library worked examples they quote.
 
 A template file starts with ``version: N``, then ``=== system ===`` and ``=== user ===`` sections. Fields are
-``$name`` placeholders (``string.Template``), so the JSON braces in the text need no escaping. A template's
+``$name`` fields (``string.Template``), so the JSON braces in the text need no escaping. A template's
 version as recorded in provenance is ``N+<first 8 hex of the file's sha256>``: editing a file without
 bumping N still changes the recorded version and the stage cache keys.
 """

@@ -38,17 +38,17 @@ def direct_route() -> bool:
 
 def api_key_for(provider: str, api_key_env: str | None, api_base: str | None) -> str | None:
     """The key to send: from the alias's ``api_key_env``, else the provider's usual variable, else a
-    placeholder for servers that need none (any api_base other than OpenAI's)."""
+    stand-in key for servers that need none (any api_base other than OpenAI's)."""
     if api_key_env:
         return os.environ.get(api_key_env)
-    variables, placeholder = OPENAI_COMPATIBLE.get(provider, ((), None))
+    variables, default_key = OPENAI_COMPATIBLE.get(provider, ((), None))
     for variable in variables:
         value = os.environ.get(variable)
         if value:
             return value
-    if placeholder is None and api_base and "api.openai.com" not in api_base:
+    if default_key is None and api_base and "api.openai.com" not in api_base:
         return "EMPTY"
-    return placeholder
+    return default_key
 
 
 class OpenAIClientPool:
