@@ -160,7 +160,13 @@ def run(
         # one episode at a time keeps that cache warm (episodes interleaved would re-read ~2k tokens per step).
         concurrency = concurrency or 1
         if limit is None and not scenario and not env and envs is None:
-            limit = 4  # the offline demo: a small slice that finishes in about a minute on two cores
+            # The offline demo: one scenario from each of four environments, about a minute on two cores.
+            from harness.library import load_library
+
+            firsts: dict[str, str] = {}
+            for item in load_library().scenarios:
+                firsts.setdefault(item.environment_id, item.id)
+            scenario = list(firsts.values())[:4]
             max_steps = max_steps or 8
     config = RunConfig(
         model=model,
