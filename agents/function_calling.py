@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from agents.model_agent import ModelAgent
 from harness.protocols import AgentTurn, agent_turn_from_message
-from harness.schema import AgentSettings, ModelSettings
 
 if TYPE_CHECKING:
-    from harness.llm import LLMClient
+    pass
 
 _OUTGOING_KEYS: dict[str, tuple[str, ...]] = {
     "system": ("role", "content"),
@@ -36,24 +36,11 @@ def outgoing_message(message: dict[str, Any]) -> dict[str, Any]:
     return outgoing
 
 
-class FunctionCallingAgent:
+class FunctionCallingAgent(ModelAgent):
     """Sends the transcript and tool schemas to the model and executes whatever tool calls it returns
     (several per turn allowed). Broken argument JSON is passed on as a call with ``arguments=None``."""
 
-    def __init__(
-        self,
-        settings: ModelSettings,
-        client: LLMClient,
-        *,
-        role: str = "agent",
-        system_prompt_version: str = "1",
-    ) -> None:
-        self.model_settings = settings
-        self.client = client
-        self.role = role
-        self.settings = AgentSettings(
-            kind="function_calling", role=role, model=settings, system_prompt_version=system_prompt_version
-        )
+    kind = "function_calling"
 
     async def act(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> AgentTurn:
         result = await self.client.chat(

@@ -13,12 +13,13 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from agents.model_agent import ModelAgent
 from harness.prompts import prompted_parse_feedback, prompted_tools_prompt
 from harness.protocols import AgentTurn, openai_tool_call, parse_arguments, split_reasoning
-from harness.schema import AgentSettings, ModelSettings, ToolCall
+from harness.schema import ToolCall
 
 if TYPE_CHECKING:
-    from harness.llm import LLMClient
+    pass
 
 _BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
@@ -108,24 +109,11 @@ def render_for_text_model(
     return rendered
 
 
-class PromptedAgent:
+class PromptedAgent(ModelAgent):
     """Tool calling by text for any chat model. An unreadable reply executes nothing: the error goes back to
     the model as the next message (the loop ends the episode after several in a row)."""
 
-    def __init__(
-        self,
-        settings: ModelSettings,
-        client: LLMClient,
-        *,
-        role: str = "agent",
-        system_prompt_version: str = "1",
-    ) -> None:
-        self.model_settings = settings
-        self.client = client
-        self.role = role
-        self.settings = AgentSettings(
-            kind="prompted", role=role, model=settings, system_prompt_version=system_prompt_version
-        )
+    kind = "prompted"
 
     async def act(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> AgentTurn:
         prompt = render_for_text_model(messages, tools, self.settings.system_prompt_version)
