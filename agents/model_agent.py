@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
-from harness.llm import LLMClient
 from harness.schema import AgentSettings, ModelSettings
+
+if TYPE_CHECKING:
+    from harness.llm import LLMClient
 
 
 class ModelAgent:
