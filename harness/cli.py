@@ -128,8 +128,8 @@ def run(
     scenario: Annotated[list[str] | None, typer.Option(help="Only this scenario id; repeatable.")] = None,
     limit: Annotated[int | None, typer.Option(help="At most this many scenarios.")] = None,
     concurrency: Annotated[
-        int | None, typer.Option(help="Episodes in flight (default 32; 1 for the embedded model).")
-    ] = None,
+        int, typer.Option(help="Episodes in flight (at most the model alias's max_episodes).")
+    ] = 32,
     rpm: Annotated[int | None, typer.Option(help="Requests per minute per endpoint.")] = None,
     tpm: Annotated[int | None, typer.Option(help="Tokens per minute per endpoint.")] = None,
     temperature: Annotated[float | None, typer.Option(help="Sampling temperature.")] = 0.0,
@@ -155,19 +155,15 @@ def run(
 
     if mode not in ("nonconv", "conv", "both"):
         raise typer.BadParameter("--mode must be nonconv, conv or both")
-    if model == "local":
-        # The embedded model serves one request at a time and reuses the prompt prefix of the previous request:
-        # one episode at a time keeps that cache warm (episodes interleaved would re-read ~2k tokens per step).
-        concurrency = concurrency or 1
-        if limit is None and not scenario and not env and envs is None:
-            # The offline demo: one scenario from each of four environments, about a minute on two cores.
-            from harness.library import load_library
+    if model == "local" and limit is None and not scenario and not env and envs is None:
+        # The offline demo: one scenario from each of four environments, about a minute on two cores.
+        from harness.library import load_library
 
-            firsts: dict[str, str] = {}
-            for item in load_library().scenarios:
-                firsts.setdefault(item.environment_id, item.id)
-            scenario = list(firsts.values())[:4]
-            max_steps = max_steps or 8
+        firsts: dict[str, str] = {}
+        for item in load_library().scenarios:
+            firsts.setdefault(item.environment_id, item.id)
+        scenario = list(firsts.values())[:4]
+        max_steps = max_steps or 8
     config = RunConfig(
         model=model,
         agent_kind=agent,
@@ -178,7 +174,7 @@ def run(
         env=list(env or []),
         scenario=list(scenario or []),
         limit=limit,
-        concurrency=concurrency or 32,
+        concurrency=concurrency,
         rpm=rpm,
         tpm=tpm,
         temperature=temperature,

@@ -269,6 +269,21 @@ def build_manifest(config: RunConfig, run_id: str, library: Library, client: LLM
     )
 
 
+def episodes_in_flight(config: RunConfig, client: LLMClient) -> int:
+    """``config.concurrency``, bounded by what the agent's and user's models are worth (alias ``max_episodes``)."""
+    bounds = [config.concurrency]
+    for model in {config.model, config.user_model or config.model}:
+        try:
+            bound = client.resolve(model).max_episodes
+        except Exception:  # an unresolvable model fails later, with the model call's own error
+            continue
+        if bound is not None:
+            bounds.append(bound)
+    if min(bounds) < config.concurrency:
+        logger.info("running %d episodes at a time: the model serves no more usefully", min(bounds))
+    return min(bounds)
+
+
 def check_resumable(previous: RunManifest, current: RunManifest) -> None:
     """Refuse to mix results of different settings or data in one folder, naming what differs."""
     differences = []
@@ -323,6 +338,7 @@ async def run(
         raise RunRefused(f"{run_dir} holds results but no manifest; choose another --out")
     _write_atomically(manifest_path, orjson.dumps(manifest.model_dump(mode="json"), option=orjson.OPT_INDENT_2))
 
+    in_flight = episodes_in_flight(config, client)
     store = ResultStore(results_path)
     finished = store.finished(retry_errors=config.retry_errors)
     todo = [spec for spec in specs if spec.episode_id not in finished]
@@ -354,7 +370,7 @@ async def run(
 
     try:
         async with SandboxPool(workers=config.workers, limits=sandbox_limits) as pool:
-            workers = [asyncio.create_task(episode_worker(pool)) for _ in range(min(config.concurrency, len(todo)))]
+            workers = [asyncio.create_task(episode_worker(pool)) for _ in range(min(in_flight, len(todo)))]
             reporter = asyncio.create_task(_report_usage(progress, client, on_progress))
             try:
                 await asyncio.gather(*workers)

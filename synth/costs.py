@@ -7,8 +7,6 @@ $1.02 per environment built with GPT-4.1. ``billed_usd`` is what the model acces
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import BaseModel, Field
 
 from harness.schema import Usage
@@ -119,7 +117,3 @@ def build_cost_report(
         environments=environments,
         usd_per_accepted=round(total.usd / len(accepted), 6) if accepted else None,
     )
-
-
-def usage_from_dict(data: dict[str, Any] | None) -> Usage:
-    return Usage.model_validate(data or {})

@@ -235,15 +235,3 @@ def unsatisfied_inputs(graph: ToolGraph, chain: ToolChain) -> list[str]:
                 elif chain.steps[producer].tool not in graph.producers(step.tool, parameter.name):
                     problems.append(f"{step.tool}.{parameter.name}: {chain.steps[producer].tool} does not produce it")
     return problems
-
-
-def sample_chains(graph: ToolGraph, count: int, seed: int = 0, params: SamplingParams | None = None) -> list[ToolChain]:
-    """``count`` chains with seeds ``seed``, ``seed + 1``, …; seeds whose sampling fails are skipped."""
-    sampler = ChainSampler(graph, params)
-    chains: list[ToolChain] = []
-    for offset in range(count):
-        try:
-            chains.append(sampler.sample(seed + offset))
-        except ChainSamplingError as exc:
-            logger.info("%s", exc)
-    return chains

@@ -166,13 +166,6 @@ class SynthesisReport(BaseModel):
     billed_usd_total: float
     reference_usd_per_scenario: float = ENVSCALER_USD_PER_SCENARIO
 
-    @property
-    def acceptance_rate(self) -> float | None:
-        return self.accepted / self.attempted if self.attempted else None
-
-    def rates(self) -> dict[str, float | None]:
-        return {gate: tally.rate for gate, tally in self.gates.items()}
-
 
 def summarize_attempts(records: Sequence[dict[str, Any]], price_model: str = DEFAULT_PRICE_MODEL) -> SynthesisReport:
     gates = {gate: GateTally() for gate in GATES}

@@ -265,3 +265,24 @@ def test_cli_publish_builds_uploads_and_is_idempotent(hub, repo_id, tmp_path):
 
     bad = runner.invoke(app, ["publish", "sft", str(tmp_path / "missing"), "--repo", repo_id])
     assert bad.exit_code == 1 and "Cannot build" in bad.output
+
+
+async def test_run_evaluates_a_published_library_at_a_pinned_revision(hub, repo_id, tmp_path):
+    """`harness run --envs ORG/NAME@REV` end to end: publish seed environments, run on them from the Hub."""
+    from agents.run_adapters import agent_factory
+    from harness.metrics import read_results
+    from harness.runner import RunConfig, run
+
+    seed = load_library()
+    environments = [seed.environments["banking"]]
+    scenarios = seed.scenarios_for("banking")[:3]
+    result = upload_built(build_library(environments, scenarios, tmp_path / "build", repo_id))
+    config = RunConfig(
+        model="oracle", agent_kind="oracle", envs=f"{repo_id}@{result.commit_sha}", out=tmp_path / "run", workers=1
+    )
+    outcome = await run(config, agent_factory=agent_factory)
+    trajectories = read_results(outcome.run_dir / "results.jsonl")
+    assert len(trajectories) == 3 and all(t.reward is not None and t.reward.success for t in trajectories)
+    assert outcome.manifest.dataset.source == repo_id
+    assert outcome.manifest.dataset.revision == result.commit_sha
+    assert outcome.manifest.dataset.fingerprint == load_library(f"{repo_id}@{result.commit_sha}").source.fingerprint

@@ -213,3 +213,18 @@ async def test_run_through_an_mcp_server(tmp_path):
     assert len(results) == 3
     assert all(t.reward is not None and t.reward.success for t in results), [(t.termination, t.errors) for t in results]
     assert orjson.loads((outcome.run_dir / "manifest.json").read_bytes())["config"]["mcp"] == url
+
+
+def test_an_alias_bounds_the_episodes_in_flight():
+    from harness.runner import episodes_in_flight
+
+    aliases = AliasTable(
+        {"serial": AliasEntry(model="hosted_vllm/x", api_base="http://127.0.0.1:9/v1", max_episodes=1),
+         "wide": AliasEntry(model="hosted_vllm/y", api_base="http://127.0.0.1:9/v1")},
+        environ={},
+    )
+    client = LLMClient(aliases=aliases)
+    assert episodes_in_flight(RunConfig(model="serial", concurrency=32), client) == 1
+    assert episodes_in_flight(RunConfig(model="wide", concurrency=32), client) == 32
+    assert episodes_in_flight(RunConfig(model="wide", user_model="serial", mode="conv", concurrency=32), client) == 1
+    assert LLMClient().resolve("local").max_episodes == 1

@@ -58,25 +58,17 @@ def read_library(source: str | Path) -> tuple[list[Environment], list[Scenario]]
 
 def read_run(source: Path) -> RunRecords:
     """``results.jsonl`` (the last line of an episode wins, as after a retry) and ``manifest.json``."""
+    from harness.metrics import MANIFEST_FILE, RESULTS_FILE, load_manifest, read_results
+
     folder = _require_folder(source)
-    results = folder / "results.jsonl"
-    if not results.exists():
-        raise SourceError(f"{folder} has no results.jsonl (is it a run folder?)")
-    by_episode: dict[str, Trajectory] = {}
-    for number, item in enumerate(_jsonl(results), start=1):
-        try:
-            trajectory = Trajectory.model_validate(item)
-        except ValueError as error:
-            raise SourceError(f"{results}:{number}: not a Trajectory ({error})") from error
-        by_episode[trajectory.episode_id] = trajectory
-    manifest_path = folder / "manifest.json"
-    manifest = None
-    if manifest_path.exists():
-        try:
-            manifest = RunManifest.model_validate_json(manifest_path.read_bytes())
-        except ValueError as error:
-            raise SourceError(f"{manifest_path}: not a RunManifest ({error})") from error
-    return RunRecords(list(by_episode.values()), manifest)
+    if not (folder / RESULTS_FILE).exists():
+        raise SourceError(f"{folder} has no {RESULTS_FILE} (is it a run folder?)")
+    try:
+        trajectories = read_results(folder / RESULTS_FILE)
+        manifest = load_manifest(folder) if (folder / MANIFEST_FILE).exists() else None
+    except ValueError as error:
+        raise SourceError(str(error)) from error
+    return RunRecords(trajectories, manifest)
 
 
 def _is_chat_row(row: Any) -> bool:

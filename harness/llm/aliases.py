@@ -32,6 +32,9 @@ class ResolvedModel(BaseModel):
     params: dict[str, Any] = Field(default_factory=dict)
     api_key_env: str | None = Field(default=None, description="Name of the environment variable with the key.")
     serve_hint: str | None = Field(default=None, description="How to start the endpoint.")
+    max_episodes: int | None = Field(
+        default=None, description="Episodes worth running at once on this model (None: no model-side bound)."
+    )
 
     @property
     def provider(self) -> str:
@@ -53,6 +56,7 @@ class AliasEntry(BaseModel):
     params: dict[str, Any] = Field(default_factory=dict)
     serve: str | None = None
     same_server_as: str | None = None
+    max_episodes: int | None = Field(default=None, ge=1)
     description: str = ""
 
 
@@ -144,4 +148,5 @@ class AliasTable:
             params=copy.deepcopy(entry.params),
             api_key_env=entry.api_key_env,
             serve_hint=entry.serve,
+            max_episodes=entry.max_episodes,
         )
