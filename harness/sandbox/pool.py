@@ -473,9 +473,14 @@ class SandboxPool:
         return session
 
     async def run_checks(
-        self, checks: Iterable[Check], initial_state: dict[str, Any], final_state: dict[str, Any]
+        self,
+        checks: Iterable[Check],
+        initial_state: dict[str, Any],
+        final_state: dict[str, Any],
+        transcript: list[dict[str, Any]] | None = None,
     ) -> list[CheckResult]:
-        """Each check run on (initial, final). Only an exact True passes; errors are recorded, not raised."""
+        """Each check run on (initial, final), or (initial, final, transcript) when it declares a third
+        parameter. Only an exact True passes; errors are recorded, not raised."""
         checks = list(checks)
         results: list[CheckResult | None] = [None] * len(checks)
         runnable: list[int] = []
@@ -489,12 +494,16 @@ class SandboxPool:
                 runnable.append(index)
         if runnable:
             try:
-                answers = await self._checks_request([checks[i] for i in runnable], initial_state, final_state)
+                answers = await self._checks_request(
+                    [checks[i] for i in runnable], initial_state, final_state, transcript
+                )
             except WorkerLost:
                 answers = []
                 for index in runnable:  # isolate the check that broke the worker
                     try:
-                        answers.extend(await self._checks_request([checks[index]], initial_state, final_state))
+                        answers.extend(
+                            await self._checks_request([checks[index]], initial_state, final_state, transcript)
+                        )
                     except WorkerLost as lost:
                         answers.append({"passed": False, "value": None, "error": lost.reason})
             for index, answer in zip(runnable, answers, strict=True):
@@ -507,7 +516,11 @@ class SandboxPool:
         return [r for r in results if r is not None]
 
     async def _checks_request(
-        self, checks: list[Check], initial_state: dict[str, Any], final_state: dict[str, Any]
+        self,
+        checks: list[Check],
+        initial_state: dict[str, Any],
+        final_state: dict[str, Any],
+        transcript: list[dict[str, Any]] | None,
     ) -> list[dict[str, Any]]:
         if not self._started:
             await self.start()
@@ -520,6 +533,7 @@ class SandboxPool:
                 "checks": [{"id": c.id, "source": c.source} for c in checks],
                 "initial": initial_state,
                 "final": final_state,
+                "transcript": transcript or [],
                 "timeout": timeout,
             },
             budget=timeout * len(checks) + self.limits.call_timeout_s,

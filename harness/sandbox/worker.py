@@ -387,13 +387,21 @@ class Worker:
         # Each check gets its own copy of both states (a check may mutate what it is given); decoding JSON
         # again is several times cheaper than copy.deepcopy.
         initial, final = orjson.dumps(request["initial"]), orjson.dumps(request["final"])
+        transcript = orjson.dumps(request.get("transcript") or [])
         results = [
-            self._run_check(check, initial, final, timeout, index) for index, check in enumerate(request["checks"])
+            self._run_check(check, initial, final, transcript, timeout, index)
+            for index, check in enumerate(request["checks"])
         ]
         return {"ok": True, "results": results}
 
     def _run_check(
-        self, check: dict[str, Any], initial_json: bytes, final_json: bytes, timeout: float, index: int
+        self,
+        check: dict[str, Any],
+        initial_json: bytes,
+        final_json: bytes,
+        transcript_json: bytes,
+        timeout: float,
+        index: int,
     ) -> dict[str, Any]:
         clock = Clock(index)
         initial, final = orjson.loads(initial_json), orjson.loads(final_json)
@@ -401,7 +409,11 @@ class Worker:
             namespace = self._guarded(clock, timeout, self._load_module, check["source"], f"check_{index}")
             function = namespace.get("check")
             if callable(function):
-                value = self._guarded(clock, timeout, function, initial, final)
+                if _takes_transcript(function):
+                    transcript = orjson.loads(transcript_json)
+                    value = self._guarded(clock, timeout, function, initial, final, transcript)
+                else:
+                    value = self._guarded(clock, timeout, function, initial, final)
             else:
                 function = namespace.get("check_func")
                 if not callable(function):
@@ -430,6 +442,18 @@ class Worker:
         if op == "ping":
             return {"ok": True, "pid": os.getpid()}
         return {"ok": False, "kind": "sandbox_error", "error": f"unknown operation {op!r}"}
+
+
+def _takes_transcript(function: Any) -> bool:
+    """Whether ``check`` declares a third positional parameter (``check(initial, final, transcript)``)."""
+    import inspect
+
+    try:
+        parameters = list(inspect.signature(function).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 3 or any(p.kind is p.VAR_POSITIONAL for p in parameters)
 
 
 def _describe(exc: BaseException) -> str:
