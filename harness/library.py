@@ -9,6 +9,7 @@ from pathlib import Path
 
 import orjson
 
+from harness.names import require_safe_id
 from harness.schema import DatasetRef, Environment, Provenance, Scenario
 from harness.toolspec import derive_tools
 
@@ -104,7 +105,14 @@ def load_library(source: str | Path | None = None) -> Library:
 
 
 def write_seed_layout(environments: list[Environment], scenarios: list[Scenario], out: Path) -> None:
-    """Write records in the reviewable layout: class as ``.py``, metadata as ``.json``, scenarios as JSONL."""
+    """Write records in the reviewable layout: class as ``.py``, metadata as ``.json``, scenarios as JSONL.
+
+    Every id that becomes a file name is checked before anything is written (UnsafeIdentifier names the record).
+    """
+    for environment in environments:
+        require_safe_id(environment.id, "environment id")
+    for scenario in scenarios:
+        require_safe_id(scenario.environment_id, f"environment id of scenario {scenario.id!r}")
     (out / "environments").mkdir(parents=True, exist_ok=True)
     (out / "scenarios").mkdir(parents=True, exist_ok=True)
     for environment in environments:

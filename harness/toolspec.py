@@ -9,6 +9,7 @@ import ast
 import re
 from typing import Any
 
+from harness.sandbox.static import UnparsableCode, parse_untrusted
 from harness.schema import FunctionSpec, ToolSpec
 
 _SIMPLE_TYPES: dict[str, dict[str, Any]] = {
@@ -178,7 +179,10 @@ def method_tool(method: ast.FunctionDef | ast.AsyncFunctionDef) -> ToolSpec:
 def derive_tools(code: str, class_name: str) -> list[ToolSpec]:
     """OpenAI tool schemas for every public method of ``class_name`` in ``code``."""
     try:
-        tree = ast.parse(code)
-    except SyntaxError as exc:
+        tree = parse_untrusted(code)
+    except UnparsableCode as exc:
         raise ToolDerivationError(f"environment code does not parse: {exc}") from exc
-    return [method_tool(m) for m in public_methods(find_class(tree, class_name))]
+    try:
+        return [method_tool(m) for m in public_methods(find_class(tree, class_name))]
+    except (RecursionError, MemoryError) as exc:
+        raise ToolDerivationError("environment code nests too deeply to read its tools") from exc

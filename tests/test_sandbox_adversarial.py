@@ -123,7 +123,7 @@ def call(name: str, **arguments) -> ToolCall:
     ("tool", "expected_kinds", "message_part"),
     [
         ("spin", {ObservationKind.TIMEOUT}, "within 2 s"),
-        ("obstinate_spin", {ObservationKind.TIMEOUT}, "worker was stopped"),
+        ("obstinate_spin", {ObservationKind.TIMEOUT}, "sandbox process was stopped"),
         ("memory_bomb", {ObservationKind.RESOURCE_LIMIT}, "memory"),
         ("recurse", {ObservationKind.TOOL_EXCEPTION}, "RecursionError"),
         ("write_file", {ObservationKind.TOOL_EXCEPTION, ObservationKind.FORBIDDEN}, "open"),

@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 
+from harness.names import require_safe_id
 from harness.schema import (
     Check,
     Environment,
@@ -88,6 +89,7 @@ def convert_environment(record: dict[str, Any], key: str | None = None) -> Envir
     env_id = str(record.get("env_id") or key or "")
     if not env_id:
         raise ValueError("record has no env_id")
+    require_safe_id(env_id, "env_id")
     code = record.get("env_class_code")
     class_name = record.get("env_class_name")
     if not isinstance(code, str) or not code.strip():
@@ -116,6 +118,7 @@ def convert_scenario(record: dict[str, Any], index: int) -> Scenario:
     env_id = record.get("env_id")
     if not env_id:
         raise ValueError("record has no env_id")
+    require_safe_id(str(env_id), "env_id")
     task_id = record.get("task_id", index)
     init_config = _maybe_json(record.get("init_config"))
     if not isinstance(init_config, dict):

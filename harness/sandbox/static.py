@@ -1,4 +1,9 @@
-"""Static checks on model-written code, run on the AST before anything executes."""
+"""A lint on model-written code, run on the AST before anything executes.
+
+It gives honest mistakes a clear message before a process is forked (a forbidden import, ``open``, dunder
+access). It is not the security boundary: the kernel confinement in ``harness.sandbox.confine`` is. It never
+raises on hostile input: huge, deeply nested or oddly encoded sources come back as problems.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,32 @@ from harness.sandbox.policy import ALLOWED_MODULES, FORBIDDEN_NAMES, is_forbidde
 
 _FORMAT_ATTRIBUTE_ESCAPE = re.compile(r"\{[^{}]*\.(__\w+__|gi_frame|f_globals|f_back|tb_frame)")
 _REFLECTION_CALLS = {"getattr", "setattr", "delattr", "hasattr"}
+
+
+MAX_SOURCE_CHARS = 1_000_000
+"""Longer sources are refused before parsing (the seed library's largest class is about 20,000)."""
+
+
+class UnparsableCode(ValueError):
+    """Code that cannot be parsed safely: too large, too deep, not text, or not Python."""
+
+
+def parse_untrusted(code: str) -> ast.Module:
+    """Parse code that may be hostile; every failure is an UnparsableCode with a one-line reason."""
+    if not isinstance(code, str):
+        raise UnparsableCode(f"the code is a {type(code).__name__}, not text")
+    if len(code) > MAX_SOURCE_CHARS:
+        raise UnparsableCode(f"the code is {len(code):,} characters long; the limit is {MAX_SOURCE_CHARS:,}")
+    if "\x00" in code:
+        raise UnparsableCode("the code contains a NUL character")
+    try:
+        return ast.parse(code)
+    except SyntaxError as exc:
+        raise UnparsableCode(f"line {exc.lineno}: syntax error: {exc.msg}") from exc
+    except (RecursionError, MemoryError) as exc:
+        raise UnparsableCode("the code nests too deeply to parse") from exc
+    except (UnicodeError, ValueError) as exc:
+        raise UnparsableCode(f"the code is not valid text: {exc}") from exc
 
 
 class StaticCheckError(ValueError):
@@ -22,10 +53,18 @@ class StaticCheckError(ValueError):
 def find_problems(code: str) -> list[str]:
     """Every reason this code may not run in the sandbox (empty when it passes)."""
     try:
-        tree = ast.parse(code)
-    except SyntaxError as exc:
-        return [f"line {exc.lineno}: syntax error: {exc.msg}"]
+        tree = parse_untrusted(code)
+    except UnparsableCode as exc:
+        return [str(exc)]
     problems: list[str] = []
+    try:
+        _collect_problems(tree, problems)
+    except (RecursionError, MemoryError):
+        problems.append("the code nests too deeply to check")
+    return problems
+
+
+def _collect_problems(tree: ast.Module, problems: list[str]) -> None:
     for node in ast.walk(tree):
         line = getattr(node, "lineno", "?")
         if isinstance(node, ast.Import):
@@ -53,7 +92,6 @@ def find_problems(code: str) -> list[str]:
             and _FORMAT_ATTRIBUTE_ESCAPE.search(node.value)
         ):
             problems.append(f"line {line}: format strings may not reach private attributes")
-    return problems
 
 
 def check_code(code: str) -> None:

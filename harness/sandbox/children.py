@@ -1,0 +1,368 @@
+"""The harness's side of the jail: the zygote process and the confined children it forks.
+
+``Zygote`` starts ``python -m harness.sandbox.zygote`` with an empty environment and asks it for children over a
+SOCK_SEQPACKET control socket, handing it one end of a fresh socketpair per child. ``Child`` talks to one child
+over the other end: length-prefixed orjson frames, one request at a time, each under a wall-clock budget after
+which the child is killed. Anything a child sends that is not the answer to the pending request (a forged or
+oversized frame, bytes out of turn, invalid JSON) ends that child; it can never reach another child's answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import os
+import signal
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+logger = logging.getLogger(__name__)
+
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+_CONTROL_FD = 3
+
+
+class ChildLost(Exception):
+    """The child ended (or was ended) before it answered."""
+
+    def __init__(self, reason: str, *, kind: str = "sandbox_error", timed_out: bool = False, before_send: bool = False):
+        self.reason = reason
+        self.kind = "timeout" if timed_out else kind
+        self.timed_out = timed_out
+        self.before_send = before_send
+        super().__init__(reason)
+
+
+class ZygoteFailed(RuntimeError):
+    """The zygote could not be started or stopped answering."""
+
+
+def describe_exit(status: int | None) -> tuple[str, str]:
+    """The observation kind and the words for a child's wait status.
+
+    A crash or an exit is the environment code's doing (``tool_exception``); a SIGKILL the harness did not send
+    (the kernel's OOM killer, an operator) is not the code's fault and not called a memory breach
+    (``sandbox_error``, so the episode can be re-run); a child that could not confine itself is infrastructure too.
+    """
+    if status is None:
+        return "sandbox_error", "the sandbox process ended and its exit status is unknown"
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        try:
+            name = signal.Signals(number).name
+        except ValueError:
+            name = f"signal {number}"
+        if number == signal.SIGKILL:
+            return "sandbox_error", "the sandbox process was killed from outside (SIGKILL from the kernel or a user)"
+        if number == signal.SIGXCPU:
+            return "resource_limit", "the sandbox process exhausted its CPU-time limit"
+        return "tool_exception", f"the sandbox process crashed ({name})"
+    code = os.WEXITSTATUS(status)
+    if code == 70:
+        return "sandbox_error", "the sandbox process could not confine itself and refused to run the code"
+    return "tool_exception", f"the sandbox process exited with status {code}"
+
+
+class _FrameProtocol(asyncio.Protocol):
+    def __init__(self, child: Child, max_frame: int):
+        self.child = child
+        self.max_frame = max_frame
+        self.buffer = bytearray()
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self.buffer
+        buffer += data
+        while len(buffer) >= 4:
+            size = int.from_bytes(buffer[:4], "little")
+            if size > self.max_frame:
+                self.child.violate(f"the sandbox process sent a frame of {size:,} bytes (limit {self.max_frame:,})")
+                return
+            if len(buffer) < 4 + size:
+                return
+            body = bytes(buffer[4 : 4 + size])
+            del buffer[: 4 + size]
+            self.child.deliver(body)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.child.channel_closed()
+
+
+class Child:
+    """One confined child process and its channel."""
+
+    def __init__(self, zygote: Zygote, pid: int, max_frame: int):
+        self.zygote = zygote
+        self.pid = pid
+        self.max_frame = max_frame
+        self.protocol: _FrameProtocol | None = None
+        self.pending: asyncio.Future[dict[str, Any]] | None = None
+        self.alive = True
+        self.reason = ""
+        self.kind = "sandbox_error"
+        self.timed_out = False
+
+    async def connect(self, sock: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        _, protocol = await loop.create_unix_connection(lambda: _FrameProtocol(self, self.max_frame), sock=sock)
+        self.protocol = protocol
+
+    async def request(self, message: dict[str, Any], budget: float) -> dict[str, Any]:
+        """Send one request and wait for its answer; the child is killed when ``budget`` seconds pass."""
+        if not self.alive or self.protocol is None or self.protocol.transport is None:
+            raise ChildLost(self.reason or "the sandbox process is gone", before_send=True)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[dict[str, Any]] = loop.create_future()
+        self.pending = future
+        body = orjson.dumps(message)
+        self.protocol.transport.write(len(body).to_bytes(4, "little") + body)
+        timer = loop.call_later(budget, self._overrun, budget)
+        try:
+            return await future
+        finally:
+            timer.cancel()
+            self.pending = None
+
+    def _overrun(self, budget: float) -> None:
+        self.timed_out = True
+        self._end(f"the call did not finish within {budget:g} s and its sandbox process was stopped")
+
+    def deliver(self, body: bytes) -> None:
+        future = self.pending
+        if future is None or future.done():
+            self.violate("the sandbox process sent a frame nobody asked for")
+            return
+        try:
+            answer = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            self.violate(f"the sandbox process sent invalid JSON: {exc}")
+            return
+        if not isinstance(answer, dict):
+            self.violate("the sandbox process sent an answer that is not an object")
+            return
+        self.pending = None
+        future.set_result(answer)
+
+    def violate(self, reason: str) -> None:
+        self.kind = "forbidden"
+        self._end(f"protocol violation: {reason}")
+
+    def _end(self, reason: str) -> None:
+        if not self.alive:
+            return
+        self.alive = False
+        self.reason = reason
+        self.zygote.kill(self.pid)
+        if self.protocol is not None and self.protocol.transport is not None:
+            self.protocol.transport.abort()
+        self._fail_pending()
+
+    def channel_closed(self) -> None:
+        if self.alive:
+            self.alive = False
+            asyncio.get_running_loop().create_task(self._explain_exit())
+        else:
+            self._fail_pending()
+
+    async def _explain_exit(self) -> None:
+        status = await self.zygote.exit_status(self.pid, timeout=2.0)
+        self.kind, self.reason = describe_exit(status)
+        self._fail_pending()
+
+    def _fail_pending(self) -> None:
+        future, self.pending = self.pending, None
+        if future is not None and not future.done():
+            future.set_exception(ChildLost(self.reason, kind=self.kind, timed_out=self.timed_out))
+
+    def close(self) -> None:
+        """End the child: it exits when its channel closes."""
+        self.alive = False
+        if self.protocol is not None and self.protocol.transport is not None:
+            self.protocol.transport.close()
+
+
+class Zygote:
+    """One zygote process and its control socket."""
+
+    def __init__(self, options: dict[str, Any]):
+        self.options = options
+        self.process: asyncio.subprocess.Process | None = None
+        self.control: socket.socket | None = None
+        self.layers: list[dict[str, Any]] = []
+        self.alive = False
+        self._ids = itertools.count(1)
+        self._spawns: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self._exits: dict[int, int] = {}
+        self._exit_waiters: dict[int, asyncio.Future[int]] = {}
+        self._hello: asyncio.Future[dict[str, Any]] | None = None
+        self._stderr_task: asyncio.Task[None] | None = None
+        self.stderr_tail: list[str] = []
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        environment = {"PYTHONPATH": _PACKAGE_ROOT, "PYTHONHASHSEED": "0", "TZ": "UTC", "LANG": "C.UTF-8"}
+        os.set_inheritable(theirs.fileno(), True)
+        try:
+            self.process = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-s",
+                "-c",
+                f"import os; os.dup2({theirs.fileno()}, {_CONTROL_FD}); "
+                "from harness.sandbox.zygote import main; main()",
+                orjson.dumps(self.options).decode(),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.PIPE,
+                env=environment,
+                pass_fds=(theirs.fileno(),),
+                start_new_session=True,
+            )
+        finally:
+            theirs.close()
+        ours.setblocking(False)
+        self.control = ours
+        self.alive = True
+        self._hello = loop.create_future()
+        loop.add_reader(ours.fileno(), self._on_control)
+        self._stderr_task = loop.create_task(self._read_stderr())
+        try:
+            hello = await asyncio.wait_for(self._hello, timeout=60)
+        except (TimeoutError, ZygoteFailed) as exc:
+            await self.close()
+            detail = self.stderr_tail[-1] if self.stderr_tail else str(exc) or "no answer"
+            raise ZygoteFailed(f"the sandbox zygote did not start: {detail}") from exc
+        self.layers = list(hello.get("layers", []))
+
+    def _on_control(self) -> None:
+        assert self.control is not None
+        while True:
+            try:
+                message = self.control.recv(65536)
+            except BlockingIOError:
+                return
+            except OSError:
+                message = b""
+            if not message:
+                self._lost("the sandbox zygote exited")
+                return
+            self._dispatch(orjson.loads(message))
+
+    def _dispatch(self, message: dict[str, Any]) -> None:
+        op = message.get("op")
+        if op == "spawned":
+            future = self._spawns.pop(int(message["id"]), None)
+            if future is not None and not future.done():
+                future.set_result(message)
+        elif op == "exited":
+            pid, status = int(message["pid"]), int(message["status"])
+            waiter = self._exit_waiters.pop(pid, None)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(status)
+            else:
+                self._exits[pid] = status
+                if len(self._exits) > 4096:
+                    self._exits.pop(next(iter(self._exits)))
+        elif op == "hello" and self._hello is not None and not self._hello.done():
+            self._hello.set_result(message)
+
+    def _lost(self, reason: str) -> None:
+        self.alive = False
+        if self.control is not None:
+            with contextlib.suppress(Exception):
+                asyncio.get_running_loop().remove_reader(self.control.fileno())
+        futures: list[asyncio.Future[Any]] = [*self._spawns.values(), *self._exit_waiters.values()]
+        for future in futures:
+            if not future.done():
+                future.set_exception(ZygoteFailed(reason))
+        self._spawns.clear()
+        self._exit_waiters.clear()
+        if self._hello is not None and not self._hello.done():
+            self._hello.set_exception(ZygoteFailed(reason))
+
+    async def _read_stderr(self) -> None:
+        assert self.process is not None and self.process.stderr is not None
+        while line := await self.process.stderr.readline():
+            text = line.decode(errors="replace").rstrip()
+            self.stderr_tail = [*self.stderr_tail[-19:], text]
+            logger.debug("sandbox zygote: %s", text)
+
+    async def spawn(self, kind: str, max_frame: int) -> Child:
+        if not self.alive or self.control is None:
+            raise ZygoteFailed("the sandbox zygote is not running")
+        request_id = next(self._ids)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._spawns[request_id] = future
+        try:
+            message = orjson.dumps({"op": "spawn", "id": request_id, "kind": kind})
+            await self._send(message, [theirs.fileno()])
+        finally:
+            theirs.close()
+        answer = await future
+        if "error" in answer:
+            ours.close()
+            raise ZygoteFailed(str(answer["error"]))
+        child = Child(self, int(answer["pid"]), max_frame)
+        await child.connect(ours)
+        return child
+
+    async def _send(self, message: bytes, fds: list[int]) -> None:
+        assert self.control is not None
+        while True:
+            try:
+                socket.send_fds(self.control, [message], fds)
+                return
+            except BlockingIOError:
+                await asyncio.sleep(0.001)
+            except OSError as exc:
+                self._lost(f"the sandbox zygote's control socket failed: {exc}")
+                raise ZygoteFailed(str(exc)) from exc
+
+    def kill(self, pid: int) -> None:
+        if self.alive and self.control is not None:
+            with contextlib.suppress(OSError):
+                self.control.send(orjson.dumps({"op": "kill", "pid": pid}))
+
+    async def exit_status(self, pid: int, timeout: float) -> int | None:
+        if pid in self._exits:
+            return self._exits.pop(pid)
+        if not self.alive:
+            return None
+        waiter = self._exit_waiters.get(pid)
+        if waiter is None:
+            waiter = asyncio.get_running_loop().create_future()
+            self._exit_waiters[pid] = waiter
+        try:
+            return await asyncio.wait_for(asyncio.shield(waiter), timeout)
+        except (TimeoutError, ZygoteFailed):
+            return None
+
+    async def close(self) -> None:
+        if self.control is not None:
+            with contextlib.suppress(Exception):
+                asyncio.get_running_loop().remove_reader(self.control.fileno())
+            self.control.close()
+            self.control = None
+        self.alive = False
+        if self.process is not None:
+            try:
+                await asyncio.wait_for(self.process.wait(), timeout=5)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    self.process.kill()
+                await self.process.wait()
+        if self._stderr_task is not None:
+            self._stderr_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._stderr_task

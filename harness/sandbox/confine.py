@@ -1,0 +1,308 @@
+"""Kernel confinement of the processes that run environment and check code.
+
+The zygote (``harness.sandbox.zygote``) calls :func:`prepare` once, before it forks anything; every child calls
+:meth:`Confinement.apply` right after the fork, before it reads a byte of untrusted code. The layers, in the order
+a child applies them:
+
+1. resource limits (address space, no file growth, no core dumps, few descriptors) and death with its parent;
+2. not dumpable (no ``/proc/<pid>/mem``, no ptrace by processes of the same user);
+3. an unprivileged user: a child of a zygote started as root drops to a uid and gid of its own;
+4. ``no_new_privs``;
+5. Landlock: the filesystem is readable only below the Python standard library; nothing is writable;
+6. a seccomp allow-list (libseccomp): pure computation, reads, and writes on descriptors it was handed;
+   everything else (exec, fork, sockets, ptrace, signals to others, opening for writing, mknod, mount,
+   namespaces, setuid, raising limits) fails with EPERM;
+7. an empty environment (the zygote is started without the parent's variables; the child clears its own).
+
+The zygote itself runs in a fresh network namespace when the kernel allows it. Each layer is detected; a missing
+one is reported with the reason (``harness doctor``) and never silently assumed.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import os
+import resource
+import signal
+import sysconfig
+from dataclasses import dataclass, field
+from typing import Any
+
+LAYERS: tuple[str, ...] = (
+    "environment",
+    "rlimits",
+    "not_dumpable",
+    "unprivileged_user",
+    "no_new_privs",
+    "landlock",
+    "seccomp",
+    "network_namespace",
+)
+"""Every confinement layer, by the name ``harness doctor`` and the layer report use."""
+
+DISABLE_VARIABLE = "HARNESS_SANDBOX_DISABLE"
+"""Comma-separated layers to leave off, to see how the harness behaves on a kernel without them (tests use it)."""
+
+_PR_SET_PDEATHSIG = 1
+_PR_SET_DUMPABLE = 4
+_PR_SET_NO_NEW_PRIVS = 38
+_CLONE_NEWUSER = 0x10000000
+_CLONE_NEWNET = 0x40000000
+_UID_BASE = 1_500_000_000
+_UID_SPAN = 100_000_000
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+
+# What a pure-Python computation on JSON needs once its interpreter is up. Anything missing fails with EPERM.
+_ALLOWED_SYSCALLS: tuple[str, ...] = (
+    # descriptors it holds: the channel to the harness and /dev/null
+    "read", "readv", "pread64", "write", "writev", "close", "lseek", "fcntl", "dup", "dup3",
+    "fstat", "newfstatat", "statx", "stat", "lstat", "access", "faccessat", "faccessat2",
+    "getdents64", "readlink", "readlinkat", "getcwd",
+    # memory
+    "brk", "mmap", "munmap", "mremap", "mprotect", "madvise",
+    # signals delivered to itself by the kernel (the call timer), and their return
+    "rt_sigaction", "rt_sigprocmask", "rt_sigreturn", "sigaltstack", "setitimer", "getitimer",
+    # time, threads' synchronisation inside the interpreter, identity
+    "clock_gettime", "clock_getres", "gettimeofday", "time", "nanosleep", "clock_nanosleep",
+    "futex", "set_robust_list", "rseq", "sched_yield", "sched_getaffinity",
+    "getpid", "gettid", "getppid", "getuid", "geteuid", "getgid", "getegid", "getresuid", "getresgid",
+    "getgroups", "getrandom", "uname", "sysinfo", "getrusage", "times", "getrlimit",
+    "exit", "exit_group", "restart_syscall",
+)  # fmt: skip
+
+
+class ConfinementError(RuntimeError):
+    """A layer that was prepared could not be applied in a child: the child must not run untrusted code."""
+
+
+@dataclass
+class LayerStatus:
+    name: str
+    active: bool
+    detail: str
+
+
+@dataclass
+class Confinement:
+    """What the zygote prepared, inherited by every child it forks."""
+
+    memory_mb: int
+    disabled: frozenset[str]
+    statuses: dict[str, LayerStatus] = field(default_factory=dict)
+    landlock_ruleset_fd: int | None = None
+    seccomp_filter: Any = None
+    drop_to_uid: bool = False
+    _libc: Any = None
+
+    def report(self) -> list[LayerStatus]:
+        return [self.statuses[name] for name in LAYERS if name in self.statuses]
+
+    def apply(self, slot: int) -> None:
+        """Confine the calling process (a freshly forked child). Raises ConfinementError if a layer fails."""
+        libc = self._libc
+        parent = os.getppid()
+        _set_limits(self.memory_mb)
+        if self.drop_to_uid:
+            uid = _UID_BASE + slot % _UID_SPAN
+            try:
+                os.setgroups([])
+                os.setresgid(uid, uid, uid)
+                os.setresuid(uid, uid, uid)
+            except OSError as exc:
+                raise ConfinementError(f"could not drop to an unprivileged user: {exc}") from exc
+        if libc is not None:
+            # After the uid change: changing credentials clears the parent-death signal.
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            if os.getppid() != parent:
+                os._exit(0)
+            if "not_dumpable" not in self.disabled:
+                libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+        if (
+            "no_new_privs" not in self.disabled
+            and libc is not None
+            and libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+        ):
+            raise ConfinementError("could not set no_new_privs")
+        if self.landlock_ruleset_fd is not None:
+            from landlock.plumbing import get_restrict_self
+
+            try:
+                get_restrict_self()(self.landlock_ruleset_fd, 0)
+            except OSError as exc:
+                raise ConfinementError(f"could not apply Landlock: {exc}") from exc
+            os.close(self.landlock_ruleset_fd)
+        if self.seccomp_filter is not None:
+            try:
+                self.seccomp_filter.load()
+            except OSError as exc:
+                raise ConfinementError(f"could not load the seccomp filter: {exc}") from exc
+        os.environ.clear()
+
+
+def _set_limits(memory_mb: int) -> None:
+    if memory_mb > 0:
+        limit = memory_mb * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+
+
+def disabled_layers(environ: dict[str, str] | None = None) -> frozenset[str]:
+    raw = (environ if environ is not None else os.environ).get(DISABLE_VARIABLE, "")
+    names = {part.strip() for part in raw.split(",") if part.strip()}
+    unknown = names - set(LAYERS)
+    if unknown:
+        raise ValueError(f"{DISABLE_VARIABLE} names unknown layers {sorted(unknown)}; known: {', '.join(LAYERS)}")
+    return frozenset(names)
+
+
+def readable_roots() -> list[str]:
+    """What a confined child may read: the standard library, for imports the zygote did not do ahead."""
+    paths = sysconfig.get_paths()
+    roots = {os.path.realpath(paths[key]) for key in ("stdlib", "platstdlib") if key in paths}
+    return sorted(root for root in roots if os.path.isdir(root))
+
+
+def prepare(memory_mb: int, disabled: frozenset[str]) -> Confinement:
+    """Detect and prepare every layer in the zygote (once). Never raises: a missing layer is reported."""
+    confinement = Confinement(memory_mb=memory_mb, disabled=disabled)
+    statuses = confinement.statuses
+
+    def record(name: str, active: bool, detail: str) -> None:
+        if name in disabled:
+            active, detail = False, f"disabled by {DISABLE_VARIABLE}"
+        statuses[name] = LayerStatus(name, active, detail)
+
+    libc_path = ctypes.util.find_library("c")
+    libc = ctypes.CDLL(libc_path, use_errno=True) if libc_path else None
+    confinement._libc = libc
+    record("environment", True, "started with no variable of the parent; cleared again in each child")
+    record("rlimits", True, f"address space {memory_mb} MB" if memory_mb > 0 else "no address-space cap")
+    if libc is None:
+        record("not_dumpable", False, "libc not found, so prctl is unavailable")
+        record("no_new_privs", False, "libc not found, so prctl is unavailable")
+    else:
+        record("not_dumpable", True, "prctl(PR_SET_DUMPABLE, 0)")
+        record("no_new_privs", True, "prctl(PR_SET_NO_NEW_PRIVS, 1)")
+    if os.geteuid() == 0:
+        confinement.drop_to_uid = "unprivileged_user" not in disabled
+        record("unprivileged_user", True, "started as root: each child drops to a uid and gid of its own")
+    else:
+        record("unprivileged_user", True, f"the harness already runs unprivileged (uid {os.geteuid()})")
+    _prepare_network_namespace(libc, record, disabled)
+    if "landlock" not in disabled:
+        _prepare_landlock(confinement, record)
+    else:
+        record("landlock", False, "")
+    if "seccomp" not in disabled:
+        _prepare_seccomp(confinement, record)
+    else:
+        record("seccomp", False, "")
+    return confinement
+
+
+def _prepare_network_namespace(libc: Any, record: Any, disabled: frozenset[str]) -> None:
+    if "network_namespace" in disabled:
+        record("network_namespace", False, "")
+        return
+    if libc is None:
+        record("network_namespace", False, "libc not found")
+        return
+    uid, gid = os.geteuid(), os.getegid()
+    flags = _CLONE_NEWNET if uid == 0 else _CLONE_NEWNET | _CLONE_NEWUSER
+    if libc.unshare(flags) != 0:
+        code = ctypes.get_errno()
+        record("network_namespace", False, f"unshare failed: {os.strerror(code)} (user namespaces may be off)")
+        return
+    if uid != 0:
+        try:
+            with open("/proc/self/setgroups", "w") as handle:
+                handle.write("deny")
+            with open("/proc/self/uid_map", "w") as handle:
+                handle.write(f"{uid} {uid} 1")
+            with open("/proc/self/gid_map", "w") as handle:
+                handle.write(f"{gid} {gid} 1")
+        except OSError as exc:
+            record("network_namespace", True, f"a new network namespace (identity map failed: {exc})")
+            return
+    record("network_namespace", True, "a new, empty network namespace (no interface is up)")
+
+
+def _prepare_landlock(confinement: Confinement, record: Any) -> None:
+    try:
+        import landlock
+        from landlock.plumbing import FSAccess
+    except ImportError:
+        record("landlock", False, "the 'landlock' package is not installed")
+        return
+    try:
+        abi = landlock.landlock_abi_version()
+    except OSError as exc:
+        reason = getattr(exc, "reason", None) or str(exc)
+        record("landlock", False, f"the kernel does not offer it: {reason.splitlines()[-1]}")
+        return
+    try:
+        ruleset = landlock.Ruleset()
+        ruleset.allow(*readable_roots(), rules=FSAccess.READ_FILE | FSAccess.READ_DIR)
+    except OSError as exc:
+        record("landlock", False, f"creating the ruleset failed: {exc}")
+        return
+    # The ruleset object closes nothing on its own; keep its descriptor for the children.
+    confinement.landlock_ruleset_fd = ruleset._fd
+    os.set_inheritable(ruleset._fd, True)
+    record("landlock", True, f"ABI {abi}: read-only access to the standard library, nothing else")
+
+
+def _prepare_seccomp(confinement: Confinement, record: Any) -> None:
+    try:
+        import pyseccomp as seccomp
+    except (ImportError, RuntimeError) as exc:
+        record("seccomp", False, f"libseccomp or its bindings are missing: {exc}")
+        return
+    try:
+        syscall_filter = seccomp.SyscallFilter(defaction=seccomp.ERRNO(errno.EPERM))
+        for name in _ALLOWED_SYSCALLS:
+            _allow(seccomp, syscall_filter, name)
+        read_only = seccomp.Arg
+        _allow(seccomp, syscall_filter, "openat", read_only(2, seccomp.MASKED_EQ, _WRITE_FLAGS, 0))
+        _allow(seccomp, syscall_filter, "open", read_only(1, seccomp.MASKED_EQ, _WRITE_FLAGS, 0))
+        # Reading limits is fine; setting them (new_limit != NULL) is not.
+        _allow(seccomp, syscall_filter, "prlimit64", read_only(2, seccomp.EQ, 0))
+        # clone3's flags sit behind a pointer seccomp cannot read; ENOSYS makes libc fall back to clone (denied).
+        _deny(seccomp, syscall_filter, "clone3", errno.ENOSYS)
+    except (OSError, RuntimeError, ValueError) as exc:
+        record("seccomp", False, f"building the filter failed: {exc}")
+        return
+    confinement.seccomp_filter = syscall_filter
+    record("seccomp", True, f"allow-list of {len(_ALLOWED_SYSCALLS) + 3} system calls; everything else EPERM")
+
+
+def _allow(seccomp: Any, syscall_filter: Any, name: str, *args: Any) -> None:
+    try:
+        syscall_filter.add_rule(seccomp.ALLOW, name, *args)
+    except (OSError, RuntimeError, ValueError) as exc:
+        if name == "open" or name in {"stat", "lstat", "access", "time"}:
+            return  # not a system call on every architecture (aarch64 has only the *at forms)
+        raise RuntimeError(f"{name}: {exc}") from exc
+
+
+def _deny(seccomp: Any, syscall_filter: Any, name: str, code: int) -> None:
+    try:
+        syscall_filter.add_rule(seccomp.ERRNO(code), name)
+    except (OSError, RuntimeError, ValueError):
+        return
+
+
+__all__ = [
+    "DISABLE_VARIABLE",
+    "LAYERS",
+    "Confinement",
+    "ConfinementError",
+    "LayerStatus",
+    "disabled_layers",
+    "prepare",
+    "readable_roots",
+]

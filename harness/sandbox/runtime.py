@@ -1,0 +1,471 @@
+"""What runs inside a confined child: model-written environment code and check functions.
+
+A child is forked by the zygote (``harness.sandbox.zygote``) and confined before it reads anything. An environment
+child serves exactly one session: it builds the class from the initial state, runs that session's calls and exits
+when the session closes. A check child runs one batch of checks on states that arrived as JSON and exits; it never
+ran environment code. Frames are a 4-byte little-endian length and an orjson body, one request at a time.
+
+The restricted builtins and the deterministic shims below are for honest code (clear errors, reproducible
+states); the kernel confinement is the security boundary. Standard library and orjson only.
+"""
+
+from __future__ import annotations
+
+import builtins
+import copy
+import inspect
+import os
+import signal
+import sys
+import traceback
+from typing import Any
+
+import orjson
+
+from harness.sandbox.policy import ALLOWED_MODULES, REMOVED_BUILTINS, is_forbidden_attribute
+from harness.sandbox.shims import CONTEXT, SHIM_MODULES, Clock
+from harness.statediff import diff_values
+
+
+class CallTimeout(BaseException):
+    """Raised by the alarm when a call overruns. BaseException so `except Exception` cannot swallow it."""
+
+
+class BadResult(Exception):
+    pass
+
+
+# ------------------------------------------------------------------------------------------- restrictions
+
+
+def _guarded_import(name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0) -> Any:
+    top = name.split(".")[0]
+    if level or top not in ALLOWED_MODULES:
+        raise ImportError(f"import of {name!r} is not allowed in the sandbox")
+    if name in SHIM_MODULES:
+        return SHIM_MODULES[name]
+    return builtins.__import__(name, globals, locals, fromlist, level)
+
+
+def _guarded_getattr(obj: Any, name: str, *default: Any) -> Any:
+    if is_forbidden_attribute(name):
+        raise AttributeError(f"access to attribute {name!r} is not allowed in the sandbox")
+    return getattr(obj, name, *default)
+
+
+def _guarded_setattr(obj: Any, name: str, value: Any) -> None:
+    if is_forbidden_attribute(name):
+        raise AttributeError(f"setting attribute {name!r} is not allowed in the sandbox")
+    setattr(obj, name, value)
+
+
+def _guarded_delattr(obj: Any, name: str) -> None:
+    if is_forbidden_attribute(name):
+        raise AttributeError(f"deleting attribute {name!r} is not allowed in the sandbox")
+    delattr(obj, name)
+
+
+def _guarded_hasattr(obj: Any, name: str) -> bool:
+    if is_forbidden_attribute(name):
+        return False
+    return hasattr(obj, name)
+
+
+def _discard_print(*_args: Any, **_kwargs: Any) -> None:
+    return None
+
+
+def restricted_builtins() -> dict[str, Any]:
+    names = {k: v for k, v in vars(builtins).items() if k not in REMOVED_BUILTINS}
+    names.update(
+        __import__=_guarded_import,
+        getattr=_guarded_getattr,
+        setattr=_guarded_setattr,
+        delattr=_guarded_delattr,
+        hasattr=_guarded_hasattr,
+        print=_discard_print,
+    )
+    return names
+
+
+def _on_alarm(_signum: int, _frame: Any) -> None:
+    raise CallTimeout()
+
+
+# ------------------------------------------------------------------------------------------------ state
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, set | frozenset):
+        return sorted(value, key=repr)
+    if hasattr(value, "__dict__"):
+        return {k: v for k, v in vars(value).items() if not k.startswith("_")}
+    return str(value)
+
+
+def exceeds(value: Any, budget: int) -> bool:
+    """Whether a value's JSON would clearly exceed ``budget`` bytes (checked before serializing it: under a
+    memory cap, orjson crashes instead of raising when a huge buffer cannot be allocated)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str | bytes):
+            budget -= len(item)
+        elif isinstance(item, dict):
+            budget -= 2 * len(item)
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple | set | frozenset):
+            budget -= len(item)
+            stack.extend(item)
+        else:
+            budget -= 8
+        if budget < 0:
+            return True
+    return False
+
+
+def _strict_default(value: Any) -> Any:
+    if isinstance(value, set | frozenset):
+        return sorted(value, key=repr)
+    raise TypeError(f"values of type {type(value).__name__} are not JSON")
+
+
+_DUMP = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
+
+
+def dumps(value: Any) -> bytes:
+    return orjson.dumps(value, default=_json_default, option=_DUMP)
+
+
+def fresh_copy(value: Any) -> Any:
+    """A deep copy of a JSON value (what ``copy.deepcopy`` gives for one, several times faster)."""
+    try:
+        return orjson.loads(orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS))
+    except (TypeError, orjson.JSONEncodeError):
+        return copy.deepcopy(value)
+
+
+def snapshot(instance: Any) -> dict[str, bytes]:
+    """The instance's non-dunder attributes, each serialized on its own (the unit of change detection)."""
+    return {name: dumps(value) for name, value in vars(instance).items() if not name.startswith("__")}
+
+
+def encode_state(parts: dict[str, bytes]) -> bytes:
+    return b"{" + b",".join(orjson.dumps(name) + b":" + data for name, data in parts.items()) + b"}"
+
+
+def diff_snapshots(before: dict[str, bytes], after: dict[str, bytes]) -> list[dict[str, Any]]:
+    entries: list[dict[str, Any]] = []
+    for name in before.keys() | after.keys():
+        old, new = before.get(name), after.get(name)
+        if old == new:
+            continue
+        if old is None:
+            entries.append({"path": [name], "op": "add", "before": None, "after": orjson.loads(new or b"null")})
+        elif new is None:
+            entries.append({"path": [name], "op": "remove", "before": orjson.loads(old), "after": None})
+        else:
+            entries.extend(diff_values(orjson.loads(old), orjson.loads(new), [name]))
+    entries.sort(key=lambda e: [str(p) for p in e["path"]])
+    return entries
+
+
+# ------------------------------------------------------------------------------------------------ worker
+
+
+class Settings:
+    """Limits a child enforces on itself (the harness enforces its own on top: wall-clock kills, frame sizes)."""
+
+    def __init__(self, call_timeout: float, max_result_bytes: int, max_state_bytes: int):
+        self.call_timeout = call_timeout
+        self.max_result_bytes = max_result_bytes
+        self.max_state_bytes = max_state_bytes
+
+
+def _guarded(clock: Clock, timeout: float, fn: Any, *args: Any) -> Any:
+    """Run untrusted code under the session's clock and the call timer."""
+    CONTEXT.current = clock
+    signal.setitimer(signal.ITIMER_REAL, timeout)
+    try:
+        return fn(*args)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+def load_module(code: str, label: str) -> dict[str, Any]:
+    """Execute code as a fresh module with the restricted builtins; its namespace."""
+    module = type(sys)(label)
+    module.__dict__.update({"__builtins__": restricted_builtins(), "__name__": label})
+    sys.modules[label] = module  # dataclasses and typing look the module up by name
+    exec(compile(code, f"<{label}>", "exec"), module.__dict__)
+    return module.__dict__
+
+
+class EnvironmentSession:
+    """The one environment instance this child serves."""
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self.instance: Any = None
+        self.clock = Clock(0)
+        self.record_diffs = True
+        self.last: dict[str, bytes] = {}
+
+    def op_open(self, request: dict[str, Any]) -> dict[str, Any]:
+        self.clock = Clock(int(request.get("seed", 0)), float(request.get("epoch") or 0) or Clock(0).epoch)
+        self.record_diffs = bool(request.get("diffs", True))
+        init_config = request["state"]
+        class_name = request["class_name"]
+        timeout = self.settings.call_timeout
+
+        def instantiate() -> Any:
+            namespace = load_module(request["code"], "environment")
+            cls = namespace.get(class_name)
+            if not isinstance(cls, type):
+                raise LookupError(f"the code does not define a class named {class_name!r}")
+            # EnvScaler's runtime: constructor with a deep copy, fall back to no arguments, then setattr.
+            try:
+                instance = cls(fresh_copy(init_config))
+            except TypeError:
+                instance = cls()
+            for key, value in init_config.items():
+                setattr(instance, key, value)
+            return instance
+
+        try:
+            self.instance = _guarded(self.clock, timeout, instantiate)
+            self.last = snapshot(self.instance)
+        except CallTimeout:
+            return {"ok": False, "kind": "timeout", "error": f"loading the environment took more than {timeout:g} s"}
+        except MemoryError:
+            return {"ok": False, "kind": "resource_limit", "error": "loading the environment ran out of memory"}
+        except RecursionError:
+            return {"ok": False, "kind": "load_error", "error": "the code nests too deeply to compile or run"}
+        except BaseException as exc:
+            return {"ok": False, "kind": "load_error", "error": _describe(exc)}
+        return {"ok": True}
+
+    def op_call(self, request: dict[str, Any]) -> dict[str, Any]:
+        if self.instance is None:
+            return {"ok": False, "kind": "sandbox_error", "error": "the session is not open"}
+        name = request["name"]
+        method = getattr(self.instance, name, None)
+        if name.startswith("_") or not callable(method):
+            return {"ok": False, "kind": "unknown_tool", "error": f"no tool named {name!r}"}
+        settings = self.settings
+        self.clock.advance()
+        try:
+            result = _guarded(self.clock, settings.call_timeout, lambda: method(**request["args"]))
+            if exceeds(result, settings.max_result_bytes):
+                raise BadResult(f"the tool returned more than the limit of {settings.max_result_bytes:,} bytes")
+            payload = orjson.dumps(result, default=_strict_default, option=_DUMP)
+        except CallTimeout:
+            response: dict[str, Any] = {
+                "ok": False,
+                "kind": "timeout",
+                "error": f"the tool did not finish within {settings.call_timeout:g} s",
+            }
+        except MemoryError:
+            response = {"ok": False, "kind": "resource_limit", "error": "the tool ran out of memory"}
+        except RecursionError:
+            response = {"ok": False, "kind": "tool_exception", "error": "RecursionError: maximum recursion depth"}
+        except PermissionError as exc:
+            response = {"ok": False, "kind": "forbidden", "error": _describe(exc)}
+        except BadResult as exc:
+            response = {"ok": False, "kind": "bad_result", "error": str(exc)}
+        except orjson.JSONEncodeError as exc:
+            response = {"ok": False, "kind": "bad_result", "error": f"the tool returned a non-JSON value: {exc}"}
+        except Exception as exc:
+            response = {"ok": False, "kind": "tool_exception", "error": _describe(exc)}
+        else:
+            if len(payload) > settings.max_result_bytes:
+                response = {
+                    "ok": False,
+                    "kind": "bad_result",
+                    "error": f"the tool returned {len(payload):,} bytes; the limit is {settings.max_result_bytes:,}",
+                }
+            else:
+                response = {"ok": True, "result": orjson.Fragment(payload)}
+        try:
+            after = snapshot(self.instance)
+        except MemoryError:
+            return {"ok": False, "kind": "resource_limit", "error": "the state ran out of memory"}
+        except Exception as exc:
+            return {"ok": False, "kind": "bad_result", "error": f"the state is not JSON: {_describe(exc)}"}
+        if self.record_diffs and after != self.last:
+            response["diff"] = diff_snapshots(self.last, after)
+        self.last = after
+        state_size = sum(len(part) for part in after.values())
+        if state_size > settings.max_state_bytes:
+            response.update(
+                ok=False,
+                kind="resource_limit",
+                error=f"the state grew to {state_size:,} bytes; the limit is {settings.max_state_bytes:,}",
+            )
+            response.pop("result", None)
+        return response
+
+    def op_state(self) -> bytes | dict[str, Any]:
+        if self.instance is None:
+            return {"ok": False, "kind": "sandbox_error", "error": "the session is not open"}
+        return b'{"ok":true,"state":' + encode_state(self.last) + b"}"
+
+    def handle(self, request: dict[str, Any]) -> dict[str, Any] | bytes:
+        op = request.get("op")
+        if op == "call":
+            return self.op_call(request)
+        if op == "state":
+            return self.op_state()
+        if op == "open":
+            return self.op_open(request)
+        return {"ok": False, "kind": "sandbox_error", "error": f"unknown operation {op!r}"}
+
+
+def run_checks(request: dict[str, Any], settings: Settings) -> dict[str, Any]:
+    """Each check on fresh copies of (initial, final[, transcript]). Only an exact True passes."""
+    timeout = float(request.get("timeout", settings.call_timeout))
+    # Each check gets its own copy of the inputs (a check may mutate what it is given).
+    initial = orjson.dumps(request["initial"])
+    final = orjson.dumps(request["final"])
+    transcript = orjson.dumps(request.get("transcript") or [])
+    results = [
+        _run_check(check, initial, final, transcript, timeout, index) for index, check in enumerate(request["checks"])
+    ]
+    return {"ok": True, "results": results}
+
+
+def _run_check(
+    check: dict[str, Any], initial_json: bytes, final_json: bytes, transcript_json: bytes, timeout: float, index: int
+) -> dict[str, Any]:
+    clock = Clock(index)
+    initial, final = orjson.loads(initial_json), orjson.loads(final_json)
+    try:
+        namespace = _guarded(clock, timeout, load_module, check["source"], f"check_{index}")
+        function = namespace.get("check")
+        if callable(function):
+            if _takes_transcript(function):
+                value = _guarded(clock, timeout, function, initial, final, orjson.loads(transcript_json))
+            else:
+                value = _guarded(clock, timeout, function, initial, final)
+        else:
+            function = namespace.get("check_func")
+            if not callable(function):
+                return {"passed": False, "value": None, "error": "defines neither check() nor check_func()"}
+            namespace["initial_state"] = initial
+            value = _guarded(clock, timeout, function, final)
+    except CallTimeout:
+        return {"passed": False, "value": None, "error": f"the check did not finish within {timeout:g} s"}
+    except BaseException as exc:
+        return {"passed": False, "value": None, "error": _describe(exc)}
+    passed = value is True
+    return {"passed": passed, "value": None if passed else _short_repr(value), "error": None}
+
+
+def _takes_transcript(function: Any) -> bool:
+    """Whether ``check`` declares a third positional parameter (``check(initial, final, transcript)``)."""
+    try:
+        parameters = list(inspect.signature(function).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 3 or any(p.kind is p.VAR_POSITIONAL for p in parameters)
+
+
+def _describe(exc: BaseException) -> str:
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.startswith("<")]
+    where = f" (line {frames[-1].lineno} of {frames[-1].name})" if frames else ""
+    text = str(exc)
+    if len(text) > 500:
+        text = text[:500] + "…"
+    return f"{type(exc).__name__}: {text}{where}"
+
+
+def _short_repr(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 200 else text[:200] + "…"
+
+
+# ------------------------------------------------------------------------------------------------ I/O
+
+
+def _read_exact(fd: int, size: int) -> bytes | None:
+    chunks = []
+    while size:
+        chunk = os.read(fd, size)
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        size -= len(chunk)
+    return b"".join(chunks)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def _frame(data: bytes) -> bytes:
+    return len(data).to_bytes(4, "little") + data
+
+
+def _encode(response: dict[str, Any] | bytes) -> bytes:
+    try:
+        return response if isinstance(response, bytes) else orjson.dumps(response, default=_json_default)
+    except Exception as exc:
+        return orjson.dumps({"ok": False, "kind": "bad_result", "error": _describe(exc)})
+
+
+def _read_request(fd: int) -> dict[str, Any] | None:
+    header = _read_exact(fd, 4)
+    if header is None:
+        return None
+    body = _read_exact(fd, int.from_bytes(header, "little"))
+    if body is None:
+        return None
+    request: dict[str, Any] = orjson.loads(body)
+    return request
+
+
+def serve_session(fd: int, settings: Settings) -> None:
+    """Serve one environment session until the harness closes the channel."""
+    session = EnvironmentSession(settings)
+    while True:
+        request = _read_request(fd)
+        if request is None or request.get("op") == "close":
+            return
+        try:
+            response = session.handle(request)
+        except MemoryError:
+            response = {"ok": False, "kind": "resource_limit", "error": "the environment process ran out of memory"}
+        except BaseException as exc:
+            response = {"ok": False, "kind": "sandbox_error", "error": _describe(exc)}
+        _write_all(fd, _frame(_encode(response)))
+
+
+def serve_checks(fd: int, settings: Settings) -> None:
+    """Run one batch of checks and return."""
+    request = _read_request(fd)
+    if request is None:
+        return
+    try:
+        response: dict[str, Any] = run_checks(request, settings)
+    except MemoryError:
+        response = {"ok": False, "kind": "resource_limit", "error": "the check process ran out of memory"}
+    except BaseException as exc:
+        response = {"ok": False, "kind": "sandbox_error", "error": _describe(exc)}
+    _write_all(fd, _frame(_encode(response)))
+
+
+def prepare_interpreter() -> None:
+    """What every child needs ready before it forks: modules imported, the call timer's handler installed."""
+    import _strptime  # noqa: F401  (time.strptime imports it lazily; a confined child cannot always read it)
+    import importlib
+
+    for module in sorted(ALLOWED_MODULES - {"__future__"}):
+        importlib.import_module(module)
+    sys.dont_write_bytecode = True
+    sys.setrecursionlimit(3000)
+    signal.signal(signal.SIGALRM, _on_alarm)

@@ -1,0 +1,236 @@
+"""The zygote: a pre-warmed process that forks one confined child per environment session or check batch.
+
+Started by ``harness.sandbox.pool`` with no variable of the parent's environment, in a session of its own (so a
+Ctrl-C in the terminal reaches the harness, not the sandboxes). It imports everything a child needs, prepares the
+confinement layers, freezes the garbage collector's view of its heap (so children share those pages), checks
+the layers on a probe child, and then only forks: it never runs untrusted code.
+
+Control messages travel on a SOCK_SEQPACKET socket (fd 3), one orjson message per packet:
+
+- harness → zygote: ``{"op": "spawn", "id": N, "kind": "session"|"checks"}`` with the child's end of a fresh
+  socketpair attached (SCM_RIGHTS); ``{"op": "kill", "pid": P}``.
+- zygote → harness: ``{"op": "hello", "layers": [...]}`` once; ``{"op": "spawned", "id": N, "pid": P}`` or
+  ``{"op": "spawned", "id": N, "error": "..."}``; ``{"op": "exited", "pid": P, "status": S}`` for each child.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import select
+import signal
+import socket
+import sys
+from typing import Any
+
+import orjson
+
+from harness.sandbox import runtime
+from harness.sandbox.confine import Confinement, ConfinementError, disabled_layers, prepare
+
+_CONTROL_FD = 3
+_MAX_MESSAGE = 65536
+_MAX_FD = 4096
+
+
+def _child(channel: socket.socket, kind: str, slot: int, confinement: Confinement, settings: runtime.Settings) -> None:
+    """In the forked child: keep only the channel, confine, serve. Never returns."""
+    code = 0
+    try:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        fd = channel.detach()
+        devnull = os.open(os.devnull, os.O_RDWR)
+        for target in (0, 1, 2):
+            os.dup2(devnull, target)
+        # The probe reads the kernel's view of itself through a descriptor opened before confinement.
+        status_fd = os.open("/proc/self/status", os.O_RDONLY) if kind == "probe" else -1
+        keep = sorted({fd, status_fd, confinement.landlock_ruleset_fd or -1} - {-1})
+        start = 3
+        for kept in keep:
+            os.closerange(start, kept)
+            start = kept + 1
+        os.closerange(start, _MAX_FD)
+        confinement.apply(slot)
+        if kind == "session":
+            runtime.serve_session(fd, settings)
+        elif kind == "checks":
+            runtime.serve_checks(fd, settings)
+        elif kind == "probe":
+            _serve_probe(fd, status_fd)
+    except ConfinementError:
+        code = 70
+    except BaseException:
+        code = 71
+    os._exit(code)
+
+
+def _serve_probe(fd: int, status_fd: int) -> None:
+    """Report what the kernel says about this confined process, for the layer report."""
+    report: dict[str, Any] = {}
+    report["uid"] = os.getuid()
+    try:
+        os.open("/etc/hostname", os.O_RDONLY)
+        report["reads_outside"] = True
+    except OSError:
+        report["reads_outside"] = False
+    try:
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        probe.close()
+        report["sockets"] = True
+    except OSError:
+        report["sockets"] = False
+    try:
+        report["status"] = os.pread(status_fd, 65536, 0).decode()
+    except OSError:
+        report["status"] = None
+    data = orjson.dumps(report)
+    os.write(fd, len(data).to_bytes(4, "little") + data)
+
+
+class Zygote:
+    def __init__(self, control: socket.socket, confinement: Confinement, settings: runtime.Settings):
+        self.control = control
+        self.confinement = confinement
+        self.settings = settings
+        self.children: set[int] = set()
+        self.spawned = 0
+
+    def send(self, message: dict[str, Any]) -> None:
+        self.control.send(orjson.dumps(message))
+
+    def spawn(self, request: dict[str, Any], fds: list[int]) -> None:
+        if len(fds) != 1:
+            for fd in fds:
+                os.close(fd)
+            self.send({"op": "spawned", "id": request.get("id"), "error": "a spawn request carries one descriptor"})
+            return
+        channel = socket.socket(fileno=fds[0])
+        self.spawned += 1
+        kind = str(request.get("kind"))
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            channel.close()
+            self.send({"op": "spawned", "id": request.get("id"), "error": f"fork failed: {exc}"})
+            return
+        if pid == 0:
+            self.control.close()
+            _child(channel, kind, self.spawned, self.confinement, self.settings)
+        channel.close()
+        self.children.add(pid)
+        self.send({"op": "spawned", "id": request.get("id"), "pid": pid})
+
+    def reap(self) -> None:
+        while self.children:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            self.children.discard(pid)
+            self.send({"op": "exited", "pid": pid, "status": status})
+
+    def kill(self, pid: int) -> None:
+        if pid in self.children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+    def probe(self) -> dict[str, Any]:
+        """Fork one confined child that reports what the kernel enforces on it."""
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        pid = os.fork()
+        if pid == 0:
+            parent.close()
+            self.control.close()
+            _child(child, "probe", 0, self.confinement, self.settings)
+        child.close()
+        data = b""
+        with parent:
+            parent.settimeout(10)
+            while True:
+                chunk = parent.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+        _, status = os.waitpid(pid, 0)
+        if len(data) < 4:
+            return {"failed": f"the probe child exited with status {status} before reporting"}
+        report: dict[str, Any] = orjson.loads(data[4:])
+        return report
+
+    def serve(self) -> None:
+        wake_read, wake_write = os.pipe()
+        os.set_blocking(wake_write, False)
+        signal.set_wakeup_fd(wake_write)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        while True:
+            ready, _, _ = select.select([self.control.fileno(), wake_read], [], [])
+            if wake_read in ready:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(wake_read, 4096)
+                self.reap()
+            if self.control.fileno() in ready:
+                try:
+                    message, fds, _flags, _address = socket.recv_fds(self.control, _MAX_MESSAGE, 4)
+                except ConnectionError:
+                    message = b""
+                if not message:
+                    for pid in list(self.children):
+                        self.kill(pid)
+                    return
+                request = orjson.loads(message)
+                if request.get("op") == "spawn":
+                    self.spawn(request, fds)
+                elif request.get("op") == "kill":
+                    self.kill(int(request.get("pid", 0)))
+                self.reap()
+
+
+def _layer_report(confinement: Confinement, probe: dict[str, Any]) -> list[dict[str, Any]]:
+    """Prepared layers, corrected by what the probe child observed."""
+    status_text = probe.get("status") or ""
+    fields = dict(line.split(":", 1) for line in status_text.splitlines() if ":" in line)
+    observed = {
+        "seccomp": fields.get("Seccomp", "").strip() == "2" and probe.get("sockets") is False,
+        "no_new_privs": fields.get("NoNewPrivs", "").strip() == "1",
+        "landlock": probe.get("reads_outside") is False,
+        "unprivileged_user": probe.get("uid", 0) != 0,
+    }
+    layers = []
+    for status in confinement.report():
+        active, detail = status.active, status.detail
+        if active and status.name in observed and not observed[status.name]:
+            active, detail = False, f"prepared but not in force on a probe child ({detail})"
+        layers.append({"name": status.name, "active": active, "detail": detail})
+    if "failed" in probe:
+        layers.append({"name": "probe", "active": False, "detail": probe["failed"]})
+    return layers
+
+
+def main() -> None:
+    options = orjson.loads(sys.argv[1])
+    settings = runtime.Settings(
+        float(options["call_timeout"]), int(options["max_result_bytes"]), int(options["max_state_bytes"])
+    )
+    control = socket.socket(fileno=_CONTROL_FD)
+    import ctypes
+
+    libc = ctypes.CDLL(None)
+    libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG: die with the harness
+    if os.getppid() == 1:
+        return
+    runtime.prepare_interpreter()
+    confinement = prepare(int(options["memory_mb"]), disabled_layers(options.get("disabled_env", {})))
+    zygote = Zygote(control, confinement, settings)
+    report = _layer_report(confinement, zygote.probe())
+    gc.collect()
+    gc.freeze()
+    zygote.send({"op": "hello", "pid": os.getpid(), "layers": report})
+    zygote.serve()
+
+
+if __name__ == "__main__":
+    main()
