@@ -48,8 +48,11 @@ def _configure(
 def validate(
     path: Annotated[str, typer.Argument(help="A folder of environments and scenarios, or a Hub dataset id.")] = "",
     json_output: Annotated[bool, typer.Option("--json", help="Print a JSON report instead of a table.")] = False,
-    workers: Annotated[int, typer.Option(help="Sandbox worker processes (default: one per core).")] = 0,
+    workers: Annotated[int, typer.Option(help="Sandbox zygotes (fork servers; default 1).")] = 0,
     show_all: Annotated[bool, typer.Option("--all", help="List valid records too.")] = False,
+    allow_weak_sandbox: Annotated[
+        bool, typer.Option(help="Run Hub code even when a confinement layer is missing (see `harness doctor`).")
+    ] = False,
 ) -> None:
     """Check that environments load and that scenarios are sound (solvable, not solved at reset)."""
     from harness.library import load_library
@@ -59,12 +62,19 @@ def validate(
     library = load_library(path or None)
 
     async def run() -> object:
-        async with SandboxPool(workers=workers or None) as pool:
+        async with SandboxPool(
+            workers=workers or None, require_full_confinement=library.from_hub and not allow_weak_sandbox
+        ) as pool:
             return await validate_library(library, pool)
 
+    from harness.sandbox import SandboxError
     from harness.validate import ValidationReport
 
-    report = asyncio.run(run())
+    try:
+        report = asyncio.run(run())
+    except SandboxError as exc:
+        err_console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from None
     assert isinstance(report, ValidationReport)
     if json_output:
         payload = {
@@ -141,11 +151,14 @@ def run(
     out: Annotated[Path | None, typer.Option(help="Run folder (default runs/<time>-<model>).")] = None,
     resume: Annotated[bool, typer.Option(help="Continue the run in --out; only missing episodes run.")] = False,
     retry_errors: Annotated[bool, typer.Option(help="With --resume, also re-run infrastructure errors.")] = False,
-    workers: Annotated[int | None, typer.Option(help="Sandbox worker processes (default one per core).")] = None,
+    workers: Annotated[int | None, typer.Option(help="Sandbox zygotes (fork servers; default 1).")] = None,
     cache_dir: Annotated[Path | None, typer.Option(help="Cache model responses in this folder.")] = None,
     mcp: Annotated[
         str | None, typer.Option(help="Use the environment served over MCP at this URL, or by this stdio command.")
     ] = None,
+    allow_weak_sandbox: Annotated[
+        bool, typer.Option(help="Run Hub code even when a confinement layer is missing (see `harness doctor`).")
+    ] = False,
 ) -> None:
     """Run an agent on scenarios, score the final states, and print a summary per environment and mode.
 
@@ -187,6 +200,7 @@ def run(
         workers=workers,
         cache_dir=cache_dir,
         mcp=mcp,
+        allow_weak_sandbox=allow_weak_sandbox,
     )
     from harness.cli_progress import print_summary
 
@@ -199,6 +213,7 @@ def _run_with_progress(config: RunConfig) -> RunOutcome:
     from harness.cli_progress import ProgressView
     from harness.runner import RunRefused
     from harness.runner import run as run_episodes
+    from harness.sandbox import WeakSandbox
 
     view = ProgressView(console)
     try:
@@ -206,9 +221,19 @@ def _run_with_progress(config: RunConfig) -> RunOutcome:
             return asyncio.run(
                 run_episodes(config, agent_factory=agent_factory, user_factory=user_factory, on_progress=view.update)
             )
-    except RunRefused as exc:
+    except (RunRefused, WeakSandbox) as exc:
         err_console.print(f"[red]{exc}[/red]")
         raise typer.Exit(2) from None
+
+
+@app.command()
+def doctor(
+    json_output: Annotated[bool, typer.Option("--json", help="Print the layers as JSON.")] = False,
+) -> None:
+    """Show which sandbox confinement layers are active on this machine, and why any is missing."""
+    from harness.cli_doctor import doctor as run_doctor
+
+    raise typer.Exit(run_doctor(console, json_output=json_output))
 
 
 @app.command()

@@ -28,6 +28,8 @@ class Library:
     scenarios: list[Scenario]
     source: DatasetRef
     problems: list[str] = field(default_factory=list)
+    from_hub: bool = False
+    """Downloaded from the Hub (a stranger's code): runs only under a full jail unless the user allows less."""
 
     def scenarios_for(self, environment_id: str) -> list[Scenario]:
         return [s for s in self.scenarios if s.environment_id == environment_id]
@@ -100,7 +102,7 @@ def load_library(source: str | Path | None = None) -> Library:
         from harness.hub import load_library_from_hub
 
         environments, scenarios, ref = load_library_from_hub(text)
-        return Library({e.id: e for e in environments}, scenarios, ref)
+        return Library({e.id: e for e in environments}, scenarios, ref, from_hub=True)
     raise LibraryError(f"{text!r} is neither a folder nor a Hub dataset id (org/name[@revision])")
 
 

@@ -82,7 +82,10 @@ class RunConfig(BaseModel):
     out: Path | None = Field(default=None, description="Run folder; default runs/<time>-<model>.")
     resume: bool = False
     retry_errors: bool = False
-    workers: int | None = Field(default=None, description="Sandbox worker processes; default one per core.")
+    workers: int | None = Field(default=None, description="Sandbox zygotes that fork the sandbox processes; default 1.")
+    allow_weak_sandbox: bool = Field(
+        default=False, description="Run Hub code even when a confinement layer is missing on this machine."
+    )
     cache_dir: Path | None = Field(default=None, description="Opt-in on-disk model response cache.")
     mcp: str | None = Field(
         default=None, description="Evaluate through an MCP server instead: a URL, or a command that serves on stdio."
@@ -369,7 +372,11 @@ async def run(
                 on_progress(progress)
 
     try:
-        async with SandboxPool(workers=config.workers, limits=sandbox_limits) as pool:
+        async with SandboxPool(
+            workers=config.workers,
+            limits=sandbox_limits,
+            require_full_confinement=library.from_hub and not config.allow_weak_sandbox,
+        ) as pool:
             workers = [asyncio.create_task(episode_worker(pool)) for _ in range(min(in_flight, len(todo)))]
             reporter = asyncio.create_task(_report_usage(progress, client, on_progress))
             try:

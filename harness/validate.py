@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -78,24 +79,51 @@ async def validate_environment(
     return report
 
 
+@dataclass
+class Replay:
+    """What replaying actions in a fresh sandbox process gave."""
+
+    final_state: dict[str, Any]
+    changed: list[bool]
+    errors: list[str]
+    results: list[Any]
+
+
 async def _replay(
     pool: SandboxPool, environment: Environment, scenario: Scenario, actions: list[ReferenceAction]
-) -> tuple[dict[str, Any], list[bool], list[str]]:
-    """Final state, whether each call changed the state, and error observations."""
+) -> Replay:
+    """Final state, whether each call changed the state, error observations and every call's result."""
     session = await pool.open_session(environment, scenario.initial_state, record_diffs=True)
-    changed: list[bool] = []
-    errors: list[str] = []
+    replay = Replay({}, [], [], [])
     try:
         for number, action in enumerate(actions, start=1):
             observation, diff = await session.call(
                 ToolCall(id=f"ref_{number}", name=action.name, arguments=action.arguments)
             )
-            changed.append(bool(diff))
+            replay.changed.append(bool(diff))
+            replay.results.append([observation.kind.value, observation.content, observation.error])
             if not observation.ok:
-                errors.append(f"reference call {number} ({action.name}): {observation.error}")
-        return await session.state(), changed, errors
+                replay.errors.append(f"reference call {number} ({action.name}): {observation.error}")
+        replay.final_state = await session.state()
+        return replay
     finally:
         await session.close()
+
+
+def _first_difference(first: Any, second: Any, path: str = "") -> str:
+    """Where two JSON values first differ, as a path (``$`` for the root)."""
+    if isinstance(first, dict) and isinstance(second, dict):
+        for key in sorted(first.keys() | second.keys(), key=str):
+            if first.get(key, _MISSING) != second.get(key, _MISSING):
+                return _first_difference(first.get(key), second.get(key), f"{path}.{key}")
+    elif isinstance(first, list) and isinstance(second, list) and len(first) == len(second):
+        for index, (a, b) in enumerate(zip(first, second, strict=True)):
+            if a != b:
+                return _first_difference(a, b, f"{path}[{index}]")
+    return path or "$"
+
+
+_MISSING = object()
 
 
 async def validate_scenario(pool: SandboxPool, scenario: Scenario, environment: Environment | None) -> RecordReport:
@@ -123,7 +151,20 @@ async def validate_scenario(pool: SandboxPool, scenario: Scenario, environment: 
     if not scenario.reference_actions:
         report.warnings.append("no reference actions: solvability not proven")
         return report
-    final, changed, errors = await _replay(pool, environment, scenario, scenario.reference_actions)
+    replay = await _replay(pool, environment, scenario, scenario.reference_actions)
+    # Determinism is verified, not assumed: a second replay in another fresh process must agree exactly.
+    again = await _replay(pool, environment, scenario, scenario.reference_actions)
+    if again.final_state != replay.final_state:
+        where = _first_difference(replay.final_state, again.final_state)
+        report.problems.append(
+            f"nondeterministic: two replays of the reference actions in fresh processes end in different states "
+            f"(first difference at {where}); the environment reads a clock or randomness the sandbox does not seed"
+        )
+    elif again.results != replay.results:
+        report.problems.append(
+            "nondeterministic: two replays of the reference actions in fresh processes return different results"
+        )
+    final, changed, errors = replay.final_state, replay.changed, replay.errors
     results = await pool.run_checks(scenario.checks, scenario.initial_state, final)
     reward = reward_from_results(_with_reset(results, at_reset))
     report.details["reference_state_reward"] = reward.state_reward
@@ -133,7 +174,7 @@ async def validate_scenario(pool: SandboxPool, scenario: Scenario, environment: 
         report.problems.append(f"reference actions do not reach success; failing checks: {', '.join(failed)}")
     read_only = [a for a, did_change in zip(scenario.reference_actions, changed, strict=True) if not did_change]
     if read_only and len(read_only) < len(scenario.reference_actions):
-        final_read_only, _, _ = await _replay(pool, environment, scenario, read_only)
+        final_read_only = (await _replay(pool, environment, scenario, read_only)).final_state
         read_only_results = await pool.run_checks(scenario.checks, scenario.initial_state, final_read_only)
         if all(r.passed for r in read_only_results):
             report.problems.append("the reference's read-only calls alone reach success")

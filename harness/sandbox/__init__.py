@@ -1,7 +1,7 @@
-"""The sandboxed environment runtime: model-written code runs only in worker processes.
+"""The jail: model-written environment and check code runs only in kernel-confined child processes.
 
-Names are loaded lazily so that the worker process (``python -m harness.sandbox.worker``) imports only the
-standard library and orjson.
+Names are loaded lazily so that the zygote (``harness.sandbox.zygote``) imports only the standard library, orjson
+and the confinement bindings. See ``docs/sandbox.md`` for the threat model.
 """
 
 from __future__ import annotations
@@ -24,6 +24,9 @@ if TYPE_CHECKING:
     from harness.sandbox.pool import (
         SandboxPool as SandboxPool,
     )
+    from harness.sandbox.pool import (
+        WeakSandbox as WeakSandbox,
+    )
     from harness.sandbox.static import StaticCheckError as StaticCheckError
     from harness.sandbox.static import check_code as check_code
     from harness.sandbox.static import find_problems as find_problems
@@ -34,6 +37,7 @@ _EXPORTS = {
     "SandboxError": "harness.sandbox.pool",
     "SandboxLimits": "harness.sandbox.pool",
     "SandboxPool": "harness.sandbox.pool",
+    "WeakSandbox": "harness.sandbox.pool",
     "StaticCheckError": "harness.sandbox.static",
     "check_code": "harness.sandbox.static",
     "find_problems": "harness.sandbox.static",

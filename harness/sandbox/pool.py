@@ -92,6 +92,9 @@ class EnvSession:
         while True:
             if self._child is not None and self._child.alive:
                 return self._child
+            if self._child is not None and self._child.kind == "forbidden":
+                # A process that forged or corrupted frames is hostile: replaying it would only repeat that.
+                raise SandboxError(f"the session was ended: {self._child.reason}")
             if self._starts:
                 self._recoveries += 1
                 if self._recoveries > self.pool.limits.max_recoveries:
