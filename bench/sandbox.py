@@ -1,22 +1,24 @@
-"""Sandbox overhead: tool-call latency and throughput through the worker pool, and state snapshot cost.
+"""Jail overhead: opening a session, one tool call, throughput, memory per open session, checks, snapshots.
 
-    python bench/sandbox.py [--calls 5000] [--sessions 64]
+    python bench/sandbox.py [--calls 5000] [--sessions 64] [--open 256]
 
-Prints p50/p99 latency of one call through the sandbox against the same call made in-process, calls per second
-across the pool with many sessions in flight, and the cost of a call and of a state read as state grows.
+Prints p50/p99 latency of opening a session (fork from the zygote + confinement + loading the class) and of one
+call through the jail against the same call made in-process, calls per second with many sessions in flight,
+the private memory (USS) and proportional share (PSS) per open session with ``--open`` sessions open (read from
+/proc/<pid>/smaps_rollup), the latency of one check run (a fresh confined process), and the cost of a call and
+of a state read as state grows.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
 import time
 from typing import Any
 
 from harness.sandbox import SandboxLimits, SandboxPool
-from harness.schema import Environment, ToolCall
+from harness.schema import Check, Environment, ToolCall
 from harness.toolspec import derive_tools
 
 CODE = '''
@@ -104,6 +106,53 @@ async def pool_throughput(pool: SandboxPool, sessions: int, calls_per_session: i
     return sessions * calls_per_session / elapsed
 
 
+async def open_latencies(pool: SandboxPool, count: int) -> list[float]:
+    samples = []
+    for index in range(count):
+        start = time.perf_counter()
+        session = await pool.open_session(environment(), state_of_size(1000), seed=index)
+        samples.append(time.perf_counter() - start)
+        await session.close()
+    return samples
+
+
+def _memory_of(pid: int) -> tuple[int, int]:
+    """(USS, PSS) of a process in bytes."""
+    fields: dict[str, int] = {}
+    with open(f"/proc/{pid}/smaps_rollup") as handle:
+        for line in handle:
+            parts = line.split()
+            if len(parts) >= 2 and parts[1].isdigit():
+                fields[parts[0].rstrip(":")] = int(parts[1]) * 1024
+    return fields.get("Private_Clean", 0) + fields.get("Private_Dirty", 0), fields.get("Pss", 0)
+
+
+async def memory_per_session(pool: SandboxPool, count: int) -> tuple[float, float]:
+    """Mean USS and PSS of ``count`` open sessions (each has made one call)."""
+    sessions = [await pool.open_session(environment(), state_of_size(1000), seed=i) for i in range(count)]
+    call = ToolCall(id="c", name="touch", arguments={"item_id": "I-1"})
+    await asyncio.gather(*(session.call(call) for session in sessions))
+    pids = [session._child.pid for session in sessions if session._child is not None]
+    measured = [_memory_of(pid) for pid in pids]
+    for session in sessions:
+        await session.close()
+    return statistics.mean(m[0] for m in measured), statistics.mean(m[1] for m in measured)
+
+
+async def check_latencies(pool: SandboxPool, count: int) -> list[float]:
+    checks = [
+        Check(id=f"c{i}", description="", source=f"def check(initial, final):\n    return final['hits'] >= {i}\n")
+        for i in range(10)
+    ]
+    state = state_of_size(1000)
+    samples = []
+    for _ in range(count):
+        start = time.perf_counter()
+        await pool.run_checks(checks, state, state)
+        samples.append(time.perf_counter() - start)
+    return samples
+
+
 async def snapshot_costs(pool: SandboxPool) -> list[tuple[str, float, float, float]]:
     rows = []
     for label, size in (("1 KB", 1_000), ("100 KB", 100_000), ("10 MB", 10_000_000)):
@@ -130,14 +179,20 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--calls", type=int, default=5000)
     parser.add_argument("--sessions", type=int, default=64)
+    parser.add_argument("--open", type=int, default=256, help="Sessions held open for the memory figure.")
+    parser.add_argument("--workers", type=int, default=1, help="Zygotes.")
     args = parser.parse_args()
-    workers = os.cpu_count() or 1
     direct = direct_latencies(args.calls)
-    async with SandboxPool(workers=workers, limits=SandboxLimits(max_state_bytes=200_000_000)) as pool:
+    async with SandboxPool(workers=args.workers, limits=SandboxLimits(max_state_bytes=200_000_000)) as pool:
+        active = [layer["name"] for layer in pool.layers if layer["active"]]
+        opens = await open_latencies(pool, 200)
         sandboxed = await sandbox_latencies(pool, args.calls)
         throughput = await pool_throughput(pool, args.sessions, max(1, args.calls // args.sessions) * 4)
+        uss, pss = await memory_per_session(pool, args.open)
+        checks = await check_latencies(pool, 100)
         snapshots = await snapshot_costs(pool)
-    print(f"workers: {workers}")
+    print(f"zygotes: {args.workers}; layers active: {', '.join(active)}")
+    print(f"open session:  p50 {percentile(opens, 0.5) * 1e3:.3f} ms   p99 {percentile(opens, 0.99) * 1e3:.3f} ms")
     print(f"direct call:   p50 {percentile(direct, 0.5) * 1e3:.4f} ms   p99 {percentile(direct, 0.99) * 1e3:.4f} ms")
     print(
         f"sandbox call:  p50 {percentile(sandboxed, 0.5) * 1e3:.4f} ms   p99 {percentile(sandboxed, 0.99) * 1e3:.4f} ms"
@@ -145,7 +200,12 @@ async def main() -> None:
     overhead = percentile(sandboxed, 0.5) - percentile(direct, 0.5)
     print(f"p50 overhead per call: {overhead * 1e3:.4f} ms")
     print(f"one session, sequential: {1 / statistics.mean(sandboxed):,.0f} calls/s")
-    print(f"{args.sessions} sessions in flight across the pool: {throughput:,.0f} calls/s")
+    print(f"{args.sessions} sessions in flight: {throughput:,.0f} calls/s")
+    print(f"memory per open session ({args.open} open): USS {uss / 1e6:.2f} MB   PSS {pss / 1e6:.2f} MB")
+    print(
+        f"10 checks in a fresh process: p50 {percentile(checks, 0.5) * 1e3:.3f} ms   "
+        f"p99 {percentile(checks, 0.99) * 1e3:.3f} ms"
+    )
     print("state size   read call (ms)   state-changing call (ms)   state read (ms)")
     for label, read, write, state in snapshots:
         print(f"{label:>10}   {read * 1e3:14.3f}   {write * 1e3:24.3f}   {state * 1e3:15.3f}")

@@ -48,6 +48,8 @@ DISABLE_VARIABLE = "HARNESS_SANDBOX_DISABLE"
 _PR_SET_PDEATHSIG = 1
 _PR_SET_DUMPABLE = 4
 _PR_SET_NO_NEW_PRIVS = 38
+_PR_SET_SECCOMP = 22
+_SECCOMP_MODE_FILTER = 2
 _CLONE_NEWUSER = 0x10000000
 _CLONE_NEWNET = 0x40000000
 _UID_BASE = 1_500_000_000
@@ -92,9 +94,11 @@ class Confinement:
     disabled: frozenset[str]
     statuses: dict[str, LayerStatus] = field(default_factory=dict)
     landlock_ruleset_fd: int | None = None
-    seccomp_filter: Any = None
+    seccomp_program: Any = None
+    """libseccomp's compiled filter as a ``struct sock_fprog``, built once so each child only installs it."""
     drop_to_uid: bool = False
     _libc: Any = None
+    _restrict_self: Any = None
 
     def report(self) -> list[LayerStatus]:
         return [self.statuses[name] for name in LAYERS if name in self.statuses]
@@ -126,19 +130,18 @@ class Confinement:
         ):
             raise ConfinementError("could not set no_new_privs")
         if self.landlock_ruleset_fd is not None:
-            from landlock.plumbing import get_restrict_self
-
             try:
-                get_restrict_self()(self.landlock_ruleset_fd, 0)
+                self._restrict_self(self.landlock_ruleset_fd, 0)
             except OSError as exc:
                 raise ConfinementError(f"could not apply Landlock: {exc}") from exc
             os.close(self.landlock_ruleset_fd)
-        if self.seccomp_filter is not None:
-            try:
-                self.seccomp_filter.load()
-            except OSError as exc:
-                raise ConfinementError(f"could not load the seccomp filter: {exc}") from exc
+        if self.seccomp_program is not None and not _install_seccomp(libc, self.seccomp_program):
+            raise ConfinementError("could not install the seccomp filter")
         os.environ.clear()
+
+
+def _install_seccomp(libc: Any, program: Any) -> bool:
+    return libc is not None and libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(program), 0, 0) == 0
 
 
 def _set_limits(memory_mb: int) -> None:
@@ -234,7 +237,7 @@ def _prepare_network_namespace(libc: Any, record: Any, disabled: frozenset[str])
 def _prepare_landlock(confinement: Confinement, record: Any) -> None:
     try:
         import landlock
-        from landlock.plumbing import FSAccess
+        from landlock.plumbing import FSAccess, get_restrict_self
     except ImportError:
         record("landlock", False, "the 'landlock' package is not installed")
         return
@@ -252,6 +255,7 @@ def _prepare_landlock(confinement: Confinement, record: Any) -> None:
         return
     # The ruleset object closes nothing on its own; keep its descriptor for the children.
     confinement.landlock_ruleset_fd = ruleset._fd
+    confinement._restrict_self = get_restrict_self()
     os.set_inheritable(ruleset._fd, True)
     record("landlock", True, f"ABI {abi}: read-only access to the standard library, nothing else")
 
@@ -273,11 +277,35 @@ def _prepare_seccomp(confinement: Confinement, record: Any) -> None:
         _allow(seccomp, syscall_filter, "prlimit64", read_only(2, seccomp.EQ, 0))
         # clone3's flags sit behind a pointer seccomp cannot read; ENOSYS makes libc fall back to clone (denied).
         _deny(seccomp, syscall_filter, "clone3", errno.ENOSYS)
+        program = _compiled_program(syscall_filter)
     except (OSError, RuntimeError, ValueError) as exc:
         record("seccomp", False, f"building the filter failed: {exc}")
         return
-    confinement.seccomp_filter = syscall_filter
+    confinement.seccomp_program = program
     record("seccomp", True, f"allow-list of {len(_ALLOWED_SYSCALLS) + 3} system calls; everything else EPERM")
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def _compiled_program(syscall_filter: Any) -> _SockFprog:
+    """The BPF program libseccomp generates for the filter, ready for prctl(PR_SET_SECCOMP)."""
+    read_end, write_end = os.pipe()
+    try:
+        with os.fdopen(write_end, "wb", closefd=True) as sink:
+            syscall_filter.export_bpf(sink)
+        code = b""
+        while chunk := os.read(read_end, 65536):
+            code += chunk
+    finally:
+        os.close(read_end)
+    if not code or len(code) % 8:
+        raise RuntimeError(f"libseccomp exported {len(code)} bytes of BPF")
+    buffer = ctypes.create_string_buffer(code, len(code))
+    program = _SockFprog(len(code) // 8, ctypes.addressof(buffer))
+    program._buffer = buffer  # type: ignore[attr-defined]  # keep the instructions alive with the program
+    return program
 
 
 def _allow(seccomp: Any, syscall_filter: Any, name: str, *args: Any) -> None:
