@@ -304,7 +304,7 @@ def _compiled_program(syscall_filter: Any) -> _SockFprog:
         raise RuntimeError(f"libseccomp exported {len(code)} bytes of BPF")
     buffer = ctypes.create_string_buffer(code, len(code))
     program = _SockFprog(len(code) // 8, ctypes.addressof(buffer))
-    program._buffer = buffer  # type: ignore[attr-defined]  # keep the instructions alive with the program
+    program._buffer = buffer  # keep the instructions alive as long as the program
     return program
 
 
