@@ -46,7 +46,7 @@ def serve(
     idle_timeout: Annotated[
         float, typer.Option(help="Seconds before an unused session's environment instance is evicted; 0: never.")
     ] = 600.0,
-    workers: Annotated[int | None, typer.Option(help="Sandbox worker processes (default one per core).")] = None,
+    workers: Annotated[int | None, typer.Option(help="Sandbox zygotes (fork servers; default 1).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the instances' frozen clock and random generators.")] = 0,
 ) -> None:
     """Serve an environment over MCP: its tools, with one sandboxed instance per MCP session.

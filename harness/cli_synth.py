@@ -44,7 +44,7 @@ def envs_command(
     ] = None,
     price_model: Annotated[str, typer.Option(help="Price table row for the dollar figures.")] = "gpt-4.1",
     temperature: Annotated[float, typer.Option(help="Sampling temperature of every role.")] = 0.0,
-    workers: Annotated[int, typer.Option(help="Sandbox worker processes (default: one per core).")] = 0,
+    workers: Annotated[int, typer.Option(help="Sandbox zygotes (fork servers; default 1).")] = 0,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not cache model answers under OUT.")] = False,
 ) -> None:
     """Build environments from a task set: discover, plan, model, assess and repair, validate."""

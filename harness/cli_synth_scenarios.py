@@ -89,7 +89,7 @@ def register(synth_app: typer.Typer) -> None:
         tpm: Annotated[int | None, typer.Option(help="Model tokens per minute.")] = None,
         temperature: Annotated[float | None, typer.Option(help="Sampling temperature.")] = None,
         price_model: Annotated[str, typer.Option(help="Price table row for the dollar figures.")] = "gpt-4.1",
-        workers: Annotated[int, typer.Option(help="Sandbox worker processes (default: one per core).")] = 0,
+        workers: Annotated[int, typer.Option(help="Sandbox zygotes (fork servers; default 1).")] = 0,
         no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not cache model answers under OUT.")] = False,
     ) -> None:
         """Initial states, tasks, user profiles and check functions for each environment, gated."""
@@ -202,7 +202,7 @@ def register(synth_app: typer.Typer) -> None:
         tpm: Annotated[int | None, typer.Option(help="Model tokens per minute.")] = None,
         temperature: Annotated[float | None, typer.Option(help="Sampling temperature.")] = None,
         price_model: Annotated[str, typer.Option(help="Price table row for the dollar figures.")] = "gpt-4.1",
-        workers: Annotated[int, typer.Option(help="Sandbox worker processes (default: one per core).")] = 0,
+        workers: Annotated[int, typer.Option(help="Sandbox zygotes (fork servers; default 1).")] = 0,
         no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not cache model answers under OUT.")] = False,
     ) -> None:
         """Sample tool chains on the graph, execute them, and turn them into multi-turn natural requests."""

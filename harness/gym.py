@@ -10,7 +10,7 @@
             break
     result.reward, result.info["trajectory"]              # composite reward and the full record
 
-The methods are coroutines because environment code runs in sandbox worker processes.
+The methods are coroutines because environment code runs in sandboxed processes.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The async runner: many episodes in flight, throttled model traffic, resumable results, an honest summary.
 
 Episodes are asyncio tasks bounded by ``concurrency``; model calls are bounded by the per-endpoint limits of
-``harness.llm``; environment code runs in the sandbox's worker processes. Results are appended to
+``harness.llm``; environment code runs in the sandbox's confined processes. Results are appended to
 ``results.jsonl`` as episodes finish; ``--resume`` runs only the episodes that have no result yet.
 """
 
