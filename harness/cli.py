@@ -260,6 +260,9 @@ def sft(
     temperature: Annotated[float | None, typer.Option(help="Teacher sampling temperature.")] = 0.7,
     seed: Annotated[int, typer.Option(help="Base seed.")] = 0,
     cache_dir: Annotated[Path | None, typer.Option(help="Cache model responses in this folder.")] = None,
+    allow_weak_sandbox: Annotated[
+        bool, typer.Option(help="Run Hub code even when a confinement layer is missing (see `harness doctor`).")
+    ] = False,
 ) -> None:
     """Roll out a teacher (resumable), keep the episodes that reach the bar, export SFT datasets."""
     from harness.metrics import read_results
@@ -288,6 +291,7 @@ def sft(
         resume=(rollouts / "manifest.json").exists(),
         retry_errors=True,
         cache_dir=cache_dir,
+        allow_weak_sandbox=allow_weak_sandbox,
     )
     outcome = _run_with_progress(config)
     trajectories = read_results(outcome.run_dir / "results.jsonl")

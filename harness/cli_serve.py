@@ -48,6 +48,9 @@ def serve(
     ] = 600.0,
     workers: Annotated[int | None, typer.Option(help="Sandbox zygotes (fork servers; default 1).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the instances' frozen clock and random generators.")] = 0,
+    allow_weak_sandbox: Annotated[
+        bool, typer.Option(help="Serve Hub code even when a confinement layer is missing (see `harness doctor`).")
+    ] = False,
 ) -> None:
     """Serve an environment over MCP: its tools, with one sandboxed instance per MCP session.
 
@@ -75,18 +78,24 @@ def serve(
         initial_state = scenarios[0].initial_state
 
     from harness.mcp.server import EnvironmentServer
+    from harness.sandbox import SandboxPool, WeakSandbox
 
+    pool = SandboxPool(workers=workers, require_full_confinement=library.from_hub and not allow_weak_sandbox)
     server = EnvironmentServer(
         environment,
         initial_state=initial_state,
         scenarios=scenarios,
-        workers=workers,
+        pool=pool,
         idle_timeout_s=idle_timeout or None,
         seed=seed,
     )
 
     async def run() -> None:
-        async with server:
+        try:
+            await pool.start()
+        except WeakSandbox as exc:
+            raise _fail(str(exc)) from None
+        async with pool, server:
             if transport is Transport.STDIO:
                 await server.serve_stdio()
             else:
