@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import itertools
 import logging
 import os
+from collections import OrderedDict
 from collections.abc import Iterable
 from types import TracebackType
 from typing import Any
@@ -61,6 +63,7 @@ class WeakSandbox(SandboxError):
 
 
 _OBSERVATION_KINDS = {kind.value: kind for kind in ObservationKind}
+_BYTECODE_CACHE_SIZE = 512
 
 
 class EnvSession:
@@ -116,10 +119,12 @@ class EnvSession:
 
     async def _replay(self, child: Child) -> None:
         budget = self.pool._budget(self.pool.limits.call_timeout_s)
+        code_key = hashlib.sha256(self.environment.code.encode("utf-8", "surrogatepass")).hexdigest()
         response = await child.request(
             {
                 "op": "open",
                 "code": self.environment.code,
+                "bytecode": self.pool._bytecode.get(code_key),
                 "class_name": self.environment.class_name,
                 "state": self.initial_state,
                 "seed": self.seed,
@@ -131,6 +136,7 @@ class EnvSession:
             raise EnvironmentLoadError(
                 f"environment {self.environment.id!r} could not be instantiated: {response.get('error')}"
             )
+        self.pool._remember_bytecode(code_key, response.get("bytecode"), len(self.environment.code))
         for name, arguments in self._log:
             await child.request({"op": "call", "name": name, "args": arguments}, budget)
 
@@ -223,6 +229,7 @@ class SandboxPool:
         self._zygotes: list[Zygote] = []
         self._next = itertools.count()
         self._checked: dict[str, list[str]] = {}
+        self._bytecode: OrderedDict[str, str] = OrderedDict()
         self._started = False
         self._start_lock: asyncio.Lock | None = None
         self.layers: list[dict[str, Any]] = []
@@ -314,6 +321,17 @@ class SandboxPool:
             except ZygoteFailed as exc:
                 logger.warning("sandbox zygote failed: %s", exc)
         raise SandboxError("no sandbox zygote could fork a process")
+
+    def _remember_bytecode(self, code_key: str, bytecode: object, source_size: int) -> None:
+        """Keep what an environment's process compiled, for that environment's later processes only (the key is
+        a hash of the source). The harness never unmarshals it; a hostile process can only hand its own
+        environment's later sessions code that environment could run anyway."""
+        if not isinstance(bytecode, str) or len(bytecode) > 8 * source_size + 100_000:
+            return
+        self._bytecode[code_key] = bytecode
+        self._bytecode.move_to_end(code_key)
+        while len(self._bytecode) > _BYTECODE_CACHE_SIZE:
+            self._bytecode.popitem(last=False)
 
     def static_problems(self, code: str) -> list[str]:
         if code not in self._checked:

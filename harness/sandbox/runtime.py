@@ -11,13 +11,16 @@ states); the kernel confinement is the security boundary. Standard library and o
 
 from __future__ import annotations
 
+import base64
 import builtins
 import copy
 import inspect
+import marshal
 import os
 import signal
 import sys
 import traceback
+from types import CodeType
 from typing import Any
 
 import orjson
@@ -193,12 +196,14 @@ def _guarded(clock: Clock, timeout: float, fn: Any, *args: Any) -> Any:
         signal.setitimer(signal.ITIMER_REAL, 0)
 
 
-def load_module(code: str, label: str) -> dict[str, Any]:
-    """Execute code as a fresh module with the restricted builtins; its namespace."""
+def load_module(code: str | CodeType, label: str) -> dict[str, Any]:
+    """Execute code (source, or an already compiled code object) as a fresh module with the restricted builtins;
+    its namespace."""
     module = type(sys)(label)
     module.__dict__.update({"__builtins__": restricted_builtins(), "__name__": label})
     sys.modules[label] = module  # dataclasses and typing look the module up by name
-    exec(compile(code, f"<{label}>", "exec"), module.__dict__)
+    compiled = code if isinstance(code, CodeType) else compile(code, f"<{label}>", "exec")
+    exec(compiled, module.__dict__)
     return module.__dict__
 
 
@@ -218,9 +223,17 @@ class EnvironmentSession:
         init_config = request["state"]
         class_name = request["class_name"]
         timeout = self.settings.call_timeout
+        compiled: list[str] = []
 
         def instantiate() -> Any:
-            namespace = load_module(request["code"], "environment")
+            # The harness keeps the bytecode the first process of an environment compiled and hands it to the
+            # next ones (it never loads it itself): compiling a 20 KB class costs more than the rest of a fork.
+            if request.get("bytecode"):
+                code: str | CodeType = marshal.loads(base64.b64decode(request["bytecode"]))
+            else:
+                code = compile(request["code"], "<environment>", "exec")
+                compiled.append(base64.b64encode(marshal.dumps(code)).decode())
+            namespace = load_module(code, "environment")
             cls = namespace.get(class_name)
             if not isinstance(cls, type):
                 raise LookupError(f"the code does not define a class named {class_name!r}")
@@ -244,7 +257,7 @@ class EnvironmentSession:
             return {"ok": False, "kind": "load_error", "error": "the code nests too deeply to compile or run"}
         except BaseException as exc:
             return {"ok": False, "kind": "load_error", "error": _describe(exc)}
-        return {"ok": True}
+        return {"ok": True, "bytecode": compiled[0]} if compiled else {"ok": True}
 
     def op_call(self, request: dict[str, Any]) -> dict[str, Any]:
         if self.instance is None:
