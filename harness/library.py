@@ -9,6 +9,7 @@ from pathlib import Path
 
 import orjson
 
+from harness.errors import BadInput
 from harness.schema import DatasetRef, Environment, Provenance, Scenario
 from harness.toolspec import derive_tools
 
@@ -17,8 +18,8 @@ logger = logging.getLogger(__name__)
 SEED_LIBRARY = Path(__file__).resolve().parents[1] / "datasets" / "seed"
 
 
-class LibraryError(ValueError):
-    pass
+class LibraryError(BadInput):
+    """A library source that cannot be read at all."""
 
 
 @dataclass
@@ -83,7 +84,23 @@ def _is_seed_layout(path: Path) -> bool:
 
 
 def load_library(source: str | Path | None = None) -> Library:
-    """Environments and scenarios from a folder (seed layout or Hub-format) or a Hub id ``org/name[@rev]``."""
+    """Environments and scenarios from a folder (seed layout or Hub-format) or a Hub id ``org/name[@rev]``.
+
+    Raises :class:`LibraryError` (one line naming the source) when the source cannot be read at all; records
+    that do not load are listed in ``Library.problems``."""
+    try:
+        library = _load(source)
+    except LibraryError:
+        raise
+    except Exception as exc:  # Hub, network, file and format errors of every kind: one line naming the source
+        detail = " ".join(str(exc).split())[:300] or type(exc).__name__
+        raise LibraryError(f"cannot load {str(source)!r}: {type(exc).__name__}: {detail}") from exc
+    if not library.environments and not library.scenarios and not library.problems:
+        raise LibraryError(f"{str(source)!r} holds no environments and no scenarios")
+    return library
+
+
+def _load(source: str | Path | None) -> Library:
     if source is None:
         return load_seed_layout(SEED_LIBRARY)
     path = Path(source)
@@ -95,12 +112,14 @@ def load_library(source: str | Path | None = None) -> Library:
         environments, scenarios, ref = load_records_folder(path)
         return Library({e.id: e for e in environments}, scenarios, ref)
     text = str(source)
+    if text.startswith(("/", "./", "../", "~")) or text.endswith("/") or text in (".", ".."):
+        raise LibraryError(f"{text!r}: no such folder (give a library folder, or a Hub dataset id org/name)")
     if text.count("/") == 1 or "@" in text:
         from harness.hub import load_library_from_hub
 
         environments, scenarios, ref = load_library_from_hub(text)
         return Library({e.id: e for e in environments}, scenarios, ref)
-    raise LibraryError(f"{text!r} is neither a folder nor a Hub dataset id (org/name[@revision])")
+    raise LibraryError(f"{text!r} is neither an existing folder nor a Hub dataset id (org/name[@revision])")
 
 
 def write_seed_layout(environments: list[Environment], scenarios: list[Scenario], out: Path) -> None:
