@@ -6,7 +6,7 @@ import asyncio
 import logging
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import orjson
 import typer
@@ -252,6 +252,21 @@ def _check_choices(*, mode: str, agent: str, models: dict[str, str | None]) -> N
         raise BadInput(*problems)
 
 
+def _sft_config(**values: Any) -> RunConfig:
+    """The run settings of ``harness sft``; a bad value is named by the sft flag that set it."""
+    from pydantic import ValidationError
+
+    from harness.cli_errors import validation_lines
+    from harness.errors import BadInput
+    from harness.runner import RunConfig
+
+    try:
+        return RunConfig(**values)
+    except ValidationError as error:
+        flags = {"trials": "--attempts", "model": "--teacher", "agent_kind": "--agent"}
+        raise BadInput(*validation_lines(error, flags)) from None
+
+
 def _run_baselines(config: RunConfig, run_dir: Path) -> dict[str, RunOutcome]:
     """The same scenarios with the reference actions replayed and with an agent that does nothing: the scale
     a model's score sits on (no model is called; each takes well under a second of episode time)."""
@@ -327,16 +342,15 @@ def sft(
 ) -> None:
     """Roll out a teacher (resumable), keep the episodes that reach the bar, export SFT datasets."""
     from harness.metrics import read_results
-    from harness.runner import RunConfig
     from harness.sft import SelectionRule, export
 
     _check_choices(mode=mode, agent=agent, models={"--teacher": teacher, "--user-model": user_model})
     rollouts = out / "rollouts"
-    config = RunConfig(
+    config = _sft_config(
         model=teacher,
         agent_kind=agent,
         envs=envs,
-        mode=mode,  # type: ignore[arg-type]
+        mode=mode,
         user_model=user_model,
         trials=attempts,
         env=list(env or []),

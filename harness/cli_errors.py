@@ -39,17 +39,21 @@ _FILE_ERRORS = (FileNotFoundError, NotADirectoryError, IsADirectoryError, Permis
 _NUMBERS = re.compile(r"\b\d+(\.\d+)?\b|\b[0-9a-f]{12,}\b")
 
 
-def _flag(location: tuple[Any, ...]) -> str:
+def _flag(location: tuple[Any, ...], flags: dict[str, str]) -> str:
     parts = [str(part) for part in location]
-    return "--" + parts[0].replace("_", "-") + "".join(f"[{p}]" for p in parts[1:]) if parts else "input"
+    if not parts:
+        return "input"
+    head = flags.get(parts[0]) or "--" + parts[0].replace("_", "-")
+    return head + "".join(f"[{p}]" for p in parts[1:])
 
 
-def validation_lines(error: ValidationError) -> list[str]:
-    """A pydantic error as one line per field, named like the command-line flag."""
+def validation_lines(error: ValidationError, flags: dict[str, str] | None = None) -> list[str]:
+    """A pydantic error as one line per field, named like the command-line flag (``flags`` maps a field to
+    the flag that sets it when their names differ)."""
     lines = []
     for item in error.errors():
         message = item["msg"][0].lower() + item["msg"][1:] if item["msg"] else "invalid"
-        lines.append(f"{_flag(tuple(item['loc']))}: {message} (got {item.get('input')!r})")
+        lines.append(f"{_flag(tuple(item['loc']), flags or {})}: {message} (got {item.get('input')!r})")
     return lines
 
 

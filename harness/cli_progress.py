@@ -36,6 +36,7 @@ class ProgressView:
         self._progress: Progress | None = None
         self._task: TaskID | None = None
         self._last_line = 0.0
+        self._latest: RunProgress | None = None
 
     def __enter__(self) -> ProgressView:
         if self.live:
@@ -56,6 +57,10 @@ class ProgressView:
     ) -> None:
         if self._progress is not None:
             self._progress.stop()
+        elif self._latest is not None:
+            # The last line is printed here, after the runner's final usage refresh, so its totals are final.
+            self._print_line(self._latest)
+            self._latest = None
 
     def update(self, progress: RunProgress) -> None:
         if self._progress is not None:
@@ -63,11 +68,15 @@ class ProgressView:
                 self._task = self._progress.add_task("run", total=progress.total, status="")
             self._progress.update(self._task, completed=progress.done, status=_status(progress))
             return
+        self._latest = progress
         now = time.monotonic()
-        if now - self._last_line >= _PLAIN_INTERVAL_S or progress.done == progress.total:
+        if now - self._last_line >= _PLAIN_INTERVAL_S and progress.done < progress.total:
             self._last_line = now
-            eta = f" · eta {progress.eta_seconds:.0f}s" if progress.eta_seconds is not None else ""
-            self.console.print(f"{progress.done}/{progress.total} episodes · {_status(progress)}{eta}")
+            self._print_line(progress)
+
+    def _print_line(self, progress: RunProgress) -> None:
+        eta = f" · eta {progress.eta_seconds:.0f}s" if progress.eta_seconds is not None else ""
+        self.console.print(f"{progress.done}/{progress.total} episodes · {_status(progress)}{eta}")
 
 
 def _fmt(value: float | None, digits: int = 3) -> str:
@@ -94,9 +103,9 @@ def _row(group: GroupSummary, label: str) -> list[str]:
 LEGEND = (
     "scored: episodes with a reward (infrastructure errors are not) · state reward: share of a scenario's checks "
     "true at the end · delta reward: share of the checks false at reset that are true at the end · success: "
-    "every check true · pass^k: chance that k trials of a task all succeed · steps: agent turns · tool calls, "
-    "tokens, cost $: per episode, all roles · infra errors: episodes ended by the infrastructure (a model or "
-    "sandbox failure), not scored"
+    "every check true · pass^k: chance that k trials of a task all succeed · steps, tool calls: mean per episode "
+    "(steps are agent turns) · tokens, cost $: totals, all roles · infra errors: episodes ended by the "
+    "infrastructure (a model or sandbox failure), not scored"
 )
 BASELINE_LEGEND = (
     "reference actions (oracle): each scenario's reference actions replayed, the ceiling · do nothing: an agent "
@@ -110,7 +119,8 @@ def _plural(count: int, word: str) -> str:
 
 def print_header(console: Console, config: RunConfig, plan: RunPlan) -> None:
     """What is about to run, before the first episode."""
-    models = " · ".join(f"{escape(name)} → {escape(where)}" for name, where in plan.models.items()) or "none"
+    models = " · ".join(f"{escape(name)} → {escape(where)}" for name, where in plan.models.items())
+    models = models or "none (this agent calls no model)"
     environments = ", ".join(plan.environments[:8]) + (" …" if len(plan.environments) > 8 else "")
     steps = str(plan.max_steps) if plan.max_steps else "default (30 nonconv, 40 conv)"
     console.print(f"[bold]harness run[/bold] · agent {escape(config.agent_kind)} · model {models}", highlight=False)

@@ -75,7 +75,7 @@ def envs_command(
     try:
         result = asyncio.run(synthesize_environments(config))
     except (TaskSourceError, UnknownPriceModel) as exc:
-        err_console.print(Text.assemble(("error:", "bold red"), " ", str(exc)))
+        err_console.print(Text.assemble(("error:", "bold red"), " ", str(exc)), soft_wrap=True)
         raise typer.Exit(2) from None
     print_envs_result(result, out)
 

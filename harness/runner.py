@@ -320,7 +320,7 @@ def build_manifest(config: RunConfig, run_id: str, library: Library, client: LLM
 def episodes_in_flight(config: RunConfig, client: LLMClient) -> int:
     """``config.concurrency``, bounded by what the agent's and user's models are worth (alias ``max_episodes``)."""
     bounds = [config.concurrency]
-    for model in {config.model, config.user_model or config.model}:
+    for model in models_in_use(config):
         try:
             bound = client.resolve(model).max_episodes
         except Exception:  # an unresolvable model fails later, with the model call's own error
