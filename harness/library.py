@@ -45,6 +45,11 @@ def fingerprint(environments: dict[str, Environment], scenarios: list[Scenario])
     return digest.hexdigest()[:16]
 
 
+def _one_line(error: Exception, limit: int = 300) -> str:
+    text = " ".join(str(error).split()) or type(error).__name__
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def load_seed_layout(root: Path) -> Library:
     """``environments/<id>.py`` + ``environments/<id>.json`` and ``scenarios/<id>.jsonl``.
 
@@ -65,7 +70,7 @@ def load_seed_layout(root: Path) -> Library:
                 environment = environment.model_copy(update={"tools": derive_tools(code, environment.class_name)})
             environments[environment.id] = environment
         except Exception as exc:
-            problems.append(f"{meta_path.name}: {exc}")
+            problems.append(f"{meta_path.name}: {_one_line(exc)}")
     scenarios: list[Scenario] = []
     for path in sorted((root / "scenarios").glob("*.jsonl")):
         for number, line in enumerate(path.read_bytes().splitlines(), start=1):
@@ -74,7 +79,7 @@ def load_seed_layout(root: Path) -> Library:
             try:
                 scenarios.append(Scenario.model_validate(orjson.loads(line)))
             except Exception as exc:
-                problems.append(f"{path.name}:{number}: {exc}")
+                problems.append(f"{path.name}:{number}: {_one_line(exc)}")
     ref = DatasetRef(source=str(root), fingerprint=fingerprint(environments, scenarios))
     return Library(environments, scenarios, ref, problems)
 
