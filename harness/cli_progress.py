@@ -174,7 +174,7 @@ def print_summary(console: Console, outcome: RunOutcome, baselines: dict[str, Ru
     terminations = ", ".join(f"{k} {v}" for k, v in sorted(summary.overall.terminations.items()))
     console.print(f"terminations: {terminations or '–'}")
     for cause, count in outcome.infra_causes[:5]:
-        console.print(f"[yellow]infra error ×{count}:[/yellow] {escape(cause)}", highlight=False)
+        console.print(f"[yellow]infra error ×{count}:[/yellow] {escape(cause)}", highlight=False, soft_wrap=True)
     if len(outcome.infra_causes) > 5:
         console.print(f"[yellow]… and {len(outcome.infra_causes) - 5} other causes[/yellow]")
     console.print(f"results: {escape(str(outcome.run_dir))}", highlight=False)
@@ -191,6 +191,7 @@ def print_exit_line(
             f"[yellow]exit {status}: stopped by {name} with {outcome.summary.overall.episodes} of "
             f"{outcome.planned} episodes recorded; resume with: {escape(resume)}[/yellow]",
             highlight=False,
+            soft_wrap=True,
         )
         return status
     errors = outcome.summary.overall.infra_errors + sum(b.summary.overall.infra_errors for b in baselines.values())
@@ -201,7 +202,9 @@ def print_exit_line(
             parts.append(f"{errors} of {outcome.planned} episodes ended in infrastructure errors and were not scored")
         if missing:
             parts.append(f"{missing} planned episodes have no result")
-        console.print(f"[red]exit 1: {'; '.join(parts)}; re-run them with: {escape(retry)}[/red]", highlight=False)
+        console.print(
+            f"[red]exit 1: {'; '.join(parts)}; re-run them with: {escape(retry)}[/red]", highlight=False, soft_wrap=True
+        )
         return EXIT_FAILED
     extra = sum(b.summary.overall.scored for b in baselines.values())
     console.print(
@@ -209,5 +212,6 @@ def print_exit_line(
         + (f" (and {extra} baseline episodes)" if baselines else "")
         + "[/green]",
         highlight=False,
+        soft_wrap=True,
     )
     return EXIT_OK

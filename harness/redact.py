@@ -20,9 +20,10 @@ _SECRET_PATTERNS = (
     re.compile(r"\bhf_[A-Za-z0-9]{8,}"),
     re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._\-~+/=]{8,}"),
 )
-# A key-like field name, then ``=``/``:`` (JSON quotes allowed), then its value up to a delimiter.
+# A key-like field name, then ``=``/``:`` (JSON quotes allowed), then its value up to a delimiter; a bare
+# ``key`` only as a query parameter (``?key=...``), since "key: order_id" is ordinary text.
 _SECRET_FIELD = re.compile(
-    r"(?i)\b((?:[a-z0-9]+[_-])?(?:api[_-]?key|key|token|secret|password|passwd|credential|auth)s?)"
+    r"(?i)(\b(?:[a-z0-9]+[_-])?(?:api[_-]?key|token|secret|password|passwd|credential|auth)s?|(?<=[?&])key)"
     r"(['\"]?\s*[:=]\s*['\"]?)(?!\d+\b)([^\s'\"&,;}\]]{4,})"
 )
 _SECRET_VARIABLE = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CRED)", re.IGNORECASE)

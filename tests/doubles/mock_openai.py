@@ -54,6 +54,7 @@ _REASONS = {
     200: "OK",
     400: "Bad Request",
     401: "Unauthorized",
+    403: "Forbidden",
     404: "Not Found",
     405: "Method Not Allowed",
     429: "Too Many Requests",
@@ -93,6 +94,7 @@ class Fault:
     retry_after: float | None = None
     hang_seconds: float = 3600.0
     model: str | None = None
+    status: int = 401  # of an ``echo_key`` answer
 
 
 # ----------------------------------------------------------------------------------------------- policies
@@ -648,9 +650,10 @@ class MockOpenAIServer:
             record(401, fault.kind)
             return _error(401, "Incorrect API key provided.", "authentication_error")
         if fault.kind == "echo_key":
-            record(401, fault.kind)
+            record(fault.status, fault.kind)
             sent = (headers or {}).get("authorization", "").removeprefix("Bearer ")
-            return _error(401, f"Incorrect API key provided: {sent}. Query was ?key={sent}", "authentication_error")
+            message = f"Incorrect API key provided: {sent}. Query was ?key={sent}"
+            return _error(fault.status, message, "authentication_error")
         if fault.kind == "context_overflow":
             record(400, fault.kind)
             return _context_overflow(self.context_limit or 4096, (self.context_limit or 4096) + 1000)
