@@ -230,3 +230,16 @@ def test_the_do_nothing_agent_scores_the_floor(agent: str, tmp_path: Path) -> No
     summary = orjson.loads((tmp_path / "run" / "summary.json").read_bytes())
     assert summary["overall"]["scored"] == 3
     assert summary["overall"]["mean_delta_reward"] == 0.0 and summary["overall"]["success_rate"] == 0.0
+
+
+def test_the_no_argument_run_also_scores_the_reference_actions_and_a_do_nothing_agent(tmp_path: Path) -> None:
+    # The main job as a newcomer runs it (one step per episode here, to keep the embedded model's work small).
+    result = harness(["run", "--max-steps", "1"], cwd=tmp_path)
+    assert result.code == 0, result.stdout + result.stderr
+    assert "model local → harness_local/gemma-3-270m" in result.stdout.splitlines()[0]
+    rows = {line.split("│")[1].strip(): line for line in result.stdout.splitlines() if line.count("│") > 5}
+    oracle, idle = rows["reference actions (oracle)"], rows["do nothing"]
+    assert [cell.strip() for cell in oracle.split("│")[2:6]] == ["4", "1.000", "1.000", "1.000"]
+    assert [cell.strip() for cell in idle.split("│")[2:6]] == ["4", "0.000", "0.000", "0.000"]
+    assert "the ceiling" in result.stdout and "the floor" in result.stdout
+    assert result.last_line == "exit 0: all 4 episodes were scored (and 8 baseline episodes)"
