@@ -76,6 +76,7 @@ class SynthEnvsConfig(BaseModel):
     price_model: str = DEFAULT_PRICE_MODEL
     sandbox_workers: int | None = None
     cache_answers: bool = True
+    timeout: float = Field(default=120.0, gt=0, description="Seconds one model request may take.")
 
 
 class SynthEnvsResult(BaseModel):
@@ -449,6 +450,7 @@ async def synthesize_environments(
     llm = client or LLMClient(
         cache_dir=config.out / "llm_cache" if config.cache_answers else None,
         default_limits=EndpointLimits(concurrency=config.concurrency, rpm=config.rpm, tpm=None),
+        timeout=config.timeout,
     )
     own_pool = pool is None
     sandbox = pool or SandboxPool(workers=config.sandbox_workers)
