@@ -32,6 +32,8 @@ from harness.errors import BadInput, Unavailable
 from harness.library import Library, LibraryError, load_library
 from harness.llm import EndpointLimits, EndpointUnreachable, LLMClient, RequestRejected
 from harness.llm.client import DEFAULT_TIMEOUT_S
+from harness.llm.local_provider import LOCAL_PROVIDER
+from harness.llm.python_models import PYTHON_PROVIDER
 from harness.metrics import MANIFEST_FILE, RESULTS_FILE, RunSummary, read_results, summarize_run, write_summary
 from harness.protocols import AgentPolicy, UserPolicy
 from harness.sandbox import SandboxLimits, SandboxPool
@@ -66,6 +68,7 @@ RESULT_SETTINGS = (
 # Agent kinds that call no model: their runs need no model endpoint (the reference-actions replayer and the
 # do-nothing baseline).
 MODEL_FREE_AGENT_KINDS = frozenset({"oracle", "do_nothing"})
+IN_PROCESS_PROVIDERS = frozenset({LOCAL_PROVIDER, PYTHON_PROVIDER})
 
 
 class RunConfig(BaseModel):
@@ -337,8 +340,14 @@ def _resolution_line(entry: Any) -> str:
         return repr(entry)
     if "error" in entry:
         return f"unresolvable ({entry['error']})"
-    where = f" at {entry['api_base']}" if entry.get("api_base") else ""
-    return f"{entry.get('provider_model')}{where}"
+    provider_model = str(entry.get("provider_model"))
+    if entry.get("api_base"):
+        where = f" at {entry['api_base']}"
+    elif provider_model.split("/", 1)[0] in IN_PROCESS_PROVIDERS:
+        where = " (in this process)"
+    else:
+        where = ""
+    return f"{provider_model}{where}"
 
 
 def check_resumable(previous: RunManifest, current: RunManifest) -> None:
