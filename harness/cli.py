@@ -276,7 +276,14 @@ def _run_baselines(config: RunConfig, run_dir: Path) -> dict[str, RunOutcome]:
     outcomes = {}
     for label, kind in (("reference actions (oracle)", "oracle"), ("do nothing", "do_nothing")):
         baseline = config.model_copy(
-            update={"agent_kind": kind, "out": run_dir / "baselines" / kind, "resume": True, "mode": "nonconv"}
+            # The default step limit: the reference actions are replayed in full, whatever limit the model had.
+            update={
+                "agent_kind": kind,
+                "out": run_dir / "baselines" / kind,
+                "resume": True,
+                "mode": "nonconv",
+                "max_steps": None,
+            }
         )
         outcomes[label] = asyncio.run(
             run_episodes(baseline, agent_factory=agent_factory, user_factory=user_factory, stop_on_signals=True)
