@@ -642,7 +642,8 @@ async def _run_planned(
     try:
         with _stop_on_signals(stop_on_signals, request_stop):
             async with SandboxPool(workers=config.workers, limits=sandbox_limits) as pool:
-                workers.extend(asyncio.create_task(episode_worker(pool)) for _ in range(min(in_flight, len(todo))))
+                if not stopped_by:  # a signal during the sandbox's start-up stops the run before any episode
+                    workers.extend(asyncio.create_task(episode_worker(pool)) for _ in range(min(in_flight, len(todo))))
                 reporter = asyncio.create_task(_report_usage(progress, client, on_progress))
                 try:
                     await asyncio.gather(*workers)
