@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from agents.do_nothing import DoNothingAgent
 from agents.function_calling import FunctionCallingAgent
 from agents.oracle import OracleAgent
 from agents.prompted import PromptedAgent
@@ -14,7 +15,7 @@ from harness.schema import AgentSettings, ModelSettings, Scenario
 if TYPE_CHECKING:
     from harness.llm import LLMClient
 
-AGENT_KINDS: tuple[str, ...] = ("function_calling", "prompted", "oracle")
+AGENT_KINDS: tuple[str, ...] = ("function_calling", "prompted", "oracle", "do_nothing")
 
 
 def build_agent(
@@ -32,6 +33,8 @@ def build_agent(
         if scenario is None:
             raise ValueError("the oracle agent replays a scenario's reference actions: pass scenario=")
         return OracleAgent(scenario, role=role)
+    if kind == "do_nothing":
+        return DoNothingAgent(role=role)
     if kind not in AGENT_KINDS:
         raise ValueError(f"unknown agent kind {kind!r} (known: {', '.join(AGENT_KINDS)})")
     if settings is None or client is None:

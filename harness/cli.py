@@ -6,7 +6,7 @@ import asyncio
 import logging
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import orjson
 import typer
@@ -14,8 +14,10 @@ from rich.console import Console
 from rich.logging import RichHandler
 from rich.table import Table
 
+from harness.cli_errors import CommandLine
+
 if TYPE_CHECKING:
-    from harness.runner import RunConfig, RunOutcome
+    from harness.runner import RunConfig, RunOutcome, RunPlan
 
 app = typer.Typer(
     name="harness",
@@ -28,17 +30,24 @@ app.add_typer(import_app, name="import")
 
 # Piped output (CI logs, files) gets a wide console so the summary table's columns stay readable.
 console = Console() if Console().is_terminal else Console(width=160)
-err_console = Console(stderr=True)
+err_console = Console(stderr=True) if Console(stderr=True).is_terminal else Console(stderr=True, width=160)
+command_line = CommandLine(app, err_console)
 
 
 @app.callback()
 def _configure(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at debug level.")] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="Print the traceback of an error.")] = False,
 ) -> None:
+    from harness.redact import RedactingFilter
+
+    command_line.debug = debug
+    handler = RichHandler(console=err_console, show_path=False, rich_tracebacks=False)
+    handler.addFilter(RedactingFilter())
+    if not verbose:
+        handler.addFilter(command_line.repeats)
     logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.WARNING,
-        format="%(message)s",
-        handlers=[RichHandler(console=err_console, show_path=False, rich_tracebacks=False)],
+        level=logging.DEBUG if verbose else logging.WARNING, format="%(message)s", handlers=[handler], force=True
     )
     for noisy in ("LiteLLM", "litellm", "httpx", "httpcore", "urllib3", "filelock"):
         logging.getLogger(noisy).setLevel(logging.WARNING if not verbose else logging.INFO)
@@ -67,14 +76,9 @@ def validate(
         ) as pool:
             return await validate_library(library, pool)
 
-    from harness.sandbox import SandboxError
     from harness.validate import ValidationReport
 
-    try:
-        report = asyncio.run(run())
-    except SandboxError as exc:
-        err_console.print(f"[red]{exc}[/red]")
-        raise typer.Exit(2) from None
+    report = asyncio.run(run())
     assert isinstance(report, ValidationReport)
     if json_output:
         payload = {
@@ -131,7 +135,9 @@ def run(
         str | None, typer.Option(help="Folder or Hub dataset id ORG/NAME[@REV]; default the seed library.")
     ] = None,
     mode: Annotated[str, typer.Option(help="nonconv, conv or both.")] = "nonconv",
-    agent: Annotated[str, typer.Option("--agent", help="function_calling, prompted or oracle.")] = "function_calling",
+    agent: Annotated[
+        str, typer.Option("--agent", help="function_calling, prompted, oracle (reference actions) or do_nothing.")
+    ] = "function_calling",
     user_model: Annotated[str | None, typer.Option(help="Simulated user's model (default: --model).")] = None,
     trials: Annotated[int, typer.Option(help="Trials per scenario and mode (for pass^k).")] = 1,
     env: Annotated[list[str] | None, typer.Option(help="Only this environment id; repeatable.")] = None,
@@ -159,6 +165,10 @@ def run(
     allow_weak_sandbox: Annotated[
         bool, typer.Option(help="Run Hub code even when a confinement layer is missing (see `harness doctor`).")
     ] = False,
+    timeout: Annotated[float, typer.Option(help="Seconds one model request may take before it is retried.")] = 120.0,
+    skip_bad_records: Annotated[
+        bool, typer.Option(help="Run without library records that do not load (they are listed in the manifest).")
+    ] = False,
 ) -> None:
     """Run an agent on scenarios, score the final states, and print a summary per environment and mode.
 
@@ -166,9 +176,9 @@ def run(
     """
     from harness.runner import RunConfig
 
-    if mode not in ("nonconv", "conv", "both"):
-        raise typer.BadParameter("--mode must be nonconv, conv or both")
-    if model == "local" and limit is None and not scenario and not env and envs is None:
+    _check_choices(mode=mode, agent=agent, models={"--model": model, "--user-model": user_model})
+    demo = model == "local" and limit is None and not scenario and not env and envs is None
+    if demo:
         # The offline demo: one scenario from each of four environments, about a minute on two cores.
         from harness.library import load_library
 
@@ -201,29 +211,120 @@ def run(
         cache_dir=cache_dir,
         mcp=mcp,
         allow_weak_sandbox=allow_weak_sandbox,
+        timeout=timeout,
+        skip_bad_records=skip_bad_records,
     )
-    from harness.cli_progress import print_summary
+    from harness.cli_progress import print_exit_line, print_summary
 
-    print_summary(console, _run_with_progress(config))
+    outcome = _run_with_progress(config)
+    baselines: dict[str, RunOutcome] = {}
+    if demo and outcome.stopped_by is None and agent not in ("oracle", "do_nothing"):
+        baselines = _run_baselines(config, outcome.run_dir)
+    print_summary(console, outcome, baselines)
+    resume_command = _rerun_command(["--resume", "--out", str(outcome.run_dir)])
+    retry_command = _rerun_command(["--resume", "--retry-errors", "--out", str(outcome.run_dir)])
+    raise typer.Exit(print_exit_line(console, outcome, baselines, resume=resume_command, retry=retry_command))
+
+
+def _rerun_command(extra: list[str]) -> str:
+    """This command line again, with ``extra`` in place of any --resume, --retry-errors and --out it had."""
+    import shlex
+
+    kept: list[str] = []
+    arguments = iter(sys.argv[1:])
+    for argument in arguments:
+        if argument in ("--resume", "--retry-errors", "--no-resume", "--no-retry-errors"):
+            continue
+        if argument == "--out":
+            next(arguments, None)
+            continue
+        if argument.startswith("--out="):
+            continue
+        kept.append(argument)
+    return shlex.join(["harness", *kept, *extra])
+
+
+def _check_choices(*, mode: str, agent: str, models: dict[str, str | None]) -> None:
+    """Bad choices, one line each, before anything is loaded."""
+    from agents.factory import AGENT_KINDS
+    from harness.errors import BadInput
+
+    problems = []
+    if mode not in ("nonconv", "conv", "both"):
+        problems.append(f"--mode {mode!r}: use nonconv, conv or both")
+    if agent not in AGENT_KINDS:
+        problems.append(f"--agent {agent!r}: use one of {', '.join(AGENT_KINDS)}")
+    for flag, name in models.items():
+        if name in AGENT_KINDS:
+            problems.append(f"{flag} {name!r}: {name} is an agent, not a model: use --agent {name}")
+    if problems:
+        raise BadInput(*problems)
+
+
+def _sft_config(**values: Any) -> RunConfig:
+    """The run settings of ``harness sft``; a bad value is named by the sft flag that set it."""
+    from pydantic import ValidationError
+
+    from harness.cli_errors import validation_lines
+    from harness.errors import BadInput
+    from harness.runner import RunConfig
+
+    try:
+        return RunConfig(**values)
+    except ValidationError as error:
+        flags = {"trials": "--attempts", "model": "--teacher", "agent_kind": "--agent"}
+        raise BadInput(*validation_lines(error, flags)) from None
+
+
+def _run_baselines(config: RunConfig, run_dir: Path) -> dict[str, RunOutcome]:
+    """The same scenarios with the reference actions replayed and with an agent that does nothing: the scale
+    a model's score sits on (no model is called; each takes well under a second of episode time)."""
+    from agents.run_adapters import agent_factory, user_factory
+    from harness.runner import run as run_episodes
+
+    outcomes = {}
+    for label, kind in (("reference actions (oracle)", "oracle"), ("do nothing", "do_nothing")):
+        baseline = config.model_copy(
+            # The default step limit: the reference actions are replayed in full, whatever limit the model had.
+            update={
+                "agent_kind": kind,
+                "out": run_dir / "baselines" / kind,
+                "resume": True,
+                "mode": "nonconv",
+                "max_steps": None,
+            }
+        )
+        outcomes[label] = asyncio.run(
+            run_episodes(baseline, agent_factory=agent_factory, user_factory=user_factory, stop_on_signals=True)
+        )
+    return outcomes
 
 
 def _run_with_progress(config: RunConfig) -> RunOutcome:
-    """Run with the progress view and the stock agents; a refused run exits with status 2 and the reason."""
+    """Run with a header, the progress view and the stock agents."""
     from agents.run_adapters import agent_factory, user_factory
-    from harness.cli_progress import ProgressView
-    from harness.runner import RunRefused
+    from harness.cli_progress import ProgressView, print_header
     from harness.runner import run as run_episodes
-    from harness.sandbox import WeakSandbox
 
     view = ProgressView(console)
+
+    def start(plan: RunPlan) -> None:
+        print_header(console, config, plan)
+        view.__enter__()
+
     try:
-        with view:
-            return asyncio.run(
-                run_episodes(config, agent_factory=agent_factory, user_factory=user_factory, on_progress=view.update)
+        return asyncio.run(
+            run_episodes(
+                config,
+                agent_factory=agent_factory,
+                user_factory=user_factory,
+                on_progress=view.update,
+                on_start=start,
+                stop_on_signals=True,
             )
-    except (RunRefused, WeakSandbox) as exc:
-        err_console.print(f"[red]{exc}[/red]")
-        raise typer.Exit(2) from None
+        )
+    finally:
+        view.__exit__(None, None, None)
 
 
 @app.command()
@@ -263,20 +364,22 @@ def sft(
     allow_weak_sandbox: Annotated[
         bool, typer.Option(help="Run Hub code even when a confinement layer is missing (see `harness doctor`).")
     ] = False,
+    timeout: Annotated[float, typer.Option(help="Seconds one model request may take before it is retried.")] = 120.0,
+    skip_bad_records: Annotated[
+        bool, typer.Option(help="Run without library records that do not load (they are listed in the manifest).")
+    ] = False,
 ) -> None:
     """Roll out a teacher (resumable), keep the episodes that reach the bar, export SFT datasets."""
     from harness.metrics import read_results
-    from harness.runner import RunConfig
     from harness.sft import SelectionRule, export
 
-    if mode not in ("nonconv", "conv", "both"):
-        raise typer.BadParameter("--mode must be nonconv, conv or both")
+    _check_choices(mode=mode, agent=agent, models={"--teacher": teacher, "--user-model": user_model})
     rollouts = out / "rollouts"
-    config = RunConfig(
+    config = _sft_config(
         model=teacher,
         agent_kind=agent,
         envs=envs,
-        mode=mode,  # type: ignore[arg-type]
+        mode=mode,
         user_model=user_model,
         trials=attempts,
         env=list(env or []),
@@ -292,8 +395,15 @@ def sft(
         retry_errors=True,
         cache_dir=cache_dir,
         allow_weak_sandbox=allow_weak_sandbox,
+        timeout=timeout,
+        skip_bad_records=skip_bad_records,
     )
+    from harness.cli_progress import print_exit_line
+
     outcome = _run_with_progress(config)
+    again = _rerun_command(["--out", str(out)])
+    if outcome.stopped_by is not None:
+        raise typer.Exit(print_exit_line(console, outcome, {}, resume=again, retry=again))
     trajectories = read_results(outcome.run_dir / "results.jsonl")
     stats = export(
         trajectories,
@@ -315,6 +425,7 @@ def sft(
         if figures:
             table.add_row(f"{label} per sample (mean / max)", f"{figures['mean']:.1f} / {figures['max']:.0f}")
     console.print(table)
+    raise typer.Exit(print_exit_line(console, outcome, {}, resume=again, retry=again))
 
 
 def _register_subcommands() -> None:
@@ -331,7 +442,7 @@ _register_subcommands()
 
 
 def main() -> None:
-    app()
+    sys.exit(command_line())
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ err_console = Console(stderr=True)
 
 def _fail(prefix: str, message: object, code: int) -> typer.Exit:
     """Print an error (as plain text: messages may hold brackets) and give the exit to raise."""
-    err_console.print(Text.assemble((prefix, "bold red"), " ", str(message)))
+    err_console.print(Text.assemble((prefix, "bold red"), " ", str(message)), soft_wrap=True)
     return typer.Exit(code)
 
 
@@ -44,7 +44,7 @@ def build(
     except DatasetMismatchError as error:
         raise _fail("Refusing to merge:", error, 2) from error
     except (FileNotFoundError, ValueError) as error:
-        raise _fail("Cannot build the leaderboard:", error, 1) from error
+        raise _fail("Cannot build the leaderboard:", error, 2) from error
     try:
         files = write_leaderboard(leaderboard, out, title=title)
     except ImportError as error:
@@ -75,7 +75,9 @@ def publish(
 
     try:
         result = publish_to_hub("leaderboard", folder, repo, private=private, revision=revision, message=message)
-    except (SourceError, PublishError) as error:
+    except SourceError as error:
+        raise _fail("Cannot publish:", error, 2) from error
+    except PublishError as error:
         raise _fail("Cannot publish:", error, 1) from error
     outcome = f"commit {result.commit_sha}" if result.committed else "no change: the Hub already had these files"
     console.print(
@@ -99,14 +101,14 @@ def show(
     try:
         manifest, trajectories = load_run(run_dir)
     except (FileNotFoundError, ValueError) as error:
-        raise _fail("Cannot read the run:", error, 1) from error
+        raise _fail("Cannot read the run:", error, 2) from error
     if episode is None:
         views = run_view(manifest, trajectories)
     else:
         try:
             trajectory = find_episode(trajectories, episode)
         except KeyError as error:
-            raise _fail("Cannot show the episode:", error.args[0], 1) from error
+            raise _fail("Cannot show the episode:", error.args[0], 2) from error
         scenario = load_catalog(manifest).scenarios.get(trajectory.scenario_id)
         views = trajectory_view(trajectory, scenario)
     for view in views:

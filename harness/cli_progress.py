@@ -1,17 +1,20 @@
-"""What ``harness run`` shows: a live progress bar on a terminal, plain periodic lines otherwise, and the
-summary table at the end."""
+"""What ``harness run`` shows: a header saying what runs, a live progress bar on a terminal (plain periodic
+lines otherwise), the summary table with a legend, and a last line explaining the exit status."""
 
 from __future__ import annotations
 
+import signal
 import time
 from types import TracebackType
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
+from harness.cli_errors import EXIT_FAILED, EXIT_OK, exit_status_for_signal
 from harness.metrics import GroupSummary
-from harness.runner import RunOutcome, RunProgress
+from harness.runner import RunConfig, RunOutcome, RunPlan, RunProgress
 
 _PLAIN_INTERVAL_S = 10.0
 
@@ -33,6 +36,7 @@ class ProgressView:
         self._progress: Progress | None = None
         self._task: TaskID | None = None
         self._last_line = 0.0
+        self._latest: RunProgress | None = None
 
     def __enter__(self) -> ProgressView:
         if self.live:
@@ -53,6 +57,10 @@ class ProgressView:
     ) -> None:
         if self._progress is not None:
             self._progress.stop()
+        elif self._latest is not None:
+            # The last line is printed here, after the runner's final usage refresh, so its totals are final.
+            self._print_line(self._latest)
+            self._latest = None
 
     def update(self, progress: RunProgress) -> None:
         if self._progress is not None:
@@ -60,11 +68,15 @@ class ProgressView:
                 self._task = self._progress.add_task("run", total=progress.total, status="")
             self._progress.update(self._task, completed=progress.done, status=_status(progress))
             return
+        self._latest = progress
         now = time.monotonic()
-        if now - self._last_line >= _PLAIN_INTERVAL_S or progress.done == progress.total:
+        if now - self._last_line >= _PLAIN_INTERVAL_S and progress.done < progress.total:
             self._last_line = now
-            eta = f" · eta {progress.eta_seconds:.0f}s" if progress.eta_seconds is not None else ""
-            self.console.print(f"{progress.done}/{progress.total} episodes · {_status(progress)}{eta}")
+            self._print_line(progress)
+
+    def _print_line(self, progress: RunProgress) -> None:
+        eta = f" · eta {progress.eta_seconds:.0f}s" if progress.eta_seconds is not None else ""
+        self.console.print(f"{progress.done}/{progress.total} episodes · {_status(progress)}{eta}")
 
 
 def _fmt(value: float | None, digits: int = 3) -> str:
@@ -88,9 +100,51 @@ def _row(group: GroupSummary, label: str) -> list[str]:
     ]
 
 
-def print_summary(console: Console, outcome: RunOutcome) -> None:
+LEGEND = (
+    "scored: episodes with a reward (infrastructure errors are not) · state reward: share of a scenario's checks "
+    "true at the end · delta reward: share of the checks false at reset that are true at the end · success: "
+    "every check true · pass^k: chance that k trials of a task all succeed · steps, tool calls: mean per episode "
+    "(steps are agent turns) · tokens, cost $: totals, all roles · infra errors: episodes ended by the "
+    "infrastructure (a model or sandbox failure), not scored"
+)
+BASELINE_LEGEND = (
+    "reference actions (oracle): each scenario's reference actions replayed, the ceiling · do nothing: an agent "
+    "that answers without acting, the floor"
+)
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"
+
+
+def print_header(console: Console, config: RunConfig, plan: RunPlan) -> None:
+    """What is about to run, before the first episode."""
+    models = " · ".join(f"{escape(name)} → {escape(where)}" for name, where in plan.models.items())
+    models = models or "none (this agent calls no model)"
+    environments = ", ".join(plan.environments[:8]) + (" …" if len(plan.environments) > 8 else "")
+    steps = str(plan.max_steps) if plan.max_steps else "default (30 nonconv, 40 conv)"
+    console.print(f"[bold]harness run[/bold] · agent {escape(config.agent_kind)} · model {models}", highlight=False)
+    console.print(
+        f"  data {escape(config.envs or 'the bundled seed library')} · {_plural(len(plan.environments), 'environment')}"
+        f" ({escape(environments)}) · {_plural(plan.scenarios, 'scenario')} · modes {', '.join(plan.modes)} · "
+        f"{_plural(plan.trials, 'trial')} · step limit {steps}",
+        highlight=False,
+    )
+    console.print(
+        f"  {_plural(plan.episodes, 'episode')} planned, {plan.to_run} to run, {plan.recorded} already recorded · "
+        f"{plan.in_flight} at a time · run folder {escape(str(plan.run_dir))}",
+        highlight=False,
+    )
+
+
+def print_summary(console: Console, outcome: RunOutcome, baselines: dict[str, RunOutcome] | None = None) -> None:
+    """The summary table (every episode recorded in the folder), the baselines' rows and a legend."""
     summary = outcome.summary
-    table = Table(title=f"Run {summary.run_id}  ({outcome.ran} run now, {outcome.skipped} already done)")
+    title = (
+        f"Run {summary.run_id}: {summary.overall.episodes} episodes recorded "
+        f"({outcome.ran} run now, {outcome.skipped} already done)"
+    )
+    table = Table(title=escape(title))
     for column in (
         "environment / mode",
         "scored",
@@ -109,12 +163,55 @@ def print_summary(console: Console, outcome: RunOutcome) -> None:
         table.add_row(*_row(group, group.label))
     table.add_section()
     table.add_row(*_row(summary.overall, "[bold]all[/bold]"))
+    if baselines:
+        table.add_section()
+        for label, baseline in baselines.items():
+            table.add_row(*_row(baseline.summary.overall, f"[dim]{escape(label)}[/dim]"))
     console.print(table)
+    console.print(f"[dim]{LEGEND}[/dim]", highlight=False)
+    if baselines:
+        console.print(f"[dim]{BASELINE_LEGEND}[/dim]", highlight=False)
     terminations = ", ".join(f"{k} {v}" for k, v in sorted(summary.overall.terminations.items()))
     console.print(f"terminations: {terminations or '–'}")
-    if summary.overall.infra_errors:
+    for cause, count in outcome.infra_causes[:5]:
+        console.print(f"[yellow]infra error ×{count}:[/yellow] {escape(cause)}", highlight=False, soft_wrap=True)
+    if len(outcome.infra_causes) > 5:
+        console.print(f"[yellow]… and {len(outcome.infra_causes) - 5} other causes[/yellow]")
+    console.print(f"results: {escape(str(outcome.run_dir))}", highlight=False)
+
+
+def print_exit_line(
+    console: Console, outcome: RunOutcome, baselines: dict[str, RunOutcome], *, resume: str, retry: str
+) -> int:
+    """The last line: what the exit status means and, when something is left, the command that finishes it."""
+    if outcome.stopped_by is not None:
+        name = signal.Signals(outcome.stopped_by).name
+        status = exit_status_for_signal(outcome.stopped_by)
         console.print(
-            f"[yellow]{summary.overall.infra_errors} episodes ended in infrastructure errors and are not in the "
-            f"averages; re-run them with --resume --retry-errors --out {outcome.run_dir}[/yellow]"
+            f"[yellow]exit {status}: stopped by {name} with {outcome.summary.overall.episodes} of "
+            f"{outcome.planned} episodes recorded; resume with: {escape(resume)}[/yellow]",
+            highlight=False,
+            soft_wrap=True,
         )
-    console.print(f"results: {outcome.run_dir}")
+        return status
+    errors = outcome.summary.overall.infra_errors + sum(b.summary.overall.infra_errors for b in baselines.values())
+    missing = outcome.missing
+    if errors or missing:
+        parts = []
+        if errors:
+            parts.append(f"{errors} of {outcome.planned} episodes ended in infrastructure errors and were not scored")
+        if missing:
+            parts.append(f"{missing} planned episodes have no result")
+        console.print(
+            f"[red]exit 1: {'; '.join(parts)}; re-run them with: {escape(retry)}[/red]", highlight=False, soft_wrap=True
+        )
+        return EXIT_FAILED
+    extra = sum(b.summary.overall.scored for b in baselines.values())
+    console.print(
+        f"[green]exit 0: all {outcome.planned} episodes were scored"
+        + (f" (and {extra} baseline episodes)" if baselines else "")
+        + "[/green]",
+        highlight=False,
+        soft_wrap=True,
+    )
+    return EXIT_OK

@@ -26,7 +26,7 @@ class Kind(StrEnum):
 
 def _fail(prefix: str, message: object, code: int) -> typer.Exit:
     # Plain text: messages hold paths and brackets that rich markup would eat.
-    err_console.print(Text.assemble((prefix, "bold red"), " ", str(message)))
+    err_console.print(Text.assemble((prefix, "bold red"), " ", str(message)), soft_wrap=True)
     return typer.Exit(code)
 
 
@@ -73,7 +73,7 @@ def publish_command(
     except (SourceError, HubLoadError, OSError, ValueError) as error:
         if out is None:
             shutil.rmtree(folder, ignore_errors=True)
-        raise _fail("Cannot build:", error, 1) from error
+        raise _fail("Cannot build:", error, 2) from error
     summary = ", ".join(f"{c.name} ({c.num_rows} rows)" for c in built.configs)
     if out is not None:
         console.print(f"Built {kind.value} dataset for {repo_id} in {folder}: {summary}")

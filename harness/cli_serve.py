@@ -21,7 +21,7 @@ class Transport(StrEnum):
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
-    err_console.print(Text.assemble(("error:", "bold red"), " ", message))
+    err_console.print(Text.assemble(("error:", "bold red"), " ", message), soft_wrap=True)
     return typer.Exit(code)
 
 

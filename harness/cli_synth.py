@@ -46,6 +46,7 @@ def envs_command(
     temperature: Annotated[float, typer.Option(help="Sampling temperature of every role.")] = 0.0,
     workers: Annotated[int, typer.Option(help="Sandbox zygotes (fork servers; default 1).")] = 0,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not cache model answers under OUT.")] = False,
+    timeout: Annotated[float, typer.Option(help="Seconds one model request may take.", min=0.001)] = 120.0,
 ) -> None:
     """Build environments from a task set: discover, plan, model, assess and repair, validate."""
     from synth.costs import UnknownPriceModel
@@ -71,11 +72,12 @@ def envs_command(
         temperature=temperature,
         sandbox_workers=workers or None,
         cache_answers=not no_cache,
+        timeout=timeout,
     )
     try:
         result = asyncio.run(synthesize_environments(config))
     except (TaskSourceError, UnknownPriceModel) as exc:
-        err_console.print(Text.assemble(("error:", "bold red"), " ", str(exc)))
+        err_console.print(Text.assemble(("error:", "bold red"), " ", str(exc)), soft_wrap=True)
         raise typer.Exit(2) from None
     print_envs_result(result, out)
 

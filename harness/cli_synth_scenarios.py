@@ -27,12 +27,15 @@ EnvsOption = Annotated[
 ]
 
 
-def _client(out: Path, concurrency: int, rpm: int | None, tpm: int | None, cache: bool) -> LLMClient:
+def _client(
+    out: Path, concurrency: int, rpm: int | None, tpm: int | None, cache: bool, timeout: float = 120.0
+) -> LLMClient:
     from harness.llm import EndpointLimits, LLMClient
 
     return LLMClient(
         cache_dir=out / "llm_cache" if cache else None,
         default_limits=EndpointLimits(concurrency=concurrency, rpm=rpm, tpm=tpm),
+        timeout=timeout,
     )
 
 
@@ -91,6 +94,7 @@ def register(synth_app: typer.Typer) -> None:
         price_model: Annotated[str, typer.Option(help="Price table row for the dollar figures.")] = "gpt-4.1",
         workers: Annotated[int, typer.Option(help="Sandbox zygotes (fork servers; default 1).")] = 0,
         no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not cache model answers under OUT.")] = False,
+        timeout: Annotated[float, typer.Option(help="Seconds one model request may take.", min=0.001)] = 120.0,
     ) -> None:
         """Initial states, tasks, user profiles and check functions for each environment, gated."""
         from harness.sandbox import SandboxPool
@@ -109,7 +113,7 @@ def register(synth_app: typer.Typer) -> None:
         )
 
         async def run() -> SynthesisReport:
-            client = _client(out, concurrency, rpm, tpm, not no_cache)
+            client = _client(out, concurrency, rpm, tpm, not no_cache, timeout)
             try:
                 async with SandboxPool(workers=workers or None) as pool:
                     return await synthesize_scenarios(environments, config, out, client=client, pool=pool)
@@ -137,6 +141,7 @@ def register(synth_app: typer.Typer) -> None:
             bool, typer.Option("--match-names/--no-match-names", help="Also link same-name identifiers.")
         ] = True,
         env: Annotated[list[str] | None, typer.Option(help="Only this environment id; repeatable.")] = None,
+        timeout: Annotated[float, typer.Option(help="Seconds one model request may take.", min=0.001)] = 120.0,
     ) -> None:
         """Build the tool dependency graph of a set of environments."""
         from harness.schema import ModelSettings, Usage
@@ -150,7 +155,7 @@ def register(synth_app: typer.Typer) -> None:
             client = None
             usage = Usage()
             if model:
-                client = _client(out.parent, 8, None, None, True)
+                client = _client(out.parent, 8, None, None, True, timeout)
                 passes = model_graph_passes(Asker(client, ModelSettings(model=model, temperature=0.0)), usage)
             try:
                 return await build_graph(
@@ -204,6 +209,7 @@ def register(synth_app: typer.Typer) -> None:
         price_model: Annotated[str, typer.Option(help="Price table row for the dollar figures.")] = "gpt-4.1",
         workers: Annotated[int, typer.Option(help="Sandbox zygotes (fork servers; default 1).")] = 0,
         no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not cache model answers under OUT.")] = False,
+        timeout: Annotated[float, typer.Option(help="Seconds one model request may take.", min=0.001)] = 120.0,
     ) -> None:
         """Sample tool chains on the graph, execute them, and turn them into multi-turn natural requests."""
         from harness.sandbox import SandboxPool
@@ -232,7 +238,7 @@ def register(synth_app: typer.Typer) -> None:
         )
 
         async def run() -> SynthesisReport:
-            client = _client(out, concurrency, rpm, tpm, not no_cache)
+            client = _client(out, concurrency, rpm, tpm, not no_cache, timeout)
             try:
                 async with SandboxPool(workers=workers or None) as pool:
                     return await synthesize_queries(environments, tool_graph, config, out, client=client, pool=pool)

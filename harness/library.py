@@ -9,6 +9,7 @@ from pathlib import Path
 
 import orjson
 
+from harness.errors import BadInput
 from harness.names import require_safe_id
 from harness.schema import DatasetRef, Environment, Provenance, Scenario
 from harness.toolspec import derive_tools
@@ -18,8 +19,8 @@ logger = logging.getLogger(__name__)
 SEED_LIBRARY = Path(__file__).resolve().parents[1] / "datasets" / "seed"
 
 
-class LibraryError(ValueError):
-    pass
+class LibraryError(BadInput):
+    """A library source that cannot be read at all."""
 
 
 @dataclass
@@ -47,6 +48,11 @@ def fingerprint(environments: dict[str, Environment], scenarios: list[Scenario])
     return digest.hexdigest()[:16]
 
 
+def _one_line(error: Exception, limit: int = 300) -> str:
+    text = " ".join(str(error).split()) or type(error).__name__
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def load_seed_layout(root: Path) -> Library:
     """``environments/<id>.py`` + ``environments/<id>.json`` and ``scenarios/<id>.jsonl``.
 
@@ -67,7 +73,7 @@ def load_seed_layout(root: Path) -> Library:
                 environment = environment.model_copy(update={"tools": derive_tools(code, environment.class_name)})
             environments[environment.id] = environment
         except Exception as exc:
-            problems.append(f"{meta_path.name}: {exc}")
+            problems.append(f"{meta_path.name}: {_one_line(exc)}")
     scenarios: list[Scenario] = []
     for path in sorted((root / "scenarios").glob("*.jsonl")):
         for number, line in enumerate(path.read_bytes().splitlines(), start=1):
@@ -76,7 +82,7 @@ def load_seed_layout(root: Path) -> Library:
             try:
                 scenarios.append(Scenario.model_validate(orjson.loads(line)))
             except Exception as exc:
-                problems.append(f"{path.name}:{number}: {exc}")
+                problems.append(f"{path.name}:{number}: {_one_line(exc)}")
     ref = DatasetRef(source=str(root), fingerprint=fingerprint(environments, scenarios))
     return Library(environments, scenarios, ref, problems)
 
@@ -86,7 +92,23 @@ def _is_seed_layout(path: Path) -> bool:
 
 
 def load_library(source: str | Path | None = None) -> Library:
-    """Environments and scenarios from a folder (seed layout or Hub-format) or a Hub id ``org/name[@rev]``."""
+    """Environments and scenarios from a folder (seed layout or Hub-format) or a Hub id ``org/name[@rev]``.
+
+    Raises :class:`LibraryError` (one line naming the source) when the source cannot be read at all; records
+    that do not load are listed in ``Library.problems``."""
+    try:
+        library = _load(source)
+    except LibraryError:
+        raise
+    except Exception as exc:  # Hub, network, file and format errors of every kind: one line naming the source
+        detail = " ".join(str(exc).split())[:300] or type(exc).__name__
+        raise LibraryError(f"cannot load {str(source)!r}: {type(exc).__name__}: {detail}") from exc
+    if not library.environments and not library.scenarios and not library.problems:
+        raise LibraryError(f"{str(source)!r} holds no environments and no scenarios")
+    return library
+
+
+def _load(source: str | Path | None) -> Library:
     if source is None:
         return load_seed_layout(SEED_LIBRARY)
     path = Path(source)
@@ -98,12 +120,14 @@ def load_library(source: str | Path | None = None) -> Library:
         environments, scenarios, ref = load_records_folder(path)
         return Library({e.id: e for e in environments}, scenarios, ref)
     text = str(source)
+    if text.startswith(("/", "./", "../", "~")) or text.endswith("/") or text in (".", ".."):
+        raise LibraryError(f"{text!r}: no such folder (give a library folder, or a Hub dataset id org/name)")
     if text.count("/") == 1 or "@" in text:
         from harness.hub import load_library_from_hub
 
         environments, scenarios, ref = load_library_from_hub(text)
         return Library({e.id: e for e in environments}, scenarios, ref, from_hub=True)
-    raise LibraryError(f"{text!r} is neither a folder nor a Hub dataset id (org/name[@revision])")
+    raise LibraryError(f"{text!r} is neither an existing folder nor a Hub dataset id (org/name[@revision])")
 
 
 def write_seed_layout(environments: list[Environment], scenarios: list[Scenario], out: Path) -> None:

@@ -8,11 +8,16 @@ Episodes are asyncio tasks bounded by ``concurrency``; model calls are bounded b
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import difflib
 import hashlib
 import logging
+import signal
 import subprocess
+import threading
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,8 +28,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from harness import __version__
 from harness.episode import EpisodeConfig, run_episode
-from harness.library import Library, load_library
-from harness.llm import EndpointLimits, LLMClient
+from harness.errors import BadInput, Unavailable
+from harness.library import Library, LibraryError, load_library
+from harness.llm import EndpointLimits, EndpointUnreachable, LLMClient, RequestRejected
+from harness.llm.client import DEFAULT_TIMEOUT_S
+from harness.llm.local_provider import LOCAL_PROVIDER
+from harness.llm.python_models import PYTHON_PROVIDER
 from harness.metrics import MANIFEST_FILE, RESULTS_FILE, RunSummary, read_results, summarize_run, write_summary
 from harness.protocols import AgentPolicy, UserPolicy
 from harness.sandbox import SandboxLimits, SandboxPool
@@ -38,7 +47,7 @@ from harness.schema import (
     TerminationReason,
     Trajectory,
 )
-from harness.store import ResultStore
+from harness.store import ResultStore, ResultStoreError
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +64,11 @@ RESULT_SETTINGS = (
     "system_prompt_version",
     "mcp",
 )
+
+# Agent kinds that call no model: their runs need no model endpoint (the reference-actions replayer and the
+# do-nothing baseline).
+MODEL_FREE_AGENT_KINDS = frozenset({"oracle", "do_nothing"})
+IN_PROCESS_PROVIDERS = frozenset({LOCAL_PROVIDER, PYTHON_PROVIDER})
 
 
 class RunConfig(BaseModel):
@@ -90,10 +104,18 @@ class RunConfig(BaseModel):
     mcp: str | None = Field(
         default=None, description="Evaluate through an MCP server instead: a URL, or a command that serves on stdio."
     )
+    timeout: float = Field(default=DEFAULT_TIMEOUT_S, gt=0, description="Seconds one model request may take.")
+    skip_bad_records: bool = Field(
+        default=False, description="Run without library records that do not load (listed in the manifest)."
+    )
 
 
-class RunRefused(ValueError):
-    """The run cannot start as asked (for example, resuming into a folder made with other settings)."""
+class RunRefused(BadInput):
+    """The run cannot start as asked: bad input (one problem per line), or a folder made with other settings."""
+
+
+class ModelUnavailable(Unavailable):
+    """A model endpoint does not answer (probed once before the first episode): nothing could be measured."""
 
 
 @dataclass(frozen=True)
@@ -140,16 +162,45 @@ class RunProgress:
 
 @dataclass
 class RunOutcome:
+    """What a run did. ``summary`` covers every episode recorded in the folder; ``ran`` are those of this
+    invocation, ``skipped`` the planned ones already recorded. ``stopped_by`` is the signal that stopped it."""
+
     run_dir: Path
     manifest: RunManifest
     summary: RunSummary
     ran: int
     skipped: int
+    planned: int = 0
+    stopped_by: int | None = None
+    infra_causes: list[tuple[str, int]] = field(default_factory=list)
+
+    @property
+    def missing(self) -> int:
+        """Planned episodes with no result (a run stopped by a signal)."""
+        return max(self.planned - self.summary.overall.episodes, 0)
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What a run is about to do, known before the first episode (for a header)."""
+
+    run_dir: Path
+    environments: list[str]
+    scenarios: int
+    modes: list[str]
+    trials: int
+    max_steps: int | None
+    episodes: int
+    to_run: int
+    recorded: int
+    models: dict[str, str]
+    in_flight: int
 
 
 AgentFactory = Callable[[Scenario, LLMClient, AgentSettings], AgentPolicy]
 UserFactory = Callable[[Scenario, LLMClient, AgentSettings], UserPolicy]
 ProgressCallback = Callable[[RunProgress], None]
+StartCallback = Callable[[RunPlan], None]
 
 
 def agent_settings(config: RunConfig) -> AgentSettings:
@@ -275,7 +326,7 @@ def build_manifest(config: RunConfig, run_id: str, library: Library, client: LLM
 def episodes_in_flight(config: RunConfig, client: LLMClient) -> int:
     """``config.concurrency``, bounded by what the agent's and user's models are worth (alias ``max_episodes``)."""
     bounds = [config.concurrency]
-    for model in {config.model, config.user_model or config.model}:
+    for model in models_in_use(config):
         try:
             bound = client.resolve(model).max_episodes
         except Exception:  # an unresolvable model fails later, with the model call's own error
@@ -287,20 +338,143 @@ def episodes_in_flight(config: RunConfig, client: LLMClient) -> int:
     return min(bounds)
 
 
+def _resolution_line(entry: Any) -> str:
+    if not isinstance(entry, dict):
+        return repr(entry)
+    if "error" in entry:
+        return f"unresolvable ({entry['error']})"
+    provider_model = str(entry.get("provider_model"))
+    if entry.get("api_base"):
+        where = f" at {entry['api_base']}"
+    elif provider_model.split("/", 1)[0] in IN_PROCESS_PROVIDERS:
+        where = " (in this process)"
+    else:
+        where = ""
+    return f"{provider_model}{where}"
+
+
 def check_resumable(previous: RunManifest, current: RunManifest) -> None:
-    """Refuse to mix results of different settings or data in one folder, naming what differs."""
+    """Refuse to mix results of different settings, models or data in one folder, naming what differs."""
     differences = []
     for key in RESULT_SETTINGS:
         before, after = previous.config.get(key), current.config.get(key)
         if before != after:
             differences.append(f"{key}: {before!r} in the folder, {after!r} now")
+    for model, before in previous.model_resolution.items():
+        after = current.model_resolution.get(model)
+        if after is not None and _resolution_line(before) != _resolution_line(after):
+            differences.append(
+                f"model {model!r} resolves to {_resolution_line(after)} now, {_resolution_line(before)} in the folder"
+            )
     if previous.dataset.fingerprint != current.dataset.fingerprint:
         differences.append(
             f"environment set: {previous.dataset.source}@{previous.dataset.fingerprint} in the folder, "
             f"{current.dataset.source}@{current.dataset.fingerprint} now"
         )
     if differences:
-        raise RunRefused("cannot resume: the run folder was made with other settings — " + "; ".join(differences))
+        raise RunRefused(
+            "cannot resume: the run folder was made with other settings — "
+            + "; ".join(differences)
+            + " (run with the folder's settings, or choose another --out)"
+        )
+
+
+def _unknown_ids(kind: str, asked: list[str], known: list[str]) -> list[str]:
+    problems: list[str] = []
+    for name in asked:
+        if name in known:
+            continue
+        close = difflib.get_close_matches(name, known, n=3)
+        if close:
+            hint = "did you mean " + " or ".join(repr(c) for c in close) + "?"
+        elif len(known) <= 12:
+            hint = "known: " + ", ".join(known)
+        else:
+            hint = f"{len(known)} known, e.g. {', '.join(known[:3])}"
+        problems.append(f"unknown {kind} {name!r} ({hint})")
+    return problems
+
+
+def selection_problems(library: Library, config: RunConfig) -> list[str]:
+    """Everything wrong with what ``config`` asks of ``library``, one line each (empty when the run can go)."""
+    problems: list[str] = []
+    if library.problems and not config.skip_bad_records:
+        problems.extend(f"{library.source.source}: {problem}" for problem in library.problems)
+        problems.append(
+            f"{len(library.problems)} record(s) of {library.source.source} do not load; fix them, or pass "
+            f"--skip-bad-records to run without them"
+        )
+    if config.env:
+        problems.extend(_unknown_ids("environment", config.env, sorted({s.environment_id for s in library.scenarios})))
+    if config.scenario:
+        problems.extend(_unknown_ids("scenario", config.scenario, [s.id for s in library.scenarios]))
+    return problems
+
+
+def models_in_use(config: RunConfig) -> list[str]:
+    """The model strings this run will call: the agent's (unless it needs none) and the simulated user's."""
+    models = []
+    if config.agent_kind not in MODEL_FREE_AGENT_KINDS:
+        models.append(config.model)
+    if config.mode in ("conv", "both"):
+        models.append(config.user_model or config.model)
+    return list(dict.fromkeys(models))
+
+
+def _load_library(config: RunConfig) -> Library:
+    try:
+        return load_library(config.envs)
+    except LibraryError as exc:
+        raise RunRefused(str(exc)) from None
+
+
+async def _check_models(config: RunConfig, client: LLMClient) -> None:
+    problems = [p for p in (client.route_problem(m) for m in models_in_use(config)) if p is not None]
+    if problems:
+        raise RunRefused(*problems)
+    probed: set[str] = set()
+    for model in models_in_use(config):
+        endpoint = client.resolve(model).endpoint
+        if endpoint in probed:
+            continue
+        probed.add(endpoint)
+        try:
+            await client.probe(model)
+        except RequestRejected as exc:
+            raise RunRefused(str(exc)) from None
+        except EndpointUnreachable as exc:
+            raise ModelUnavailable(str(exc)) from None
+
+
+def _check_agent(config: RunConfig, scenario: Scenario, client: LLMClient, agent_factory: AgentFactory) -> None:
+    """Build one policy before any episode: an unknown agent kind is bad input, not an error per episode."""
+    try:
+        agent_factory(scenario, client, agent_settings(config))
+    except ValueError as exc:
+        raise RunRefused(f"--agent {config.agent_kind}: {exc}") from None
+
+
+@contextlib.contextmanager
+def _stop_on_signals(enabled: bool, on_signal: Callable[[int], None]) -> Iterator[None]:
+    """While the block runs, SIGINT and SIGTERM call ``on_signal`` once; a second one acts as usual."""
+    if not enabled or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    loop = asyncio.get_running_loop()
+    signals = (signal.SIGINT, signal.SIGTERM)
+
+    def handle(number: int) -> None:
+        for other in signals:
+            loop.remove_signal_handler(other)
+        on_signal(number)
+
+    for number in signals:
+        loop.add_signal_handler(number, handle, number)
+    try:
+        yield
+    finally:
+        for number in signals:
+            loop.remove_signal_handler(number)
 
 
 async def run(
@@ -309,51 +483,146 @@ async def run(
     agent_factory: AgentFactory,
     user_factory: UserFactory | None = None,
     on_progress: ProgressCallback | None = None,
+    on_start: StartCallback | None = None,
     library: Library | None = None,
     client: LLMClient | None = None,
     sandbox_limits: SandboxLimits | None = None,
+    stop_on_signals: bool = False,
 ) -> RunOutcome:
-    """Run every planned episode that has no result yet, then write the summary."""
-    library = library or load_library(config.envs)
+    """Run every planned episode that has no result yet, then write the summary.
+
+    Inputs are checked before any work (:class:`RunRefused` lists every problem; no run folder is made), each
+    model endpoint is probed once (:class:`ModelUnavailable` when one does not answer). With
+    ``stop_on_signals``, SIGINT or SIGTERM stops the run cleanly: episodes in flight are dropped (they run again
+    on resume), the summary is written, and ``RunOutcome.stopped_by`` names the signal.
+    """
+    library = library or _load_library(config)
+    problems = selection_problems(library, config)
+    if problems:
+        raise RunRefused(*problems)
+    if config.skip_bad_records and library.problems:
+        logger.warning("running without %d record(s) that do not load", len(library.problems))
     scenarios = select_scenarios(library, config)
     specs = plan_episodes(scenarios, config)
+    if not specs:
+        raise RunRefused(
+            f"no episodes to run: no scenario of {library.source.source} with checks matches "
+            + (" ".join(f"--env {e}" for e in config.env) + " " if config.env else "")
+            + (" ".join(f"--scenario {s}" for s in config.scenario) + " " if config.scenario else "")
+            + (f"--limit {config.limit}" if config.limit is not None else "")
+            + " (harness validate shows what the library holds)"
+        )
     if any(spec.mode == "conv" for spec in specs) and user_factory is None:
         raise RunRefused("conversational mode needs a simulated user (user_factory)")
     run_dir = config.out or default_run_dir(config)
-    run_dir.mkdir(parents=True, exist_ok=True)
     manifest_path = run_dir / MANIFEST_FILE
     results_path = run_dir / RESULTS_FILE
+    if manifest_path.exists() and not config.resume:
+        raise RunRefused(f"{run_dir} already holds a run; pass --resume to continue it, or choose another --out")
+    if not manifest_path.exists() and results_path.exists() and results_path.stat().st_size:
+        raise RunRefused(f"{run_dir} holds results but no manifest; choose another --out")
     owns_client = client is None
     if client is None:
         client = LLMClient(
             cache_dir=config.cache_dir,
             default_limits=EndpointLimits(concurrency=config.concurrency, rpm=config.rpm, tpm=config.tpm),
+            timeout=config.timeout,
         )
-    run_id = run_dir.name
-    manifest = build_manifest(config, run_id, library, client, len(specs))
+    try:
+        return await _run_planned(
+            config,
+            library,
+            specs,
+            run_dir,
+            client,
+            agent_factory,
+            user_factory,
+            on_progress,
+            on_start,
+            sandbox_limits,
+            stop_on_signals,
+        )
+    finally:
+        if owns_client:
+            await client.aclose()
+
+
+async def _run_planned(
+    config: RunConfig,
+    library: Library,
+    specs: list[EpisodeSpec],
+    run_dir: Path,
+    client: LLMClient,
+    agent_factory: AgentFactory,
+    user_factory: UserFactory | None,
+    on_progress: ProgressCallback | None,
+    on_start: StartCallback | None,
+    sandbox_limits: SandboxLimits | None,
+    stop_on_signals: bool,
+) -> RunOutcome:
+    _check_agent(config, specs[0].scenario, client, agent_factory)
+    manifest = build_manifest(config, run_dir.name, library, client, len(specs))
+    manifest_path = run_dir / MANIFEST_FILE
+    results_path = run_dir / RESULTS_FILE
     if manifest_path.exists():
-        previous = RunManifest.model_validate_json(manifest_path.read_bytes())
-        if not config.resume:
-            raise RunRefused(f"{run_dir} already holds a run; pass --resume to continue it, or choose another --out")
+        try:
+            previous = RunManifest.model_validate_json(manifest_path.read_bytes())
+        except ValueError as exc:
+            raise RunRefused(
+                f"{manifest_path} is not a run manifest ({exc.__class__.__name__}); choose another --out"
+            ) from None
         check_resumable(previous, manifest)
         manifest = manifest.model_copy(update={"run_id": previous.run_id, "created_at": previous.created_at})
-    elif results_path.exists() and results_path.stat().st_size:
-        raise RunRefused(f"{run_dir} holds results but no manifest; choose another --out")
+    try:
+        store = ResultStore(results_path)
+    except ResultStoreError as exc:
+        raise RunRefused(str(exc)) from None
+    await _check_models(config, client)
+    planned_ids = {spec.episode_id for spec in specs}
+    covered = planned_ids | set(store.terminations)
+    manifest = manifest.model_copy(update={"episodes_planned": len(covered)})
+    if config.skip_bad_records and library.problems:
+        manifest.config["skipped_records"] = list(library.problems)
+    run_dir.mkdir(parents=True, exist_ok=True)
     _write_atomically(manifest_path, orjson.dumps(manifest.model_dump(mode="json"), option=orjson.OPT_INDENT_2))
 
     in_flight = episodes_in_flight(config, client)
-    store = ResultStore(results_path)
     finished = store.finished(retry_errors=config.retry_errors)
     todo = [spec for spec in specs if spec.episode_id not in finished]
+    if on_start is not None:
+        on_start(
+            RunPlan(
+                run_dir=run_dir,
+                environments=sorted({spec.scenario.environment_id for spec in specs}),
+                scenarios=len({spec.scenario.id for spec in specs}),
+                modes=sorted({spec.mode for spec in specs}),
+                trials=config.trials,
+                max_steps=config.max_steps,
+                episodes=len(specs),
+                to_run=len(todo),
+                recorded=len(set(store.terminations)),
+                models={m: _resolution_line(manifest.model_resolution.get(m)) for m in models_in_use(config)},
+                in_flight=min(in_flight, max(len(todo), 1)),
+            )
+        )
     progress = RunProgress(total=len(todo))
     agent = agent_settings(config)
     user = user_settings(config)
     queue: asyncio.Queue[EpisodeSpec] = asyncio.Queue()
     for spec in todo:
         queue.put_nowait(spec)
+    stopped_by: list[int] = []
+    workers: list[asyncio.Task[None]] = []
+
+    def request_stop(number: int) -> None:
+        stopped_by.append(number)
+        logger.warning(
+            "stopping: %s received; episodes in flight are dropped and run again on resume", signal.Signals(number).name
+        )
+        for task in workers:
+            task.cancel()
 
     async def episode_worker(pool: SandboxPool) -> None:
-        assert client is not None
         while True:
             try:
                 spec = queue.get_nowait()
@@ -366,34 +635,61 @@ async def run(
                 )
             finally:
                 progress.in_flight -= 1
+            if stopped_by and trajectory.termination is TerminationReason.INFRA_ERROR:
+                continue  # most likely the stop itself (a sandbox worker got the terminal's signal too)
             store.append(trajectory)
             _account(progress, trajectory)
             if on_progress is not None:
                 on_progress(progress)
 
     try:
-        async with SandboxPool(
-            workers=config.workers,
-            limits=sandbox_limits,
-            require_full_confinement=library.from_hub and not config.allow_weak_sandbox,
-        ) as pool:
-            workers = [asyncio.create_task(episode_worker(pool)) for _ in range(min(in_flight, len(todo)))]
-            reporter = asyncio.create_task(_report_usage(progress, client, on_progress))
-            try:
-                await asyncio.gather(*workers)
-            finally:
-                reporter.cancel()
-                for task in workers:
-                    task.cancel()
+        with _stop_on_signals(stop_on_signals, request_stop):
+            async with SandboxPool(
+                workers=config.workers,
+                limits=sandbox_limits,
+                require_full_confinement=library.from_hub and not config.allow_weak_sandbox,
+            ) as pool:
+                if not stopped_by:  # a signal during the sandbox's start-up stops the run before any episode
+                    workers.extend(asyncio.create_task(episode_worker(pool)) for _ in range(min(in_flight, len(todo))))
+                reporter = asyncio.create_task(_report_usage(progress, client, on_progress))
+                try:
+                    await asyncio.gather(*workers)
+                except asyncio.CancelledError:
+                    if not stopped_by:
+                        raise
+                finally:
+                    reporter.cancel()
+                    for task in workers:
+                        task.cancel()
+                    await asyncio.gather(*workers, return_exceptions=True)
     finally:
         store.close()
-        if owns_client:
-            await client.aclose()
-    planned_ids = {spec.episode_id for spec in specs}
-    results = [t for t in read_results(results_path) if t.episode_id in planned_ids]
+    _refresh_usage(progress, client)
+    if on_progress is not None:
+        on_progress(progress)
+    results = read_results(results_path)
     summary = summarize_run(results, run_id=manifest.run_id)
     write_summary(run_dir, summary)
-    return RunOutcome(run_dir, manifest, summary, ran=len(todo), skipped=len(specs) - len(todo))
+    return RunOutcome(
+        run_dir,
+        manifest,
+        summary,
+        ran=progress.done,
+        skipped=len(specs) - len(todo),
+        planned=len(covered),
+        stopped_by=stopped_by[0] if stopped_by else None,
+        infra_causes=infra_error_causes(results),
+    )
+
+
+def infra_error_causes(results: list[Trajectory]) -> list[tuple[str, int]]:
+    """What ended episodes in infrastructure errors, each cause once with its count, most frequent first."""
+    counts: Counter[str] = Counter()
+    for trajectory in results:
+        if trajectory.termination is TerminationReason.INFRA_ERROR:
+            detail = (trajectory.termination_detail or "").strip().splitlines()
+            counts[detail[0][:400] if detail else "no detail recorded"] += 1
+    return counts.most_common()
 
 
 async def _run_one(
@@ -448,13 +744,17 @@ def _account(progress: RunProgress, trajectory: Trajectory) -> None:
         progress.successes += trajectory.reward.success
 
 
+def _refresh_usage(progress: RunProgress, client: LLMClient) -> None:
+    usage = client.usage_by_role()
+    progress.requests = sum(u.requests - u.cached_requests for u in usage.values())
+    progress.tokens = sum(u.total_tokens for u in usage.values())
+    progress.cost_usd = sum(u.cost_usd for u in usage.values())
+
+
 async def _report_usage(progress: RunProgress, client: LLMClient, on_progress: ProgressCallback | None) -> None:
     """Refresh request, token and cost totals a few times a second, and tell the caller."""
     while True:
         await asyncio.sleep(0.5)
-        usage = client.usage_by_role()
-        progress.requests = sum(u.requests - u.cached_requests for u in usage.values())
-        progress.tokens = sum(u.total_tokens for u in usage.values())
-        progress.cost_usd = sum(u.cost_usd for u in usage.values())
+        _refresh_usage(progress, client)
         if on_progress is not None:
             on_progress(progress)

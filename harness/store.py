@@ -2,7 +2,8 @@
 
 Lines are appended with orjson and flushed as each episode finishes, so a killed run loses at most the line
 being written. On reopening, a torn last line is cut off (its episode simply runs again) and the episodes
-already recorded are known by id, so a resumed run neither loses nor doubles a result.
+already recorded are known by id, so a resumed run neither loses nor doubles a result. Every secret value the
+harness knows (see :mod:`harness.redact`) is replaced before a line is written.
 """
 
 from __future__ import annotations
@@ -14,9 +15,15 @@ from typing import IO
 
 import orjson
 
+from harness.errors import BadInput
+from harness.redact import redact_known
 from harness.schema import TerminationReason, Trajectory
 
 logger = logging.getLogger(__name__)
+
+
+class ResultStoreError(BadInput):
+    """``results.jsonl`` holds a line that is not a trajectory (not a torn last line: something else wrote it)."""
 
 
 class ResultStore:
@@ -44,7 +51,10 @@ class ResultStore:
                 record = orjson.loads(line)
                 self.terminations[str(record["episode_id"])] = str(record.get("termination"))
             except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
-                raise ValueError(f"{self.path}:{number} is not a trajectory: {exc}") from exc
+                raise ResultStoreError(
+                    f"{self.path}:{number} is not a trajectory ({type(exc).__name__}: {exc}); "
+                    f"remove or repair that line, or run into another --out"
+                ) from exc
 
     def finished(self, retry_errors: bool = False) -> set[str]:
         """Episode ids whose result stands (with ``retry_errors``, infrastructure errors do not)."""
@@ -56,7 +66,7 @@ class ResultStore:
         if self._handle is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._handle = self.path.open("ab")
-        self._handle.write(trajectory.model_dump_json().encode() + b"\n")
+        self._handle.write(redact_known(trajectory.model_dump_json()).encode() + b"\n")
         self._handle.flush()
         if self.fsync:
             os.fsync(self._handle.fileno())

@@ -76,6 +76,7 @@ class SynthEnvsConfig(BaseModel):
     price_model: str = DEFAULT_PRICE_MODEL
     sandbox_workers: int | None = None
     cache_answers: bool = True
+    timeout: float = Field(default=120.0, gt=0, description="Seconds one model request may take.")
 
 
 class SynthEnvsResult(BaseModel):
@@ -444,11 +445,13 @@ async def synthesize_environments(
     """Run (or resume) environment synthesis; see the module docstring for what lands in ``config.out``."""
     price_for(config.price_model)  # an unknown price model fails before any token is spent
     started = asyncio.get_running_loop().time()
+    tasks = await asyncio.to_thread(load_tasks, config.source, config.column, config.max_tasks)  # before any output
     config.out.mkdir(parents=True, exist_ok=True)
     own_client = client is None
     llm = client or LLMClient(
         cache_dir=config.out / "llm_cache" if config.cache_answers else None,
         default_limits=EndpointLimits(concurrency=config.concurrency, rpm=config.rpm, tpm=None),
+        timeout=config.timeout,
     )
     own_pool = pool is None
     sandbox = pool or SandboxPool(workers=config.sandbox_workers)
@@ -456,7 +459,6 @@ async def synthesize_environments(
         if own_pool:
             await sandbox.start()
         run = _Run(config, llm, sandbox)
-        tasks = await asyncio.to_thread(load_tasks, config.source, config.column, config.max_tasks)
         discovered = await asyncio.gather(*(run.discover(task) for task in tasks))
         outcomes = [outcome for outcome, _ in discovered]
         usage_by_task = {outcome.task: usage for outcome, usage in discovered}

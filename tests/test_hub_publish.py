@@ -264,7 +264,7 @@ def test_cli_publish_builds_uploads_and_is_idempotent(hub, repo_id, tmp_path):
     assert hub.commit_count(repo_id) == commits
 
     bad = runner.invoke(app, ["publish", "sft", str(tmp_path / "missing"), "--repo", repo_id])
-    assert bad.exit_code == 1 and "Cannot build" in bad.output
+    assert bad.exit_code == 2 and "Cannot build" in bad.output
 
 
 async def test_run_evaluates_a_published_library_at_a_pinned_revision(hub, repo_id, tmp_path):

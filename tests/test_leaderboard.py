@@ -292,7 +292,7 @@ def test_cli_show_run_and_episode(runs: dict[str, Path]) -> None:
     assert '<script>alert("pwned")</script>' in episode.output, "shown as plain text, not interpreted"
 
     missing = runner.invoke(_cli(), ["show", str(runs["a"]), "--episode", "nope"])
-    assert missing.exit_code == 1 and "no episode" in missing.output
+    assert missing.exit_code == 2 and "no episode" in missing.output
 
 
 def test_cli_publish_puts_rows_and_table_on_the_hub(
@@ -333,7 +333,7 @@ def test_cli_publish_puts_rows_and_table_on_the_hub(
     assert again.exit_code == 0 and "no change" in again.output
 
     missing = runner.invoke(_cli(), ["leaderboard", "publish", str(tmp_path / "nothing"), "--repo", repo_id])
-    assert missing.exit_code == 1 and "Cannot publish" in missing.output
+    assert missing.exit_code == 2 and "Cannot publish" in missing.output
 
 
 def test_terminal_view_neutralises_control_characters_and_markup(tmp_path: Path) -> None:

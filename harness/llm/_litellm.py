@@ -27,7 +27,7 @@ if os.environ.get("HARNESS_LITELLM_OPENAI_SDK", "").lower() not in ("1", "true",
 import litellm
 from litellm.litellm_core_utils import logging_worker
 
-from harness.llm.redact import RedactingFilter
+from harness.redact import RedactingFilter
 
 LITELLM_LOGGERS = ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy")
 

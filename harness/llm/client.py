@@ -26,12 +26,16 @@ from harness.llm.cache import ResponseCache, cache_key
 from harness.llm.errors import EndpointUnreachable, LLMError, RetriesExhausted
 from harness.llm.limits import EndpointGate, EndpointLimits
 from harness.llm.openai_http import DIRECT_PROVIDERS, direct_route_enabled, post_chat_completion
-from harness.llm.redact import redact
 from harness.llm.retry import RetryPolicy, RetryWait, TransientFailure, classify, exception_chain
 from harness.llm.transport import OPENAI_COMPATIBLE, OpenAIClientPool, api_key_for
+from harness.redact import redact, register_secret, register_secret_variable
 from harness.schema import ModelSettings, Usage
 
 logger = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT_S = 120.0
+"""Seconds one request may take: long enough for a long completion on a busy server, short enough that a hung
+request costs minutes, not an hour, across the retry schedule."""
 
 # ModelSettings.extra keys that steer routing rather than go into the request.
 ROUTING_KEYS = ("api_base", "api_key_env")
@@ -100,11 +104,13 @@ class LLMClient:
         *,
         endpoint_limits: Mapping[str, EndpointLimits] | None = None,
         retry: RetryPolicy | None = None,
-        timeout: float = 600.0,
+        timeout: float = DEFAULT_TIMEOUT_S,
         max_connections: int = 1024,
         aliases: AliasTable | None = None,
     ) -> None:
         self.aliases = aliases or AliasTable.load()
+        for entry in self.aliases.entries.values():
+            register_secret_variable(entry.api_key_env)
         self.default_limits = default_limits or EndpointLimits()
         self.retry = retry or RetryPolicy()
         self.timeout = timeout
@@ -127,6 +133,22 @@ class LLMClient:
         if resolved is None:
             resolved = self._resolved[model] = self.aliases.resolve(model)
         return resolved
+
+    def route_problem(self, model: str) -> str | None:
+        """Why ``model`` cannot be routed to any model (one line), or None. Makes no request."""
+        from harness.llm.probe import route_problem
+
+        return route_problem(model, self.resolve(model), self.aliases)
+
+    async def probe(self, model: str) -> None:
+        """One cheap request to ``model``'s endpoint; raises :class:`EndpointUnreachable` or
+        :class:`RequestRejected` when a run there could not succeed (see :mod:`harness.llm.probe`)."""
+        from harness.llm.probe import PROBE_TIMEOUT_S, probe_endpoint
+
+        self._bind_loop()
+        await probe_endpoint(
+            model, self.resolve(model), self._pool.session(), timeout=min(self.timeout, PROBE_TIMEOUT_S)
+        )
 
     def set_limits(self, endpoint: str, limits: EndpointLimits) -> None:
         """Set the limits of an endpoint (an api_base or provider), or of the endpoint an alias points to."""
@@ -188,6 +210,7 @@ class LLMClient:
             raise ValueError("put API keys in environment variables and name them with extra['api_key_env']")
         api_base = extra.pop("api_base", None) or resolved.api_base
         api_key_env = extra.pop("api_key_env", None) or resolved.api_key_env
+        register_secret_variable(api_key_env)
         params = self._parameters(resolved, settings, extra)
         endpoint = api_base or resolved.endpoint
         tools = tools or None
@@ -221,6 +244,7 @@ class LLMClient:
         direct: tuple[str, str | None] | None = None
         if resolved.provider in OPENAI_COMPATIBLE:
             api_key = api_key_for(resolved.provider, api_key_env, api_base)
+            register_secret(api_key)
             if api_base is not None and resolved.provider in DIRECT_PROVIDERS and direct_route_enabled():
                 direct = (api_base, api_key)
             elif api_key is not None:
@@ -228,9 +252,7 @@ class LLMClient:
                 if api_base is not None:
                     request["client"] = self._pool.client_for(api_base, api_key)
 
-        response, attempts = await self._call_with_retries(
-            request, settings.model, resolved, endpoint, params, direct
-        )
+        response, attempts = await self._call_with_retries(request, settings.model, resolved, endpoint, params, direct)
         result = self._result(response, resolved, attempts, time.perf_counter() - started)
         self._account(role, result.usage)
         if self.cache is not None and key is not None:
@@ -315,7 +337,7 @@ class LLMClient:
                             else:
                                 response = await litellm.acompletion(**request)
                         except Exception as exc:
-                            failure = classify(exc, model=model, endpoint=endpoint)
+                            failure = classify(exc, model=model, endpoint=endpoint, timeout=request.get("timeout"))
                             if isinstance(failure, LLMError):
                                 failure.args = (redact(str(failure)),)
                                 if any(link is failure for link in exception_chain(exc)):
@@ -337,7 +359,7 @@ class LLMClient:
                     endpoint=endpoint,
                 ) from None
             raise RetriesExhausted(
-                f"{model} at {endpoint}: {failure.reason} after {attempts} attempts: {detail}",
+                f"{model} at {endpoint}: {failure.reason} ({attempts} attempts): {detail}",
                 attempts=attempts,
                 model=model,
                 endpoint=endpoint,

@@ -136,8 +136,21 @@ def _is_connection_failure(exc: BaseException) -> bool:
     return False
 
 
-def classify(exc: BaseException, *, model: str, endpoint: str) -> TransientFailure | LLMError:
-    """Turn what litellm raised into a :class:`TransientFailure` (retry) or a typed error (raise)."""
+def _is_timeout(exc: BaseException) -> bool:
+    for link in exception_chain(exc):
+        if isinstance(link, TimeoutError | litellm.Timeout | httpx.TimeoutException | aiohttp.ServerTimeoutError):
+            return True
+        if type(link).__name__ in ("APITimeoutError", "Timeout", "ReadTimeout"):
+            return True
+    return False
+
+
+def classify(
+    exc: BaseException, *, model: str, endpoint: str, timeout: float | None = None
+) -> TransientFailure | LLMError:
+    """Turn what litellm raised into a :class:`TransientFailure` (retry) or a typed error (raise).
+
+    ``timeout`` is the request timeout in seconds, named in the message when a request runs out of it."""
     for link in exception_chain(exc):
         if isinstance(link, LLMError):
             return link
@@ -148,8 +161,9 @@ def classify(exc: BaseException, *, model: str, endpoint: str) -> TransientFailu
             endpoint=endpoint,
         )
     status = _status_code(exc)
-    if isinstance(exc, litellm.Timeout):
-        return TransientFailure("timeout", _short(exc))
+    if _is_timeout(exc):
+        reason = f"timed out after {timeout:g} s" if timeout is not None else "timed out"
+        return TransientFailure(reason, _short(exc) or "no answer in time")
     if isinstance(exc, litellm.RateLimitError) or status == 429:
         return TransientFailure("rate limited (429)", _short(exc), retry_after=_retry_after_of(exc))
     if status is not None and status not in RETRYABLE_STATUS:

@@ -22,6 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from harness.errors import BadInput
 from harness.sandbox.arguments import CallRejected, validate_call
 from harness.sandbox.children import Child, ChildLost, Zygote, ZygoteFailed
 from harness.sandbox.confine import DISABLE_VARIABLE, disabled_layers
@@ -58,8 +59,9 @@ class EnvironmentLoadError(ValueError):
     """The environment code is refused by the static checks, or its class cannot be built from the state."""
 
 
-class WeakSandbox(SandboxError):
-    """A confinement layer is missing and the code to run is not from a trusted local folder."""
+class WeakSandbox(BadInput, SandboxError):
+    """A confinement layer is missing and the code to run is not from a trusted local folder (bad input: the
+    user must opt in with --allow-weak-sandbox)."""
 
 
 _OBSERVATION_KINDS = {kind.value: kind for kind in ObservationKind}

@@ -17,7 +17,8 @@ What a request gets is decided by a *policy*, chosen from the request's ``model`
   ``###STOP###``; turns are found by key like ``replay``;
 - ``think``: like ``echo`` with ``reasoning_content`` attached.
 
-Faults (429 with ``Retry-After``, 500, 400, 401, context overflow, hang, dropped connection) are injected by
+Faults (429 with ``Retry-After``, 500, 400, 401, a 401 that echoes the key it was sent (as some providers do),
+context overflow, hang, dropped connection) are injected by
 count or probability with :meth:`MockOpenAIServer.inject`. Every request is recorded server-side with a
 monotonic timestamp, and the server tracks the largest number of simultaneously open connections and of
 requests in flight.
@@ -45,12 +46,15 @@ import orjson
 
 STOP_TOKEN = "###STOP###"
 
-FaultKind = Literal["rate_limit", "server_error", "bad_request", "unauthorized", "context_overflow", "hang", "drop"]
+FaultKind = Literal[
+    "rate_limit", "server_error", "bad_request", "unauthorized", "echo_key", "context_overflow", "hang", "drop"
+]
 
 _REASONS = {
     200: "OK",
     400: "Bad Request",
     401: "Unauthorized",
+    403: "Forbidden",
     404: "Not Found",
     405: "Method Not Allowed",
     429: "Too Many Requests",
@@ -90,6 +94,7 @@ class Fault:
     retry_after: float | None = None
     hang_seconds: float = 3600.0
     model: str | None = None
+    status: int = 401  # of an ``echo_key`` answer
 
 
 # ----------------------------------------------------------------------------------------------- policies
@@ -555,7 +560,7 @@ class MockOpenAIServer:
 
         fault = self._take_fault(model)
         if fault is not None:
-            return await self._apply_fault(fault, record)
+            return await self._apply_fault(fault, record, headers)
         if self.latency > 0:
             await asyncio.sleep(self.latency)
         prompt_tokens = estimate_tokens(body.get("messages")) + (
@@ -628,7 +633,9 @@ class MockOpenAIServer:
                 return fault
         return None
 
-    async def _apply_fault(self, fault: Fault, record: Callable[[int, str], None]) -> _Response | None:
+    async def _apply_fault(
+        self, fault: Fault, record: Callable[[int, str], None], headers: Mapping[str, str] | None = None
+    ) -> _Response | None:
         if fault.kind == "rate_limit":
             record(429, fault.kind)
             headers = [] if fault.retry_after is None else [("Retry-After", _seconds(fault.retry_after))]
@@ -642,6 +649,11 @@ class MockOpenAIServer:
         if fault.kind == "unauthorized":
             record(401, fault.kind)
             return _error(401, "Incorrect API key provided.", "authentication_error")
+        if fault.kind == "echo_key":
+            record(fault.status, fault.kind)
+            sent = (headers or {}).get("authorization", "").removeprefix("Bearer ")
+            message = f"Incorrect API key provided: {sent}. Query was ?key={sent}"
+            return _error(fault.status, message, "authentication_error")
         if fault.kind == "context_overflow":
             record(400, fault.kind)
             return _context_overflow(self.context_limit or 4096, (self.context_limit or 4096) + 1000)
