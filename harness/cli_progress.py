@@ -123,17 +123,23 @@ def print_header(console: Console, config: RunConfig, plan: RunPlan) -> None:
     models = models or "none (this agent calls no model)"
     environments = ", ".join(plan.environments[:8]) + (" …" if len(plan.environments) > 8 else "")
     steps = str(plan.max_steps) if plan.max_steps else "default (30 nonconv, 40 conv)"
-    console.print(f"[bold]harness run[/bold] · agent {escape(config.agent_kind)} · model {models}", highlight=False)
+    console.print(
+        f"[bold]harness run[/bold] · agent {escape(config.agent_kind)} · model {models}",
+        highlight=False,
+        soft_wrap=True,
+    )
     console.print(
         f"  data {escape(config.envs or 'the bundled seed library')} · {_plural(len(plan.environments), 'environment')}"
         f" ({escape(environments)}) · {_plural(plan.scenarios, 'scenario')} · modes {', '.join(plan.modes)} · "
         f"{_plural(plan.trials, 'trial')} · step limit {steps}",
         highlight=False,
+        soft_wrap=True,
     )
     console.print(
         f"  {_plural(plan.episodes, 'episode')} planned, {plan.to_run} to run, {plan.recorded} already recorded · "
         f"{plan.in_flight} at a time · run folder {escape(str(plan.run_dir))}",
         highlight=False,
+        soft_wrap=True,
     )
 
 
@@ -168,9 +174,9 @@ def print_summary(console: Console, outcome: RunOutcome, baselines: dict[str, Ru
         for label, baseline in baselines.items():
             table.add_row(*_row(baseline.summary.overall, f"[dim]{escape(label)}[/dim]"))
     console.print(table)
-    console.print(f"[dim]{LEGEND}[/dim]", highlight=False)
+    console.print(f"[dim]{LEGEND}[/dim]", highlight=False, soft_wrap=True)
     if baselines:
-        console.print(f"[dim]{BASELINE_LEGEND}[/dim]", highlight=False)
+        console.print(f"[dim]{BASELINE_LEGEND}[/dim]", highlight=False, soft_wrap=True)
     terminations = ", ".join(f"{k} {v}" for k, v in sorted(summary.overall.terminations.items()))
     console.print(f"terminations: {terminations or '–'}")
     for cause, count in outcome.infra_causes[:5]:

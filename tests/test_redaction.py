@@ -100,7 +100,8 @@ def test_the_cli_keeps_an_echoed_key_out_of_results_stdout_stderr_and_debug_logs
     assert "Incorrect API key provided: [redacted]" in result.stdout  # the cause, printed once
     assert CANARY not in result.stdout
     assert CANARY not in result.stderr
-    results = (out / "results.jsonl").read_text()
-    assert results.count("Incorrect API key provided") == 2 and CANARY not in results
+    lines = (out / "results.jsonl").read_text().splitlines()
+    assert len(lines) == 2 and all("Incorrect API key provided: [redacted]" in line for line in lines)
+    assert all(CANARY not in line for line in lines)
     for path in out.iterdir():
         assert CANARY not in path.read_text(), path
