@@ -36,3 +36,28 @@ def test_validate_flags_an_environment_that_reads_the_real_clock(tmp_path):
     assert any("nondeterministic" in p for p in records["clocked"]["problems"]), records["clocked"]
     assert not any("nondeterministic" in p for p in records["steady"]["problems"]), records["steady"]
     assert result.returncode != 0
+
+
+async def test_lazy_standard_imports_and_installed_optional_modules_work_inside_the_jail():
+    from harness.schema import Environment
+    from harness.toolspec import derive_tools
+
+    code = (
+        "import datetime\n"
+        "import mpmath\n\n\n"
+        "class Calc:\n"
+        "    def __init__(self, init_config: dict):\n"
+        "        self.log = []\n\n"
+        "    def parse(self, text: str) -> dict:\n"
+        '        """Parse a date and take a square root."""\n'
+        "        day = datetime.datetime.strptime(text, '%Y-%m-%d').strftime('%A')\n"
+        "        root = str(mpmath.sqrt(2))[:6]\n"
+        "        self.log.append(day)\n"
+        "        return {'success': True, 'data': [day, root]}\n"
+    )
+    environment = Environment(id="calc", name="Calc", class_name="Calc", code=code, tools=derive_tools(code, "Calc"))
+    async with SandboxPool() as pool:
+        session = await pool.open_session(environment, {})
+        observation, _ = await session.call(ToolCall(id="a", name="parse", arguments={"text": "2025-01-15"}))
+        await session.close()
+    assert observation.content == {"success": True, "data": ["Wednesday", "1.4142"]}, observation

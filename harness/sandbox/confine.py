@@ -26,6 +26,7 @@ import errno
 import os
 import resource
 import signal
+import sys
 import sysconfig
 from dataclasses import dataclass, field
 from typing import Any
@@ -163,9 +164,17 @@ def disabled_layers(environ: dict[str, str] | None = None) -> frozenset[str]:
 
 
 def readable_roots() -> list[str]:
-    """What a confined child may read: the standard library, for imports the zygote did not do ahead."""
+    """What a confined child may read, for imports the zygote did not do ahead: the standard library and the
+    package folders of the optional modules that are installed (never the rest of site-packages)."""
+    from harness.sandbox.policy import OPTIONAL_MODULES
+
     paths = sysconfig.get_paths()
     roots = {os.path.realpath(paths[key]) for key in ("stdlib", "platstdlib") if key in paths}
+    for name in OPTIONAL_MODULES:
+        module = sys.modules.get(name)
+        location = getattr(module, "__file__", None)
+        if location:
+            roots.add(os.path.realpath(os.path.dirname(location)))
     return sorted(root for root in roots if os.path.isdir(root))
 
 

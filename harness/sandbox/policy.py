@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-ALLOWED_MODULES: frozenset[str] = frozenset(
+OPTIONAL_MODULES: frozenset[str] = frozenset({"mpmath"})
+"""Third-party modules allowed when they are installed (BFCL's MathAPI imports mpmath: the ``bfcl`` extra).
+The zygote imports them ahead and the jail lets children read their package folders, nothing else of
+site-packages."""
+
+ALLOWED_MODULES: frozenset[str] = OPTIONAL_MODULES | frozenset(
     {
         "typing",
         "typing_extensions",
@@ -32,6 +37,8 @@ ALLOWED_MODULES: frozenset[str] = frozenset(
         "abc",
         "numbers",
         "__future__",
+        # Imported by the standard library on first use (datetime.strptime imports it through __import__).
+        "_strptime",
     }
 )
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from harness.sandbox.policy import ALLOWED_MODULES, REMOVED_BUILTINS, is_forbidden_attribute
+from harness.sandbox.policy import ALLOWED_MODULES, OPTIONAL_MODULES, REMOVED_BUILTINS, is_forbidden_attribute
 from harness.sandbox.shims import CONTEXT, SHIM_MODULES, Clock
 from harness.statediff import diff_values
 
@@ -474,11 +474,14 @@ def serve_checks(fd: int, settings: Settings) -> None:
 
 def prepare_interpreter() -> None:
     """What every child needs ready before it forks: modules imported, the call timer's handler installed."""
-    import _strptime  # noqa: F401  (time.strptime imports it lazily; a confined child cannot always read it)
     import importlib
 
     for module in sorted(ALLOWED_MODULES - {"__future__"}):
-        importlib.import_module(module)
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            if module not in OPTIONAL_MODULES:
+                raise
     sys.dont_write_bytecode = True
     sys.setrecursionlimit(3000)
     signal.signal(signal.SIGALRM, _on_alarm)
