@@ -196,8 +196,11 @@ def select_scenarios(library: Library, config: RunConfig) -> list[Scenario]:
         if scenario.environment_id not in library.environments and config.mcp is None:
             logger.warning("scenario %s skipped: environment %s is missing", scenario.id, scenario.environment_id)
             continue
-        if not scenario.checks:
+        if not scenario.checks and not scenario.turns:
             logger.warning("scenario %s skipped: it has no checks and cannot be scored", scenario.id)
+            continue
+        if scenario.turns and config.mode == "nonconv":
+            logger.warning("scenario %s skipped: its user turns are scripted, so it runs only with --mode conv", scenario.id)
             continue
         chosen.append(scenario)
     if config.limit is not None:
@@ -212,6 +215,8 @@ def plan_episodes(scenarios: list[Scenario], config: RunConfig) -> list[EpisodeS
     specs = []
     for scenario in scenarios:
         for mode in modes:
+            if scenario.turns and mode == "nonconv":
+                continue  # scripted turns are a conversation
             for trial in range(config.trials):
                 identifier = episode_id(scenario, mode, agent, user if mode == "conv" else None, trial, config)
                 seed = int(identifier[:8], 16) ^ config.seed

@@ -8,12 +8,17 @@ Nothing of BFCL is imported or executed here; :func:`verify_import` replays the 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
+import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.bfcl.checker import ERROR_PREFIX, result_text
+from harness.dispatch import open_tool_session
 from harness.importers.bfcl_code import (
     DISPATCHER,
     ClassModule,
@@ -23,6 +28,8 @@ from harness.importers.bfcl_code import (
     parse_call,
 )
 from harness.importers.bfcl_source import CATEGORIES, BfclSource, BfclSourceError
+from harness.library import write_seed_layout
+from harness.sandbox import EnvironmentLoadError, SandboxPool
 from harness.schema import (
     Environment,
     FunctionSpec,
@@ -30,6 +37,7 @@ from harness.schema import (
     ReferenceAction,
     Scenario,
     ScriptedTurn,
+    ToolCall,
     ToolSpec,
 )
 
@@ -273,3 +281,70 @@ def import_bfcl(source: Path, categories: list[str]) -> BfclImport:
         return result
     finally:
         bfcl.close()
+
+
+@dataclass
+class Verification:
+    problems: list[str] = field(default_factory=list)
+    """One line per environment that does not load, or ground-truth call that fails."""
+    unavailable: dict[str, list[str]] = field(default_factory=dict)
+    """Per environment id: required modules the sandbox does not allow (its scenarios cannot run yet)."""
+
+
+async def verify_import(result: BfclImport, pool: SandboxPool, *, concurrency: int = 64) -> Verification:
+    """Load every environment in the sandbox and replay every scenario's ground truth there: a class that does
+    not load, or a ground-truth call whose result is an error, is a problem."""
+    verification = Verification()
+    environments = {env.id: env for env in result.environments}
+    for env_id, modules in result.required_modules.items():
+        refused = [module for module in modules if pool.static_problems(f"import {module}\n")]
+        if refused:
+            verification.unavailable[env_id] = refused
+    failed_to_load: set[str] = set()
+    gate = asyncio.Semaphore(concurrency)
+
+    async def replay(scenario: Scenario) -> None:
+        environment = environments[scenario.environment_id]
+        if environment.id in verification.unavailable or environment.id in failed_to_load:
+            return
+        async with gate:
+            try:
+                session = await open_tool_session(pool, environment, scenario.initial_state, record_diffs=False)
+            except EnvironmentLoadError as exc:
+                if environment.id not in failed_to_load:
+                    failed_to_load.add(environment.id)
+                    verification.problems.append(f"{environment.id}: does not load in the sandbox: {exc}")
+                return
+            try:
+                for index, turn in enumerate(scenario.turns):
+                    for action in turn.reference_actions:
+                        call = ToolCall(id="verify", name=action.name, arguments=dict(action.arguments))
+                        text = await result_text(session, call)
+                        if text.startswith(ERROR_PREFIX):
+                            verification.problems.append(
+                                f"{scenario.id}: turn {index}: ground-truth call {action.name} fails: {text[:200]}"
+                            )
+                            return
+            finally:
+                await session.close()
+
+    await asyncio.gather(*(replay(scenario) for scenario in result.scenarios))
+    verification.problems.sort()
+    return verification
+
+
+def write_import(result: BfclImport, out: Path) -> None:
+    """Write the library to ``out`` (which must not exist or be empty) all at once: into a sibling folder first,
+    then renamed, so an interrupted import leaves nothing half-written in ``out``."""
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise BfclImportError(f"{out} already exists and is not empty; choose another --out")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        write_seed_layout(result.environments, result.scenarios, staging)
+        if out.exists():
+            out.rmdir()
+        staging.replace(out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise

@@ -10,6 +10,10 @@ the class). Three edits make the code fit the sandbox without changing what it c
 - ``Directory.parent`` becomes ``Directory._parent``: BFCL's ``Directory.__eq__`` ignores the back-reference,
   and as a public attribute it would make the state a cycle instead of a tree.
 
+- ``datetime.strptime(text, format)`` becomes ``_bfcl_strptime(datetime, text, format)``, a transcription of
+  CPython's ``_strptime`` for the directives BFCL's formats use: the sandbox refuses the lazy ``import
+  _strptime`` that the C implementation makes.
+
 The composed class holds one instance per API class under the class's name and runs every call through
 ``execute_call`` exactly as BFCL's executor does: results become text (``json.dumps`` for a dict, ``str()``
 otherwise), an exception becomes ``"Error during execution: ..."``, and a name no class defines fails the way
@@ -47,6 +51,65 @@ class ClassModule:
 
 def _used_names(tree: ast.AST) -> set[str]:
     return {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+
+
+class _ReplaceStrptime(ast.NodeTransformer):
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        func = node.func
+        if isinstance(func, ast.Attribute) and func.attr == "strptime" and isinstance(func.value, ast.Name):
+            if len(node.args) != 2 or not isinstance(node.args[1], ast.Constant) or node.keywords:
+                raise BfclSourceError(f"line {node.lineno}: strptime with a format that is not a literal")
+            fmt = node.args[1].value
+            unsupported = set(re.findall(r"%(.)", str(fmt))) - set(_STRPTIME_DIRECTIVES)
+            if unsupported:
+                raise BfclSourceError(f"line {node.lineno}: strptime directives {sorted(unsupported)} not supported")
+            return ast.Call(func=ast.Name(id="_bfcl_strptime", ctx=ast.Load()), args=[func.value, *node.args], keywords=[])
+        return node
+
+
+# CPython's _strptime patterns for the directives BFCL uses.
+_STRPTIME_DIRECTIVES = {
+    "Y": r"(?P<Y>\d\d\d\d)",
+    "m": r"(?P<m>1[0-2]|0[1-9]|[1-9])",
+    "d": r"(?P<d>3[01]|[12]\d|0[1-9]|[1-9]| [1-9])",
+    "H": r"(?P<H>2[0-3]|[0-1]\d|\d)",
+    "M": r"(?P<M>[0-5]\d|\d)",
+    "S": r"(?P<S>6[0-1]|[0-5]\d|\d)",
+}
+
+STRPTIME_SOURCE = f"""
+_BFCL_STRPTIME_DIRECTIVES = {_STRPTIME_DIRECTIVES!r}
+
+
+def _bfcl_strptime(cls, data_string, format):
+    if not isinstance(data_string, str):
+        raise TypeError(f"strptime() argument 1 must be str, not {{type(data_string).__name__}}")
+    pattern = ''
+    index = 0
+    while index < len(format):
+        char = format[index]
+        if char == '%' and index + 1 < len(format):
+            pattern += _BFCL_STRPTIME_DIRECTIVES[format[index + 1]]
+            index += 2
+            continue
+        pattern += r'\s+' if char.isspace() else re.escape(char)
+        index += 1
+    found = re.match(pattern, data_string, re.IGNORECASE)
+    if found is None:
+        raise ValueError(f"time data {{data_string!r}} does not match format {{format!r}}")
+    if len(data_string) != found.end():
+        raise ValueError(f"unconverted data remains: {{data_string[found.end():]}}")
+    values = found.groupdict()
+    return cls(
+        int(values.get('Y') or 1900),
+        int(values.get('m') or 1),
+        int(values.get('d') or 1),
+        int(values.get('H') or 0),
+        int(values.get('M') or 0),
+        int(values.get('S') or 0),
+    )
+"""
 
 
 class _RenameAttributes(ast.NodeTransformer):
@@ -110,6 +173,7 @@ def build_class_module(source: BfclSource, class_name: str, module: str) -> Clas
             if top not in sys.stdlib_module_names and top not in required:
                 required.append(top)
         kept.append(node)
+    kept = [_ReplaceStrptime().visit(node) for node in kept]
     renamed = _PRIVATE_ATTRIBUTES.get(module)
     if renamed:
         kept = [_RenameAttributes(renamed).visit(node) for node in kept]
@@ -148,8 +212,10 @@ def compose(modules: list[ClassModule], stateless: set[str]) -> str:
         f'"""BFCL multi-turn: {", ".join(names)} in one environment (generated from bfcl-eval\'s sources)."""',
         "",
         "import json",
+        "import re",
         "from copy import deepcopy",
         "",
+        STRPTIME_SOURCE,
     ]
     for module in modules:
         lines += ["", module.source, ""]
