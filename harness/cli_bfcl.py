@@ -14,7 +14,7 @@ from rich.table import Table
 export_app = typer.Typer(help="Write runs in other projects' formats.", no_args_is_help=True)
 
 console = Console() if Console().is_terminal else Console(width=160)
-err_console = Console(stderr=True)
+err_console = Console(stderr=True, soft_wrap=True)
 
 
 def import_bfcl_command(
