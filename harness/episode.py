@@ -23,6 +23,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from harness.bfcl import score_turns
+from harness.dispatch import open_tool_session
 from harness.llm import ContextWindowExceeded, LLMError
 from harness.prompts import agent_system_prompt, default_user_profile, user_greeting, user_system_prompt
 from harness.protocols import (
@@ -34,8 +36,6 @@ from harness.protocols import (
     UserTurn,
     openai_tool_call,
 )
-from harness.bfcl import score_turns
-from harness.dispatch import open_tool_session
 from harness.reward import CompositeWeights, composite
 from harness.sandbox import SandboxError, SandboxPool
 from harness.schema import (

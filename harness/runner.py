@@ -200,7 +200,7 @@ def select_scenarios(library: Library, config: RunConfig) -> list[Scenario]:
             logger.warning("scenario %s skipped: it has no checks and cannot be scored", scenario.id)
             continue
         if scenario.turns and config.mode == "nonconv":
-            logger.warning("scenario %s skipped: its user turns are scripted, so it runs only with --mode conv", scenario.id)
+            logger.warning("scenario %s skipped: its user turns are scripted; run it with --mode conv", scenario.id)
             continue
         chosen.append(scenario)
     if config.limit is not None:

@@ -93,7 +93,9 @@ def test_a_file_that_is_not_a_bfcl_wheel_is_one_clear_line(tmp_path: Path) -> No
 
 def test_an_unknown_category_is_refused(bfcl_wheel: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    result = harness_cli("import", "bfcl", "--source", str(bfcl_wheel), "--category", "multi_turn_nope", "--out", str(out))
+    result = harness_cli(
+        "import", "bfcl", "--source", str(bfcl_wheel), "--category", "multi_turn_nope", "--out", str(out)
+    )
     assert result.returncode == 1
     assert "unknown category 'multi_turn_nope'" in result.stderr
     assert not out.exists()

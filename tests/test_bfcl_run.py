@@ -79,7 +79,9 @@ class DoNothing:
 async def test_doing_nothing_scores_zero_on_every_entry_with_calls(bfcl_library: Path, tmp_path: Path) -> None:
     library = load_library(bfcl_library)
     refused = await refused_modules(library)
-    config = RunConfig(envs=str(bfcl_library), mode="conv", agent_kind="do_nothing", concurrency=64, out=tmp_path / "run")
+    config = RunConfig(
+        envs=str(bfcl_library), mode="conv", agent_kind="do_nothing", concurrency=64, out=tmp_path / "run"
+    )
     outcome = await run(config, agent_factory=lambda s, c, a: DoNothing(), user_factory=user_factory, library=library)
     results = read_results(outcome.run_dir / "results.jsonl")
     assert len(results) == 800
@@ -122,7 +124,11 @@ def test_export_writes_bfcl_result_files(oracle_run: Path, bfcl_library: Path, t
         for call in step
         for name, arguments in call.items()
     ]
-    assert decoded == ["cd(folder='document')", "mkdir(dir_name='temp')", "mv(source='final_report.pdf',destination='temp')"]
+    assert decoded == [
+        "cd(folder='document')",
+        "mkdir(dir_name='temp')",
+        "mv(source='final_report.pdf',destination='temp')",
+    ]
     assert first["result"][0][-1] == "I have completed your request."
     ids = [row["id"] for row in rows if row["id"].startswith("multi_turn_base_")]
     assert ids == sorted(ids, key=lambda i: int(i.rsplit("_", 1)[1]))

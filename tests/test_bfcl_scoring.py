@@ -127,7 +127,9 @@ async def test_one_wrong_argument_fails_on_state(library: Library) -> None:
 async def test_a_missing_read_fails_on_the_response(library: Library) -> None:
     # Rule: the turn's ground-truth results must appear among the model's results; grep changes no state, so
     # only the response check catches its absence. Later turns still pass (per-turn accuracy 3/4).
-    trajectory = await play(library, "multi_turn_base_0", replace_in_turn(1, lambda t: [[c for c in t if c[0] != "grep"]]))
+    trajectory = await play(
+        library, "multi_turn_base_0", replace_in_turn(1, lambda t: [[c for c in t if c[0] != "grep"]])
+    )
     assert verdicts(trajectory) == {"turn_0": True, "turn_1": False, "turn_2": True, "turn_3": True}
     assert "ground-truth result" in (trajectory.check_results[1].value or "")
     assert trajectory.reward is not None and trajectory.reward.state_reward == 0.75 and not trajectory.reward.success
@@ -151,7 +153,13 @@ async def test_work_done_in_an_earlier_turn_counts(library: Library) -> None:
     # directory is private (not compared): doing turn 1's cd+grep in turn 0, then only pwd() in turn 1, passes.
     def plan(turn: int, truth: list[Call]) -> list[list[Call]]:
         if turn == 0:
-            return [[*truth, ("cd", {"folder": "temp"}), ("grep", {"file_name": "final_report.pdf", "pattern": "budget analysis"})]]
+            return [
+                [
+                    *truth,
+                    ("cd", {"folder": "temp"}),
+                    ("grep", {"file_name": "final_report.pdf", "pattern": "budget analysis"}),
+                ]
+            ]
         if turn == 1:
             return [[("pwd", {})]]
         return ground_truth(turn, truth)

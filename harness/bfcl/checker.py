@@ -132,7 +132,8 @@ async def _judge(
         if not turn.reference_actions:
             continue
         if not reached:
-            results.append(CheckResult(check_id=check_id, passed=False, value="the conversation ended before this turn"))
+            value = "the conversation ended before this turn"
+            results.append(CheckResult(check_id=check_id, passed=False, value=value))
             continue
         if not steps:
             results.append(CheckResult(check_id=check_id, passed=False, value="no function call in this turn"))

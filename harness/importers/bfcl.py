@@ -69,7 +69,9 @@ def resolve_categories(requested: list[str]) -> list[str]:
     """``all`` or category names (``multi_turn_`` may be left out), in BFCL's order, without repeats."""
     chosen: list[str] = []
     for name in requested:
-        names = list(CATEGORIES) if name == "all" else [name if name.startswith("multi_turn_") else f"multi_turn_{name}"]
+        names = (
+            list(CATEGORIES) if name == "all" else [name if name.startswith("multi_turn_") else f"multi_turn_{name}"]
+        )
         for category in names:
             if category not in CATEGORIES:
                 raise BfclImportError(f"unknown category {name!r}; choose from {', '.join(CATEGORIES)} or all")

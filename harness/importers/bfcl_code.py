@@ -64,7 +64,9 @@ class _ReplaceStrptime(ast.NodeTransformer):
             unsupported = set(re.findall(r"%(.)", str(fmt))) - set(_STRPTIME_DIRECTIVES)
             if unsupported:
                 raise BfclSourceError(f"line {node.lineno}: strptime directives {sorted(unsupported)} not supported")
-            return ast.Call(func=ast.Name(id="_bfcl_strptime", ctx=ast.Load()), args=[func.value, *node.args], keywords=[])
+            return ast.Call(
+                func=ast.Name(id="_bfcl_strptime", ctx=ast.Load()), args=[func.value, *node.args], keywords=[]
+            )
         return node
 
 
@@ -78,7 +80,7 @@ _STRPTIME_DIRECTIVES = {
     "S": r"(?P<S>6[0-1]|[0-5]\d|\d)",
 }
 
-STRPTIME_SOURCE = f"""
+STRPTIME_SOURCE = rf"""
 _BFCL_STRPTIME_DIRECTIVES = {_STRPTIME_DIRECTIVES!r}
 
 
@@ -178,14 +180,9 @@ def build_class_module(source: BfclSource, class_name: str, module: str) -> Clas
     if renamed:
         kept = [_RenameAttributes(renamed).visit(node) for node in kept]
     function_name = f"_bfcl_module_{module}"
-    function = ast.FunctionDef(
-        name=function_name,
-        args=ast.arguments(posonlyargs=[], args=[], vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[]),
-        body=[*kept, ast.Return(value=ast.Name(id=class_name, ctx=ast.Load()))],
-        decorator_list=[],
-        returns=None,
-        type_params=[],
-    )
+    function = ast.parse(f"def {function_name}():\n    pass\n").body[0]
+    assert isinstance(function, ast.FunctionDef)
+    function.body = [*kept, ast.Return(value=ast.Name(id=class_name, ctx=ast.Load()))]
     ast.fix_missing_locations(function)
     methods: dict[str, list[str]] = {}
     for item in class_node.body:
