@@ -195,9 +195,10 @@ class Episode:
         self._start_state = await self._session.state()
         self.timings.tool_seconds += time.perf_counter() - started
         version = self.agent_settings.system_prompt_version
-        self.messages.append(
-            {"role": "system", "content": agent_system_prompt(self.environment, self.config.mode, version)}
-        )
+        if self.scripted is None:  # a scripted conversation (a benchmark's) is played verbatim, without ours
+            self.messages.append(
+                {"role": "system", "content": agent_system_prompt(self.environment, self.config.mode, version)}
+            )
         if self.user is None:
             self.messages.append({"role": "user", "content": self.scenario.task})
             return
