@@ -188,6 +188,7 @@ def episode_id(
 
 def select_scenarios(library: Library, config: RunConfig) -> list[Scenario]:
     chosen = []
+    scripted = 0
     for scenario in library.scenarios:
         if config.env and scenario.environment_id not in config.env:
             continue
@@ -200,9 +201,14 @@ def select_scenarios(library: Library, config: RunConfig) -> list[Scenario]:
             logger.warning("scenario %s skipped: it has no checks and cannot be scored", scenario.id)
             continue
         if scenario.turns and config.mode == "nonconv":
-            logger.warning("scenario %s skipped: its user turns are scripted; run it with --mode conv", scenario.id)
+            scripted += 1
             continue
         chosen.append(scenario)
+    if scripted:
+        message = f"{scripted} scenarios have scripted user turns and run only with --mode conv"
+        if not chosen:
+            raise RunRefused(message)
+        logger.warning("%s; skipped", message)
     if config.limit is not None:
         chosen = chosen[: config.limit]
     return chosen
