@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime
+import re
 import shutil
 import zipfile
 from collections import Counter
@@ -10,6 +12,8 @@ from pathlib import Path
 import orjson
 import pytest
 
+from harness.hub.projection import records_to_table, rows_to_records
+from harness.importers.bfcl_code import STRPTIME_SOURCE
 from harness.library import load_library
 from tests.bfcl_fixtures import harness_cli
 
@@ -168,3 +172,42 @@ def test_a_non_empty_out_folder_is_refused(bfcl_wheel: Path, tmp_path: Path) -> 
     assert result.returncode == 1
     assert "not empty" in result.stderr
     assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
+
+
+def test_records_cross_the_hub_projection_unchanged(bfcl_library: Path) -> None:
+    library = load_library(bfcl_library)
+    scenarios = [s for s in library.scenarios if s.id in ("multi_turn_miss_func_0", "multi_turn_long_context_0")]
+    table = records_to_table(scenarios, "scenario")
+    assert rows_to_records(table.to_pylist(), "scenario") == scenarios
+    environments = [library.environments["bfcl-gorillafilesystem"]]
+    table = records_to_table(environments, "environment")
+    assert rows_to_records(table.to_pylist(), "environment") == environments
+
+
+@pytest.mark.parametrize(
+    ("text", "fmt"),
+    [
+        ("2024-01-05", "%Y-%m-%d"),
+        ("2024-1-5", "%Y-%m-%d"),
+        ("2024-02-30", "%Y-%m-%d"),
+        ("24-01-05", "%Y-%m-%d"),
+        ("2024-01-05x", "%Y-%m-%d"),
+        ("2024-13-01", "%Y-%m-%d"),
+        ("2024-01-05 10:20:30", "%Y-%m-%d %H:%M:%S"),
+        ("2024-01-05  1:2:3", "%Y-%m-%d %H:%M:%S"),
+        ("2024-01-05 24:00:00", "%Y-%m-%d %H:%M:%S"),
+    ],
+)
+def test_the_strptime_stand_in_matches_cpython(text: str, fmt: str) -> None:
+    # The sandbox refuses the lazy `import _strptime` of datetime.strptime; BFCL's code gets this transcription.
+    namespace: dict = {"re": re}
+    exec(STRPTIME_SOURCE, namespace)  # our own generated helper, not untrusted code
+
+    def outcome(parse) -> str:
+        try:
+            return repr(parse(text, fmt))
+        except ValueError as exc:
+            return f"ValueError: {exc}"
+
+    ours = outcome(lambda t, f: namespace["_bfcl_strptime"](datetime.datetime, t, f))
+    assert ours == outcome(datetime.datetime.strptime)

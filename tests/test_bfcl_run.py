@@ -132,3 +132,9 @@ def test_export_writes_bfcl_result_files(oracle_run: Path, bfcl_library: Path, t
     assert first["result"][0][-1] == "I have completed your request."
     ids = [row["id"] for row in rows if row["id"].startswith("multi_turn_base_")]
     assert ids == sorted(ids, key=lambda i: int(i.rsplit("_", 1)[1]))
+
+
+def test_a_nonconv_run_of_scripted_scenarios_is_refused(bfcl_library: Path, tmp_path: Path) -> None:
+    result = harness_cli("run", "--envs", str(bfcl_library), "--agent", "oracle", "--out", str(tmp_path / "run"))
+    assert result.returncode == 2
+    assert "800 scenarios have scripted user turns and run only with --mode conv" in " ".join(result.stderr.split())
