@@ -4,6 +4,7 @@ from agents.factory import AGENT_KINDS, build_agent, build_agent_from_settings, 
 from agents.function_calling import FunctionCallingAgent
 from agents.oracle import OracleAgent
 from agents.prompted import PromptedAgent, parse_tool_calls, render_for_text_model
+from agents.scripted_user import ScriptedUser
 from agents.user_simulator import UserSimulator
 
 __all__ = [
@@ -11,6 +12,7 @@ __all__ = [
     "FunctionCallingAgent",
     "OracleAgent",
     "PromptedAgent",
+    "ScriptedUser",
     "UserSimulator",
     "build_agent",
     "build_agent_from_settings",

@@ -20,6 +20,8 @@ class OracleAgent:
         self.settings = AgentSettings(kind="oracle", role=role, model=ModelSettings(model="oracle"))
 
     async def act(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> AgentTurn:
+        if self.scenario.turns:
+            return self._act_in_turn(messages)
         done = sum(1 for m in messages if m.get("role") == "assistant" and m.get("tool_calls"))
         actions = self.scenario.reference_actions
         if done >= len(actions):
@@ -29,3 +31,26 @@ class OracleAgent:
         call = ToolCall(id=f"call_{turn}_0", name=action.name, arguments=dict(action.arguments))
         message = {"role": "assistant", "content": None, "tool_calls": [openai_tool_call(call)]}
         return AgentTurn(message=message, tool_calls=[call])
+
+    def _act_in_turn(self, messages: list[dict[str, Any]]) -> AgentTurn:
+        """Scripted turns: all of the current turn's reference calls in one message, then the final message."""
+        turns = self.scenario.turns
+        spoken = [i for i, m in enumerate(messages) if m.get("role") == "user"]
+        turn_index, start = -1, 0
+        for position in spoken:
+            if turn_index + 1 < len(turns) and messages[position].get("content") == turns[turn_index + 1].content:
+                turn_index += 1
+                start = position
+        if turn_index < 0:
+            return AgentTurn(message={"role": "assistant", "content": self.final_message})
+        acted = any(m.get("role") == "assistant" and m.get("tool_calls") for m in messages[start:])
+        actions = turns[turn_index].reference_actions
+        if acted or not actions:
+            return AgentTurn(message={"role": "assistant", "content": self.final_message})
+        number = sum(1 for m in messages if m.get("role") == "assistant")
+        calls = [
+            ToolCall(id=f"call_{number}_{i}", name=action.name, arguments=dict(action.arguments))
+            for i, action in enumerate(actions)
+        ]
+        message = {"role": "assistant", "content": None, "tool_calls": [openai_tool_call(call) for call in calls]}
+        return AgentTurn(message=message, tool_calls=calls)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from agents.factory import build_agent_from_settings, build_user
+from agents.scripted_user import ScriptedUser
 from harness.llm import LLMClient
 from harness.protocols import AgentPolicy, UserPolicy
 from harness.schema import AgentSettings, Scenario
@@ -13,4 +14,6 @@ def agent_factory(scenario: Scenario, client: LLMClient, settings: AgentSettings
 
 
 def user_factory(scenario: Scenario, client: LLMClient, settings: AgentSettings) -> UserPolicy:
+    if scenario.turns:
+        return ScriptedUser(scenario, role=settings.role)
     return build_user(settings.model, client, role=settings.role, system_prompt_version=settings.system_prompt_version)

@@ -429,8 +429,9 @@ def sft(
 
 
 def _register_subcommands() -> None:
-    from harness import cli_leaderboard, cli_publish, cli_serve, cli_synth, cli_synth_scenarios
+    from harness import cli_bfcl, cli_leaderboard, cli_publish, cli_serve, cli_synth, cli_synth_scenarios
 
+    cli_bfcl.register(app, import_app)
     cli_publish.register(app)
     cli_leaderboard.register(app)
     cli_serve.register(app)

@@ -23,6 +23,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from harness.bfcl import score_turns
+from harness.dispatch import open_tool_session
 from harness.llm import ContextWindowExceeded, LLMError
 from harness.prompts import agent_system_prompt, default_user_profile, user_greeting, user_system_prompt
 from harness.protocols import (
@@ -57,6 +59,7 @@ from harness.schema import (
 from harness.scoring import score_final_state
 from harness.statediff import diff_values
 from harness.toolspec import derive_tools
+from harness.turns import TurnTracker
 
 logger = logging.getLogger(__name__)
 
@@ -145,6 +148,10 @@ class Episode:
         self.agent_settings = agent_settings
         self.user = user if config.mode == "conv" else None
         self.tools: list[dict[str, Any]] = [tool.model_dump(mode="json") for tool in environment.tools]
+        # Scripted turns (conv mode): tools a later turn adds stay hidden, and each turn has its own step limit.
+        self.scripted = TurnTracker(scenario) if scenario.turns and self.user is not None else None
+        if self.scripted is not None:
+            self.tools = self.scripted.tools(environment.tools)
         self.messages: list[dict[str, Any]] = []
         self.user_view: list[dict[str, Any]] = []
         self.steps: list[Step] = []
@@ -182,15 +189,16 @@ class Episode:
         if self._session_opener is not None:
             self._session = await self._session_opener(self.environment, self.scenario.initial_state, self.config.seed)
         else:
-            self._session = await self.pool.open_session(
-                self.environment, self.scenario.initial_state, seed=self.config.seed
+            self._session = await open_tool_session(
+                self.pool, self.environment, self.scenario.initial_state, seed=self.config.seed
             )
         self._start_state = await self._session.state()
         self.timings.tool_seconds += time.perf_counter() - started
         version = self.agent_settings.system_prompt_version
-        self.messages.append(
-            {"role": "system", "content": agent_system_prompt(self.environment, self.config.mode, version)}
-        )
+        if self.scripted is None:  # a scripted conversation (a benchmark's) is played verbatim, without ours
+            self.messages.append(
+                {"role": "system", "content": agent_system_prompt(self.environment, self.config.mode, version)}
+            )
         if self.user is None:
             self.messages.append({"role": "user", "content": self.scenario.task})
             return
@@ -235,6 +243,8 @@ class Episode:
             self._parse_errors_in_a_row = 0
             for call in calls:
                 observations.append(await self._execute(call, turn_index))
+            if self.scripted is not None and (reason := self.scripted.tool_step()) is not None:
+                self.end(TerminationReason.MAX_STEPS, reason)
         else:
             self._parse_errors_in_a_row = 0
             if self.user is None:
@@ -242,9 +252,16 @@ class Episode:
             else:
                 self.user_view.append({"role": "user", "content": turn.text})
                 await self._user_speaks()
-        if not self.done and self.turns >= self.config.step_limit:
+        if not self.done and self.turns >= self.config.step_limit and not self._turn_limited:
             self.end(TerminationReason.MAX_STEPS, f"step limit {self.config.step_limit} reached")
         return observations
+
+    @property
+    def _turn_limited(self) -> bool:
+        """A scripted conversation whose turns carry their own step limit has no episode limit unless one is set."""
+        return (
+            self.scripted is not None and self.scripted.step_limit is not None and self.config.max_steps is None
+        )
 
     def fail(self, exc: BaseException) -> None:
         """End the episode because ``exc`` was raised during the current phase."""
@@ -273,7 +290,20 @@ class Episode:
                     final_state_diff = [
                         DiffEntry.model_validate(entry) for entry in diff_values(self._start_state, final_state)
                     ]
-                if self.scenario.checks:
+                if self.scripted is not None and not self.scenario.checks:
+                    started = time.perf_counter()
+                    try:
+                        check_results, reward = await score_turns(
+                            self.pool,
+                            self.scenario,
+                            self.environment,
+                            self.messages,
+                            self.termination,
+                            seed=self.config.seed,
+                        )
+                    finally:
+                        self.timings.scoring_seconds += time.perf_counter() - started
+                elif self.scenario.checks:
                     started = time.perf_counter()
                     try:
                         check_results, reward = await score_final_state(self.pool, self.scenario, final_state)
@@ -375,6 +405,9 @@ class Episode:
         self.messages.append({"role": "user", "content": reply.text})
         if reply.stop_token is not None:
             self.end(TerminationReason.USER_STOP, reply.stop_token)
+        elif self.scripted is not None:
+            self.scripted.user_spoke()
+            self.tools = self.scripted.tools(self.environment.tools)
 
 
 def classify_failure(exc: BaseException, phase: str) -> tuple[TerminationReason, str]:

@@ -10,11 +10,15 @@
             break
     result.reward, result.info["trajectory"]              # composite reward and the full record
 
+In conv mode ``user`` is a user policy, or a function from the scenario to one (``ScriptedUser`` for scenarios
+with scripted turns, such as BFCL's); ``info["tools"]`` carries the tools visible after each step.
+
 The methods are coroutines because environment code runs in sandboxed processes.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,7 +50,7 @@ class ToolEnv:
         *,
         pool: SandboxPool,
         mode: Mode = "nonconv",
-        user: UserPolicy | None = None,
+        user: UserPolicy | Callable[[Scenario], UserPolicy] | None = None,
         max_steps: int | None = None,
         weights: CompositeWeights | None = None,
         policy_name: str = "external",
@@ -78,7 +82,7 @@ class ToolEnv:
             config=config,
             episode_id=f"{scenario.id}-{self._count}",
             agent_settings=self.settings,
-            user=self.user,
+            user=self.user if self.user is None or isinstance(self.user, UserPolicy) else self.user(scenario),
         )
         self._episode = episode
         try:
@@ -101,10 +105,16 @@ class ToolEnv:
             episode.fail(exc)
         observations = episode.messages[before + 1 :]
         if not episode.done:
-            return StepResult(observations, list(episode.messages), 0.0, False, False)
+            # Scripted turns can add tools as the conversation goes on: the current list rides along.
+            return StepResult(observations, list(episode.messages), 0.0, False, False, {"tools": list(episode.tools)})
         trajectory = await episode.finish()
         self._episode = None
-        reward = trajectory.reward.composite if trajectory.reward is not None else None
+        reward = None
+        if trajectory.reward is not None:
+            # Turn-scored scenarios (BFCL) have no composite: their reward is the share of turns passed.
+            reward = trajectory.reward.composite
+            if reward is None:
+                reward = trajectory.reward.state_reward
         truncated = trajectory.termination is TerminationReason.MAX_STEPS
         info = {"trajectory": trajectory, "termination": trajectory.termination.value}
         return StepResult(observations, list(trajectory.messages), reward or 0.0, not truncated, truncated, info)

@@ -242,6 +242,7 @@ def episode_id(
 
 def select_scenarios(library: Library, config: RunConfig) -> list[Scenario]:
     chosen = []
+    scripted = 0
     for scenario in library.scenarios:
         if config.env and scenario.environment_id not in config.env:
             continue
@@ -250,10 +251,18 @@ def select_scenarios(library: Library, config: RunConfig) -> list[Scenario]:
         if scenario.environment_id not in library.environments and config.mcp is None:
             logger.warning("scenario %s skipped: environment %s is missing", scenario.id, scenario.environment_id)
             continue
-        if not scenario.checks:
+        if not scenario.checks and not scenario.turns:
             logger.warning("scenario %s skipped: it has no checks and cannot be scored", scenario.id)
             continue
+        if scenario.turns and config.mode == "nonconv":
+            scripted += 1
+            continue
         chosen.append(scenario)
+    if scripted:
+        message = f"{scripted} scenarios have scripted user turns and run only with --mode conv"
+        if not chosen:
+            raise RunRefused(message)
+        logger.warning("%s; skipped", message)
     if config.limit is not None:
         chosen = chosen[: config.limit]
     return chosen
@@ -266,6 +275,8 @@ def plan_episodes(scenarios: list[Scenario], config: RunConfig) -> list[EpisodeS
     specs = []
     for scenario in scenarios:
         for mode in modes:
+            if scenario.turns and mode == "nonconv":
+                continue  # scripted turns are a conversation
             for trial in range(config.trials):
                 identifier = episode_id(scenario, mode, agent, user if mode == "conv" else None, trial, config)
                 seed = int(identifier[:8], 16) ^ config.seed

@@ -80,6 +80,11 @@ class Environment(Record):
     class_name: str
     code: str = Field(description="Python source of the environment class.")
     provenance: Provenance = Field(default_factory=Provenance)
+    call_dispatcher: str | None = Field(
+        default=None,
+        description="A method that receives every tool call unvalidated as (name, arguments) and returns the "
+        "tool's result; None when each tool is its own method, called after its arguments are checked.",
+    )
 
     def tool(self, name: str) -> ToolSpec | None:
         for tool in self.tools:
@@ -127,6 +132,15 @@ class ReferenceAction(Record):
     masked_arguments: list[str] = Field(default_factory=list)
 
 
+class ScriptedTurn(Record):
+    """One user turn of a scripted conversation: what the user says, the tools that appear from this turn on,
+    and the reference calls that complete it (none when the turn cannot or need not be acted on)."""
+
+    content: str
+    tools_added: list[str] = Field(default_factory=list)
+    reference_actions: list[ReferenceAction] = Field(default_factory=list)
+
+
 class Scenario(Record):
     schema_version: str = SCHEMA_VERSION
     id: str
@@ -140,6 +154,14 @@ class Scenario(Record):
     difficulty: str | None = None
     tags: list[str] = Field(default_factory=list)
     provenance: Provenance = Field(default_factory=Provenance)
+    turns: list[ScriptedTurn] = Field(
+        default_factory=list,
+        description="Scripted user turns, in order (conversational mode); such a scenario without checks is "
+        "scored turn by turn against each turn's reference actions.",
+    )
+    max_steps_per_turn: int | None = Field(
+        default=None, ge=1, description="Tool-calling agent turns allowed within one user turn; more fails it."
+    )
 
 
 # ------------------------------------------------------------------------------------------- trajectories

@@ -56,6 +56,11 @@ async def validate_environment(
         report.problems.append(str(exc))
         return report
     declared = {t.function.name: t for t in environment.tools}
+    if environment.call_dispatcher is not None:
+        # Every call goes through the dispatcher, which takes the tools' arguments unvalidated.
+        if environment.call_dispatcher not in derived:
+            report.problems.append(f"the call dispatcher {environment.call_dispatcher!r} is not a public method")
+        derived = declared
     for name in sorted(declared.keys() - derived.keys()):
         report.problems.append(f"tool {name!r} has no public method")
     for name in sorted(derived.keys() - declared.keys()):
@@ -138,7 +143,10 @@ async def validate_scenario(pool: SandboxPool, scenario: Scenario, environment: 
         report.problems.append(f"initial state does not load: {exc}")
         return report
     if not scenario.checks:
-        report.warnings.append("no checks: usable for rollouts but cannot be scored")
+        if scenario.turns:
+            report.details["turns"] = len(scenario.turns)  # scored turn by turn against the reference actions
+        else:
+            report.warnings.append("no checks: usable for rollouts but cannot be scored")
         return report
     at_reset = await pool.run_checks(scenario.checks, scenario.initial_state, scenario.initial_state)
     for result in at_reset:

@@ -111,6 +111,11 @@ ENVIRONMENT = Projection(
             "provenance",
             "Where the record came from: {source, model, prompt_version, created_at, upstream_id, details}.",
         ),
+        _scalar(
+            "call_dispatcher",
+            STRING,
+            "Method that receives every tool call unvalidated as (name, arguments), or null (BFCL's classes).",
+        ),
     ),
 )
 
@@ -141,6 +146,12 @@ SCENARIO = Projection(
             "provenance",
             "Where the record came from: {source, model, prompt_version, created_at, upstream_id, details}.",
         ),
+        _json(
+            "turns",
+            "Scripted user turns in order: list of {content, tools_added, reference_actions}; empty when the "
+            "user is simulated.",
+        ),
+        _scalar("max_steps_per_turn", pa.int64(), "Tool-calling agent turns allowed per user turn, or null."),
     ),
 )
 

@@ -1,0 +1,122 @@
+"""``harness import bfcl`` and ``harness export bfcl``."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+export_app = typer.Typer(help="Write runs in other projects' formats.", no_args_is_help=True)
+
+console = Console() if Console().is_terminal else Console(width=160)
+err_console = Console(stderr=True, soft_wrap=True)
+
+
+def import_bfcl_command(
+    source: Annotated[Path, typer.Option(help="The bfcl-eval wheel (pip download bfcl-eval --no-deps) or its folder.")],
+    out: Annotated[Path, typer.Option(help="Folder to write the library to (must not exist, or be empty).")],
+    category: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="multi_turn_base, multi_turn_miss_func, multi_turn_miss_param, multi_turn_long_context or all; "
+            "repeatable."
+        ),
+    ] = None,
+    verify: Annotated[
+        bool, typer.Option(help="Load every class and replay every ground truth in the sandbox first.")
+    ] = True,
+    workers: Annotated[int, typer.Option(help="Sandbox worker processes for --verify (default: one per core).")] = 0,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
+) -> None:
+    """Import BFCL's multi-turn categories: environments, scenarios with scripted turns, ground truth per turn."""
+    from harness.importers.bfcl import BfclImportError, import_bfcl, verify_import, write_import
+    from harness.importers.bfcl_source import BfclSourceError
+    from harness.sandbox import SandboxPool
+
+    started = time.perf_counter()
+    try:
+        result = import_bfcl(source, category or ["all"])
+        if out.exists() and (not out.is_dir() or any(out.iterdir())):
+            raise BfclImportError(f"{out} already exists and is not empty; choose another --out")
+        unavailable: dict[str, list[str]] = {}
+        if verify:
+
+            async def check() -> tuple[list[str], dict[str, list[str]]]:
+                async with SandboxPool(workers=workers or None) as pool:
+                    verification = await verify_import(result, pool)
+                return verification.problems, verification.unavailable
+
+            problems, unavailable = asyncio.run(check())
+            if problems:
+                for problem in problems:
+                    err_console.print(f"[red]error[/red] {problem}")
+                err_console.print(f"[red]nothing written:[/red] {len(problems)} problem(s) in {source}")
+                raise typer.Exit(1)
+        write_import(result, out)
+    except (BfclSourceError, BfclImportError, OSError) as exc:
+        if debug:
+            raise
+        err_console.print(f"[red]error[/red] {exc}")
+        raise typer.Exit(1) from None
+    table = Table(title=f"BFCL {result.version} → {out}")
+    table.add_column("category")
+    table.add_column("entries", justify="right")
+    for name, count in result.counts.items():
+        table.add_row(name, str(count))
+    table.add_row("environments", str(len(result.environments)))
+    console.print(table)
+    for env_id, modules in sorted(unavailable.items()):
+        scenarios = sum(1 for s in result.scenarios if s.environment_id == env_id)
+        err_console.print(
+            f"[yellow]warning[/yellow] {env_id} imports {', '.join(modules)}, which this sandbox does not allow: "
+            f"its {scenarios} scenarios will fail to load until it does (install the 'bfcl' extra)"
+        )
+    console.print(f"Imported in {time.perf_counter() - started:.1f} s")
+
+
+@export_app.command("bfcl")
+def export_bfcl_command(
+    run_dir: Annotated[Path, typer.Argument(help="A run folder of BFCL scenarios.")],
+    out: Annotated[
+        Path, typer.Option(help="A .json file (one category) or a folder (BFCL_v4_<category>_result.json files).")
+    ],
+    envs: Annotated[str | None, typer.Option(help="The library the run used (default: the run's manifest).")] = None,
+    trial: Annotated[int, typer.Option(help="Which trial to export (BFCL scores one response per entry).")] = 0,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
+) -> None:
+    """Write a run in BFCL's result-file format, for `bfcl evaluate`."""
+    from harness.bfcl.export import export_run
+    from harness.library import LibraryError, load_library
+    from harness.metrics import MANIFEST_FILE, RESULTS_FILE, read_results
+    from harness.schema import RunManifest
+
+    try:
+        manifest_path = run_dir / MANIFEST_FILE
+        if not manifest_path.is_file():
+            raise ValueError(f"{run_dir} is not a run folder (no {MANIFEST_FILE})")
+        manifest = RunManifest.model_validate_json(manifest_path.read_bytes())
+        library = load_library(envs or manifest.dataset.source)
+        trajectories = read_results(run_dir / RESULTS_FILE)
+        report = export_run(trajectories, library, out, trial=trial)
+    except (ValueError, LibraryError, OSError) as exc:
+        if debug:
+            raise
+        err_console.print(f"[red]error[/red] {exc}")
+        raise typer.Exit(1) from None
+    for category, path in report.files.items():
+        console.print(f"{category}: {report.entries[category]} entries → {path}")
+    for line in report.skipped:
+        err_console.print(f"[yellow]skipped[/yellow] {line}")
+    if not report.files:
+        err_console.print("[red]error[/red] the run holds no BFCL episodes")
+    raise typer.Exit(0 if report.files and not report.skipped else 1)
+
+
+def register(app: typer.Typer, import_app: typer.Typer) -> None:
+    import_app.command("bfcl")(import_bfcl_command)
+    app.add_typer(export_app, name="export")
