@@ -61,3 +61,34 @@ async def test_lazy_standard_imports_and_installed_optional_modules_work_inside_
         observation, _ = await session.call(ToolCall(id="a", name="parse", arguments={"text": "2025-01-15"}))
         await session.close()
     assert observation.content == {"success": True, "data": ["Wednesday", "1.4142"]}, observation
+
+
+async def test_a_tools_type_error_is_a_tool_exception_and_init_config_is_shared_as_upstream():
+    from harness.schema import Environment, ObservationKind
+    from harness.toolspec import derive_tools
+
+    code = (
+        "class Shelf:\n"
+        "    def __init__(self, init_config: dict):\n"
+        "        self.init_config = init_config\n"
+        "        self.books = init_config['books']\n\n"
+        "    def add(self, title: str) -> dict:\n"
+        '        """Add a book."""\n'
+        "        self.books.append(title)\n"
+        "        return {'success': True, 'data': len(self.init_config['books'])}\n\n"
+        "    def broken(self) -> dict:\n"
+        '        """Raise a TypeError of its own."""\n'
+        "        return {'success': True, 'data': len(5)}\n"
+    )
+    environment = Environment(
+        id="shelf", name="Shelf", class_name="Shelf", code=code, tools=derive_tools(code, "Shelf")
+    )
+    async with SandboxPool() as pool:
+        session = await pool.open_session(environment, {"books": ["a"]})
+        added, _ = await session.call(ToolCall(id="a", name="add", arguments={"title": "b"}))
+        broken, _ = await session.call(ToolCall(id="b", name="broken", arguments={}))
+        state = await session.state()
+        await session.close()
+    # books, init_config and init_config["books"] are one list, as in EnvScaler's runtime.
+    assert added.content["data"] == 2 and state["books"] == ["a", "b"] == state["init_config"]["books"]
+    assert broken.kind is ObservationKind.TOOL_EXCEPTION and "TypeError" in (broken.error or ""), broken

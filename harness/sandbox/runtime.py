@@ -237,12 +237,14 @@ class EnvironmentSession:
             cls = namespace.get(class_name)
             if not isinstance(cls, type):
                 raise LookupError(f"the code does not define a class named {class_name!r}")
-            # EnvScaler's runtime: constructor with a deep copy, fall back to no arguments, then setattr.
+            # EnvScaler's runtime: one deep copy, given to the constructor (falling back to no arguments), whose
+            # keys are then set as attributes: the instance's containers are the very objects of that copy.
+            config = fresh_copy(init_config)
             try:
-                instance = cls(fresh_copy(init_config))
+                instance = cls(config)
             except TypeError:
                 instance = cls()
-            for key, value in init_config.items():
+            for key, value in config.items():
                 setattr(instance, key, value)
             return instance
 
@@ -272,7 +274,10 @@ class EnvironmentSession:
             result = _guarded(self.clock, settings.call_timeout, lambda: method(**request["args"]))
             if exceeds(result, settings.max_result_bytes):
                 raise BadResult(f"the tool returned more than the limit of {settings.max_result_bytes:,} bytes")
-            payload = orjson.dumps(result, default=_strict_default, option=_DUMP)
+            try:
+                payload = orjson.dumps(result, default=_strict_default, option=_DUMP)
+            except orjson.JSONEncodeError as exc:  # a TypeError: kept apart from the tool's own TypeErrors
+                raise BadResult(f"the tool returned a non-JSON value: {exc}") from None
         except CallTimeout:
             response: dict[str, Any] = {
                 "ok": False,
@@ -287,8 +292,6 @@ class EnvironmentSession:
             response = {"ok": False, "kind": "forbidden", "error": _describe(exc)}
         except BadResult as exc:
             response = {"ok": False, "kind": "bad_result", "error": str(exc)}
-        except orjson.JSONEncodeError as exc:
-            response = {"ok": False, "kind": "bad_result", "error": f"the tool returned a non-JSON value: {exc}"}
         except Exception as exc:
             response = {"ok": False, "kind": "tool_exception", "error": _describe(exc)}
         else:
