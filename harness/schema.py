@@ -227,6 +227,8 @@ class TerminationReason(StrEnum):
     MAX_STEPS = "max_steps"
     CONTEXT_OVERFLOW = "context_overflow"
     AGENT_ERROR = "agent_error"
+    TOOL_EXCEPTION = "tool_exception"
+    """A tool raised and the episode rules end the episode there (``envscaler``: reward 0)."""
     INFRA_ERROR = "infra_error"
 
 
