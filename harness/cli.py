@@ -146,6 +146,13 @@ def run(
     mcp: Annotated[
         str | None, typer.Option(help="Use the environment served over MCP at this URL, or by this stdio command.")
     ] = None,
+    rules: Annotated[
+        str | None,
+        typer.Option(help="Episode rules: harness or envscaler (default: the library's suggestion, else harness)."),
+    ] = None,
+    include_invalid: Annotated[
+        bool, typer.Option(help="Also run scenarios that `harness validate` finds invalid (recorded in the manifest).")
+    ] = False,
 ) -> None:
     """Run an agent on scenarios, score the final states, and print a summary per environment and mode.
 
@@ -155,6 +162,7 @@ def run(
 
     if mode not in ("nonconv", "conv", "both"):
         raise typer.BadParameter("--mode must be nonconv, conv or both")
+    _check_rules(rules)
     if model == "local" and limit is None and not scenario and not env and envs is None:
         # The offline demo: one scenario from each of four environments, about a minute on two cores.
         from harness.library import load_library
@@ -187,10 +195,19 @@ def run(
         workers=workers,
         cache_dir=cache_dir,
         mcp=mcp,
+        rules=rules,  # type: ignore[arg-type]
+        include_invalid=include_invalid,
     )
     from harness.cli_progress import print_summary
 
     print_summary(console, _run_with_progress(config))
+
+
+def _check_rules(rules: str | None) -> None:
+    from harness.rules import RULES_NAMES
+
+    if rules is not None and rules not in RULES_NAMES:
+        raise typer.BadParameter(f"--rules must be one of: {', '.join(RULES_NAMES)}")
 
 
 def _run_with_progress(config: RunConfig) -> RunOutcome:
@@ -235,6 +252,13 @@ def sft(
     temperature: Annotated[float | None, typer.Option(help="Teacher sampling temperature.")] = 0.7,
     seed: Annotated[int, typer.Option(help="Base seed.")] = 0,
     cache_dir: Annotated[Path | None, typer.Option(help="Cache model responses in this folder.")] = None,
+    rules: Annotated[
+        str | None,
+        typer.Option(help="Episode rules: harness or envscaler (default: the library's suggestion, else harness)."),
+    ] = None,
+    include_invalid: Annotated[
+        bool, typer.Option(help="Also roll out scenarios that `harness validate` finds invalid.")
+    ] = False,
 ) -> None:
     """Roll out a teacher (resumable), keep the episodes that reach the bar, export SFT datasets."""
     from harness.metrics import read_results
@@ -243,6 +267,7 @@ def sft(
 
     if mode not in ("nonconv", "conv", "both"):
         raise typer.BadParameter("--mode must be nonconv, conv or both")
+    _check_rules(rules)
     rollouts = out / "rollouts"
     config = RunConfig(
         model=teacher,
@@ -263,6 +288,8 @@ def sft(
         resume=(rollouts / "manifest.json").exists(),
         retry_errors=True,
         cache_dir=cache_dir,
+        rules=rules,  # type: ignore[arg-type]
+        include_invalid=include_invalid,
     )
     outcome = _run_with_progress(config)
     trajectories = read_results(outcome.run_dir / "results.jsonl")

@@ -27,6 +27,7 @@ from harness.library import Library, load_library
 from harness.llm import EndpointLimits, LLMClient
 from harness.metrics import MANIFEST_FILE, RESULTS_FILE, RunSummary, read_results, summarize_run, write_summary
 from harness.protocols import AgentPolicy, UserPolicy
+from harness.rules import DEFAULT_RULES, RulesName
 from harness.sandbox import SandboxLimits, SandboxPool
 from harness.schema import (
     AgentSettings,
@@ -39,6 +40,7 @@ from harness.schema import (
     Trajectory,
 )
 from harness.store import ResultStore
+from harness.validate import invalid_scenarios
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +56,7 @@ RESULT_SETTINGS = (
     "max_steps",
     "system_prompt_version",
     "mcp",
+    "rules",
 )
 
 
@@ -86,6 +89,14 @@ class RunConfig(BaseModel):
     cache_dir: Path | None = Field(default=None, description="Opt-in on-disk model response cache.")
     mcp: str | None = Field(
         default=None, description="Evaluate through an MCP server instead: a URL, or a command that serves on stdio."
+    )
+    rules: RulesName | None = Field(
+        default=None,
+        description="Episode rules (harness or envscaler); default the library's suggestion (EnvScaler imports "
+        "suggest envscaler), else harness. The manifest records the rules used.",
+    )
+    include_invalid: bool = Field(
+        default=False, description="Also run scenarios that the cheap part of `harness validate` finds invalid."
     )
 
 
@@ -183,6 +194,9 @@ def episode_id(
         "trial": trial,
         "mcp": config.mcp,
     }
+    if config.rules not in (None, DEFAULT_RULES):
+        # Only a non-default profile enters the key, so ids of runs made before profiles existed stay the same.
+        key["rules"] = config.rules
     return hashlib.sha256(orjson.dumps(key, option=orjson.OPT_SORT_KEYS)).hexdigest()[:20]
 
 
@@ -203,6 +217,51 @@ def select_scenarios(library: Library, config: RunConfig) -> list[Scenario]:
     if config.limit is not None:
         chosen = chosen[: config.limit]
     return chosen
+
+
+def suggested_rules(library: Library, scenarios: list[Scenario]) -> RulesName:
+    """The rules the scenarios' environments suggest (``provenance.details["suggested_rules"]``, set by the
+    EnvScaler importer): a profile all of them suggest, else the default."""
+    suggestions: set[Any] = set()
+    for scenario in scenarios:
+        environment = library.environments.get(scenario.environment_id)
+        details = environment.provenance.details if environment is not None else {}
+        suggestions.add(details.get("suggested_rules"))
+    if len(suggestions) == 1:
+        (only,) = suggestions
+        if only in ("harness", "envscaler"):
+            return only
+    elif len(suggestions) > 1:
+        logger.warning("the selected environments suggest different episode rules; using %s", DEFAULT_RULES)
+    return DEFAULT_RULES
+
+
+def resolve_rules(config: RunConfig, library: Library, scenarios: list[Scenario]) -> RunConfig:
+    """``config`` with its rules decided: as asked, or the library's suggestion."""
+    if config.rules is not None:
+        return config
+    return config.model_copy(update={"rules": suggested_rules(library, scenarios)})
+
+
+async def drop_invalid(
+    pool: SandboxPool, library: Library, scenarios: list[Scenario], config: RunConfig
+) -> tuple[list[Scenario], dict[str, str]]:
+    """The scenarios to run and the invalid ones left out (id → problems), by the cheap validation.
+
+    With ``include_invalid`` nothing is left out (the invalid ones are still named). Refuses the run when
+    nothing valid is left.
+    """
+    invalid = await invalid_scenarios(pool, library, scenarios)
+    for scenario_id, problem in invalid.items():
+        action = "running it anyway (--include-invalid)" if config.include_invalid else "left out"
+        logger.warning("scenario %s is invalid, %s: %s", scenario_id, action, problem)
+    if config.include_invalid or not invalid:
+        return scenarios, invalid
+    kept = [s for s in scenarios if s.id not in invalid]
+    if not kept:
+        names = ", ".join(sorted(invalid))
+        raise RunRefused(f"every selected scenario is invalid ({names}); fix them or pass --include-invalid")
+    return kept, invalid
 
 
 def plan_episodes(scenarios: list[Scenario], config: RunConfig) -> list[EpisodeSpec]:
@@ -246,7 +305,14 @@ def default_run_dir(config: RunConfig) -> Path:
     return Path("runs") / f"{stamp}-{model}"
 
 
-def build_manifest(config: RunConfig, run_id: str, library: Library, client: LLMClient, planned: int) -> RunManifest:
+def build_manifest(
+    config: RunConfig,
+    run_id: str,
+    library: Library,
+    client: LLMClient,
+    planned: int,
+    invalid: dict[str, str] | None = None,
+) -> RunManifest:
     resolution: dict[str, Any] = {}
     for model in {config.model, config.user_model or config.model}:
         try:
@@ -263,6 +329,7 @@ def build_manifest(config: RunConfig, run_id: str, library: Library, client: LLM
         config={
             **config.model_dump(mode="json"),
             "environment_domains": {env_id: env.domain for env_id, env in library.environments.items() if env.domain},
+            "invalid_scenarios": dict(sorted((invalid or {}).items())),
         },
         model_resolution=resolution,
         episodes_planned=planned,
@@ -287,8 +354,11 @@ def episodes_in_flight(config: RunConfig, client: LLMClient) -> int:
 def check_resumable(previous: RunManifest, current: RunManifest) -> None:
     """Refuse to mix results of different settings or data in one folder, naming what differs."""
     differences = []
+    # Folders made before episode rules existed ran under the default rules.
+    defaults = {"rules": DEFAULT_RULES}
     for key in RESULT_SETTINGS:
-        before, after = previous.config.get(key), current.config.get(key)
+        before = previous.config.get(key, defaults.get(key))
+        after = current.config.get(key, defaults.get(key))
         if before != after:
             differences.append(f"{key}: {before!r} in the folder, {after!r} now")
     if previous.dataset.fingerprint != current.dataset.fingerprint:
@@ -312,7 +382,26 @@ async def run(
 ) -> RunOutcome:
     """Run every planned episode that has no result yet, then write the summary."""
     library = library or load_library(config.envs)
-    scenarios = select_scenarios(library, config)
+    async with SandboxPool(workers=config.workers, limits=sandbox_limits) as pool:
+        scenarios = select_scenarios(library, config)
+        config = resolve_rules(config, library, scenarios)
+        scenarios, invalid = await drop_invalid(pool, library, scenarios, config)
+        return await _run_planned(
+            config, scenarios, invalid, pool, library, client, agent_factory, user_factory, on_progress
+        )
+
+
+async def _run_planned(
+    config: RunConfig,
+    scenarios: list[Scenario],
+    invalid: dict[str, str],
+    pool: SandboxPool,
+    library: Library,
+    client: LLMClient | None,
+    agent_factory: AgentFactory,
+    user_factory: UserFactory | None,
+    on_progress: ProgressCallback | None,
+) -> RunOutcome:
     specs = plan_episodes(scenarios, config)
     if any(spec.mode == "conv" for spec in specs) and user_factory is None:
         raise RunRefused("conversational mode needs a simulated user (user_factory)")
@@ -327,15 +416,22 @@ async def run(
             default_limits=EndpointLimits(concurrency=config.concurrency, rpm=config.rpm, tpm=config.tpm),
         )
     run_id = run_dir.name
-    manifest = build_manifest(config, run_id, library, client, len(specs))
-    if manifest_path.exists():
-        previous = RunManifest.model_validate_json(manifest_path.read_bytes())
-        if not config.resume:
-            raise RunRefused(f"{run_dir} already holds a run; pass --resume to continue it, or choose another --out")
-        check_resumable(previous, manifest)
-        manifest = manifest.model_copy(update={"run_id": previous.run_id, "created_at": previous.created_at})
-    elif results_path.exists() and results_path.stat().st_size:
-        raise RunRefused(f"{run_dir} holds results but no manifest; choose another --out")
+    try:
+        manifest = build_manifest(config, run_id, library, client, len(specs), invalid)
+        if manifest_path.exists():
+            previous = RunManifest.model_validate_json(manifest_path.read_bytes())
+            if not config.resume:
+                raise RunRefused(
+                    f"{run_dir} already holds a run; pass --resume to continue it, or choose another --out"
+                )
+            check_resumable(previous, manifest)
+            manifest = manifest.model_copy(update={"run_id": previous.run_id, "created_at": previous.created_at})
+        elif results_path.exists() and results_path.stat().st_size:
+            raise RunRefused(f"{run_dir} holds results but no manifest; choose another --out")
+    except BaseException:
+        if owns_client:
+            await client.aclose()
+        raise
     _write_atomically(manifest_path, orjson.dumps(manifest.model_dump(mode="json"), option=orjson.OPT_INDENT_2))
 
     in_flight = episodes_in_flight(config, client)
@@ -369,15 +465,14 @@ async def run(
                 on_progress(progress)
 
     try:
-        async with SandboxPool(workers=config.workers, limits=sandbox_limits) as pool:
-            workers = [asyncio.create_task(episode_worker(pool)) for _ in range(min(in_flight, len(todo)))]
-            reporter = asyncio.create_task(_report_usage(progress, client, on_progress))
-            try:
-                await asyncio.gather(*workers)
-            finally:
-                reporter.cancel()
-                for task in workers:
-                    task.cancel()
+        workers = [asyncio.create_task(episode_worker(pool)) for _ in range(min(in_flight, len(todo)))]
+        reporter = asyncio.create_task(_report_usage(progress, client, on_progress))
+        try:
+            await asyncio.gather(*workers)
+        finally:
+            reporter.cancel()
+            for task in workers:
+                task.cancel()
     finally:
         store.close()
         if owns_client:
@@ -404,7 +499,12 @@ async def _run_one(
     policy = agent_factory(spec.scenario, client, agent)
     simulated_user = user_factory(spec.scenario, client, user) if spec.mode == "conv" and user_factory else None
     episode_config = EpisodeConfig(
-        mode=spec.mode, max_steps=config.max_steps, seed=spec.seed, trial=spec.trial, run_id=run_id
+        mode=spec.mode,
+        max_steps=config.max_steps,
+        seed=spec.seed,
+        trial=spec.trial,
+        run_id=run_id,
+        rules=config.rules or DEFAULT_RULES,
     )
     if config.mcp is not None:
         from harness.mcp import run_mcp_episode
