@@ -5,11 +5,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.text import Text
+
+if TYPE_CHECKING:
+    from harness.library import Library
+    from harness.schema import Scenario
 
 # stdout is the protocol channel of a stdio server: everything this command says goes to stderr.
 err_console = Console(stderr=True)
@@ -48,6 +52,9 @@ def serve(
     ] = 600.0,
     workers: Annotated[int | None, typer.Option(help="Sandbox worker processes (default one per core).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the instances' frozen clock and random generators.")] = 0,
+    include_invalid: Annotated[
+        bool, typer.Option(help="Also offer scenarios that `harness validate` finds invalid.")
+    ] = False,
 ) -> None:
     """Serve an environment over MCP: its tools, with one sandboxed instance per MCP session.
 
@@ -65,6 +72,14 @@ def serve(
         known = ", ".join(sorted(library.environments)) or "none"
         raise _fail(f"no environment {env_id!r} in {library.source.source}; known: {known}")
     scenarios = library.scenarios_for(env_id)
+    invalid = asyncio.run(_screen(library, scenarios, workers))
+    for scenario_id, problem in invalid.items():
+        action = "offered anyway (--include-invalid)" if include_invalid else "not offered"
+        err_console.print(Text.assemble(("invalid scenario", "yellow"), f" {scenario_id}, {action}: {problem}"))
+    if scenario is not None and scenario in invalid and not include_invalid:
+        raise _fail(f"scenario {scenario!r} is invalid: {invalid[scenario]} (pass --include-invalid to serve it)")
+    if not include_invalid:
+        scenarios = [s for s in scenarios if s.id not in invalid]
     initial_state: dict[str, Any] = {}
     if scenario is not None:
         chosen = next((s for s in scenarios if s.id == scenario), None)
@@ -95,6 +110,15 @@ def serve(
 
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(run())
+
+
+async def _screen(library: Library, scenarios: list[Scenario], workers: int | None) -> dict[str, str]:
+    """The cheap part of ``harness validate`` on the scenarios a client could load: the invalid ones."""
+    from harness.sandbox import SandboxPool
+    from harness.validate import invalid_scenarios
+
+    async with SandboxPool(workers=workers or 1) as pool:
+        return await invalid_scenarios(pool, library, scenarios)
 
 
 def register(app: typer.Typer) -> None:

@@ -340,7 +340,7 @@ async def pool():
 
 
 async def play(pool: SandboxPool, case: Case, rules: str) -> tuple[float, dict[str, Any], list[dict[str, Any]]]:
-    env = ToolEnv(LIBRARY, pool=pool, rules=rules, max_steps=case.max_steps)  # type: ignore[arg-type]
+    env = ToolEnv(LIBRARY, pool=pool, rules=rules, max_steps=case.max_steps)
     await env.reset(case.scenario)
     for turn in case.turns:
         result = await env.step(turn)
@@ -436,7 +436,7 @@ class StopOnSecondReply:
 @pytest.mark.parametrize(("rules", "user_turns"), [("envscaler", 3), ("harness", 2)])
 async def test_conversation_ends_on_the_profiles_stop_tokens(pool, rules: str, user_turns: int) -> None:
     """Upstream ends a conversation only on ###STOP###; our default also on ###TRANSFER###."""
-    env = ToolEnv(LIBRARY, pool=pool, mode="conv", user=StopOnSecondReply(), rules=rules)  # type: ignore[arg-type]
+    env = ToolEnv(LIBRARY, pool=pool, mode="conv", user=StopOnSecondReply(), rules=rules)
     await env.reset(SCENARIO)
     for turn in [calls(LEND), say("Done."), say("I cannot transfer you, sorry.")]:
         result = await env.step(turn)

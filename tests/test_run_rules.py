@@ -76,12 +76,12 @@ def test_imported_library_runs_under_envscaler_rules_and_leaves_out_invalid_scen
     assert "Traceback" not in result.stderr
     config = manifest(run_dir)
     assert config["rules"] == "envscaler" and config["include_invalid"] is False
-    assert list(config["invalid_scenarios"]) == ["env_900_rl-task_2"]  # type: ignore[call-overload]
+    assert list(config["invalid_scenarios"]) == ["env_900_rl-task_2"]
     (only,) = results(run_dir)
     assert only["scenario_id"] == "env_900_rl-task_1"
     # The oracle has no reference actions here and just replies: upstream's do-nothing reward, 2 of 4 checks.
-    assert only["reward"]["state_reward"] == 0.5  # type: ignore[index]
-    assert only["messages"][0]["content"].startswith("You are an assistant that carries out a task")  # type: ignore[index]
+    assert only["reward"]["state_reward"] == 0.5
+    assert only["messages"][0]["content"].startswith("You are an assistant that carries out a task")
 
 
 def test_rules_flag_overrides_the_suggestion_and_include_invalid_runs_everything(tmp_path: Path) -> None:
@@ -92,7 +92,7 @@ def test_rules_flag_overrides_the_suggestion_and_include_invalid_runs_everything
     assert result.returncode == 0, result.stderr
     config = manifest(run_dir)
     assert config["rules"] == "harness" and config["include_invalid"] is True
-    assert sorted(r["scenario_id"] for r in results(run_dir)) == ["env_900_rl-task_1", "env_900_rl-task_2"]  # type: ignore[type-var]
+    assert sorted(r["scenario_id"] for r in results(run_dir)) == ["env_900_rl-task_1", "env_900_rl-task_2"]
     # Resuming the folder under the other rules would mix two experiments: refused, naming the setting.
     refused = harness(*args, "--rules", "envscaler", "--include-invalid", "--resume")
     assert refused.returncode == 2 and "rules" in refused.stderr
@@ -113,4 +113,12 @@ def test_unknown_rules_are_a_one_line_error() -> None:
     result = harness("run", "--rules", "tau", "--limit", "1")
     assert result.returncode == 2
     assert "--rules must be one of: harness, envscaler" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_serve_refuses_an_invalid_scenario_naming_it(tmp_path: Path) -> None:
+    library = imported_library(tmp_path)
+    result = harness("serve", "env_900_rl", "--envs", str(library), "--scenario", "env_900_rl-task_2", "--workers", "1")
+    assert result.returncode == 2
+    assert "scenario 'env_900_rl-task_2' is invalid" in result.stderr and "--include-invalid" in result.stderr
     assert "Traceback" not in result.stderr

@@ -143,7 +143,7 @@ async def test_refusals_need_the_right_words_not_just_no_change(rules: str) -> N
                     pool=pool,
                     agent=agent,
                     config=EpisodeConfig(rules=rules),
-                    episode_id=scenario.id,  # type: ignore[arg-type]
+                    episode_id=scenario.id,
                 )
 
             oracle = await play(OracleAgent(scenario))
@@ -178,7 +178,7 @@ async def test_a_refusal_that_still_changes_the_state_fails(rules: str) -> None:
             pool=pool,
             agent=agent,
             config=EpisodeConfig(rules=rules),
-            episode_id="x",  # type: ignore[arg-type]
+            episode_id="x",
         )
     assert [r.passed for r in trajectory.check_results] == [False, True, True]
     assert not trajectory.reward.success
