@@ -122,3 +122,26 @@ def test_serve_refuses_an_invalid_scenario_naming_it(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert "scenario 'env_900_rl-task_2' is invalid" in result.stderr and "--include-invalid" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_sft_rolls_out_under_the_rules_and_keeps_what_they_reward(tmp_path: Path) -> None:
+    library = imported_library(tmp_path)
+    out = tmp_path / "sft"
+    args = ["sft", "--teacher", "oracle", "--agent", "oracle", "--envs", str(library), "--out", str(out)]
+    result = harness(*args, "--mode", "nonconv", "--attempts", "1", "--min-reward", "0.5", "--rules", "harness")
+    assert result.returncode == 0, result.stderr
+    config = manifest(out / "rollouts")
+    assert config["rules"] == "harness" and config["invalid_scenarios"] == {
+        "env_900_rl-task_2": "every check already holds at reset and on an empty transcript: doing nothing would succeed"
+    }
+    rows = [orjson.loads(line) for line in (out / "messages.jsonl").read_bytes().splitlines()]
+    assert [row["scenario_id"] for row in rows] == ["env_900_rl-task_1"]
+    assert rows[0]["messages"][0]["content"].startswith("A library lending desk.")  # the harness prompt
+
+    envscaler = tmp_path / "sft-envscaler"
+    args = ["sft", "--teacher", "oracle", "--agent", "oracle", "--envs", str(library), "--out", str(envscaler)]
+    result = harness(*args, "--mode", "nonconv", "--attempts", "1", "--min-reward", "0.5")
+    assert result.returncode == 0, result.stderr
+    assert manifest(envscaler / "rollouts")["rules"] == "envscaler"  # the imported library's suggestion
+    rows = [orjson.loads(line) for line in (envscaler / "messages.jsonl").read_bytes().splitlines()]
+    assert rows[0]["messages"][0]["content"].startswith("You are an assistant that carries out a task")
