@@ -19,7 +19,7 @@ from harness.library import Library
 from harness.protocols import openai_tool_call
 from harness.sandbox.pool import EnvironmentLoadError, SandboxError, SandboxPool
 from harness.schema import CheckResult, Environment, ReferenceAction, Scenario, ToolCall
-from harness.scoring import check_transcript, prepared_checks, reward_from_results
+from harness.scoring import check_transcript, checks_at_reset, prepared_checks, reward_from_results
 from harness.toolspec import ToolDerivationError, derive_tools
 
 logger = logging.getLogger(__name__)
@@ -140,7 +140,7 @@ async def screen_scenario(
     if not scenario.checks:
         report.warnings.append("no checks: usable for rollouts but cannot be scored")
         return report, snapshot, []
-    at_reset = await pool.run_checks(prepared_checks(scenario.checks), snapshot, snapshot, transcript=[])
+    at_reset = await checks_at_reset(pool, scenario, snapshot)  # cached: scoring reuses them
     for result in at_reset:
         if result.error:
             report.problems.append(f"check {result.check_id} fails to run on the initial state: {result.error}")
