@@ -21,6 +21,7 @@ reset as ``initial_state`` and, when they declare a third parameter, the transcr
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
@@ -161,20 +162,29 @@ def pass_through_tools(environment: Environment) -> list[ToolSpec]:
     """Tool schemas that let any argument value through: every public method with its parameter names and the
     parameters Python requires, and no types. The sandbox still refuses an unknown or missing keyword, which is
     what Python itself would raise on."""
+    derived = _pass_through_from_code(environment.code, environment.class_name)
+    if derived is not None:
+        return list(derived)
+    return [_without_types(tool) for tool in environment.tools]
+
+
+@functools.lru_cache(maxsize=256)
+def _pass_through_from_code(code: str, class_name: str) -> tuple[ToolSpec, ...] | None:
+    """Parsed once per environment class, not once per episode."""
     try:
-        tools = derive_tools(environment.code, environment.class_name)
+        return tuple(_without_types(tool) for tool in derive_tools(code, class_name))
     except ToolDerivationError:
-        tools = list(environment.tools)
-    permissive = []
-    for tool in tools:
-        parameters = tool.function.parameters or {}
-        spec = {
-            "type": "object",
-            "properties": {name: {} for name in parameters.get("properties") or {}},
-            "required": list(parameters.get("required") or []),
-        }
-        permissive.append(tool.model_copy(update={"function": tool.function.model_copy(update={"parameters": spec})}))
-    return permissive
+        return None
+
+
+def _without_types(tool: ToolSpec) -> ToolSpec:
+    parameters = tool.function.parameters or {}
+    spec = {
+        "type": "object",
+        "properties": {name: {} for name in parameters.get("properties") or {}},
+        "required": list(parameters.get("required") or []),
+    }
+    return tool.model_copy(update={"function": tool.function.model_copy(update={"parameters": spec})})
 
 
 class Episode:
