@@ -138,6 +138,13 @@ def run(
     max_steps: Annotated[
         int | None, typer.Option(help="Agent turns per episode (default 30 nonconv, 40 conv).")
     ] = None,
+    rules: Annotated[
+        str | None,
+        typer.Option(help="Episode rules: harness or envscaler (default: the library's suggestion, else harness)."),
+    ] = None,
+    include_invalid: Annotated[
+        bool, typer.Option(help="Also run scenarios that `harness validate` finds invalid (recorded in the manifest).")
+    ] = False,
     out: Annotated[Path | None, typer.Option(help="Run folder (default runs/<time>-<model>).")] = None,
     resume: Annotated[bool, typer.Option(help="Continue the run in --out; only missing episodes run.")] = False,
     retry_errors: Annotated[bool, typer.Option(help="With --resume, also re-run infrastructure errors.")] = False,
@@ -146,13 +153,6 @@ def run(
     mcp: Annotated[
         str | None, typer.Option(help="Use the environment served over MCP at this URL, or by this stdio command.")
     ] = None,
-    rules: Annotated[
-        str | None,
-        typer.Option(help="Episode rules: harness or envscaler (default: the library's suggestion, else harness)."),
-    ] = None,
-    include_invalid: Annotated[
-        bool, typer.Option(help="Also run scenarios that `harness validate` finds invalid (recorded in the manifest).")
-    ] = False,
 ) -> None:
     """Run an agent on scenarios, score the final states, and print a summary per environment and mode.
 
@@ -189,14 +189,14 @@ def run(
         max_tokens=max_tokens,
         seed=seed,
         max_steps=max_steps,
+        rules=rules,  # type: ignore[arg-type]
+        include_invalid=include_invalid,
         out=out,
         resume=resume,
         retry_errors=retry_errors,
         workers=workers,
         cache_dir=cache_dir,
         mcp=mcp,
-        rules=rules,  # type: ignore[arg-type]
-        include_invalid=include_invalid,
     )
     from harness.cli_progress import print_summary
 
@@ -250,8 +250,6 @@ def sft(
     rpm: Annotated[int | None, typer.Option(help="Requests per minute per endpoint.")] = None,
     tpm: Annotated[int | None, typer.Option(help="Tokens per minute per endpoint.")] = None,
     temperature: Annotated[float | None, typer.Option(help="Teacher sampling temperature.")] = 0.7,
-    seed: Annotated[int, typer.Option(help="Base seed.")] = 0,
-    cache_dir: Annotated[Path | None, typer.Option(help="Cache model responses in this folder.")] = None,
     rules: Annotated[
         str | None,
         typer.Option(help="Episode rules: harness or envscaler (default: the library's suggestion, else harness)."),
@@ -259,6 +257,8 @@ def sft(
     include_invalid: Annotated[
         bool, typer.Option(help="Also roll out scenarios that `harness validate` finds invalid.")
     ] = False,
+    seed: Annotated[int, typer.Option(help="Base seed.")] = 0,
+    cache_dir: Annotated[Path | None, typer.Option(help="Cache model responses in this folder.")] = None,
 ) -> None:
     """Roll out a teacher (resumable), keep the episodes that reach the bar, export SFT datasets."""
     from harness.metrics import read_results
@@ -283,13 +283,13 @@ def sft(
         rpm=rpm,
         tpm=tpm,
         temperature=temperature,
+        rules=rules,  # type: ignore[arg-type]
+        include_invalid=include_invalid,
         seed=seed,
         out=rollouts,
         resume=(rollouts / "manifest.json").exists(),
         retry_errors=True,
         cache_dir=cache_dir,
-        rules=rules,  # type: ignore[arg-type]
-        include_invalid=include_invalid,
     )
     outcome = _run_with_progress(config)
     trajectories = read_results(outcome.run_dir / "results.jsonl")

@@ -41,6 +41,9 @@ def serve(
             "(default: the environment's first scenario, or an empty state)."
         ),
     ] = None,
+    include_invalid: Annotated[
+        bool, typer.Option(help="Also offer scenarios that `harness validate` finds invalid.")
+    ] = False,
     transport: Annotated[Transport, typer.Option(help="stdio (one client) or http (streamable HTTP).")] = (
         Transport.STDIO
     ),
@@ -52,9 +55,6 @@ def serve(
     ] = 600.0,
     workers: Annotated[int | None, typer.Option(help="Sandbox worker processes (default one per core).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the instances' frozen clock and random generators.")] = 0,
-    include_invalid: Annotated[
-        bool, typer.Option(help="Also offer scenarios that `harness validate` finds invalid.")
-    ] = False,
 ) -> None:
     """Serve an environment over MCP: its tools, with one sandboxed instance per MCP session.
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -86,29 +87,58 @@ async def validate_environment(
     return report
 
 
+@dataclass
+class Replay:
+    """What replaying actions in a fresh sandbox process gave."""
+
+    final_state: dict[str, Any]
+    changed: list[bool]
+    errors: list[str]
+    results: list[Any]
+    transcript: list[dict[str, Any]] = field(default_factory=list)
+    """The replay as a conversation: the task, one tool call per assistant turn with its result, then the
+    scenario's reference reply (what transcript checks read)."""
+
+
 async def _replay(
     pool: SandboxPool, environment: Environment, scenario: Scenario, actions: list[ReferenceAction]
-) -> tuple[dict[str, Any], list[bool], list[str], list[dict[str, Any]]]:
-    """Final state, whether each call changed the state, error observations, and the transcript of the replay
-    (one tool call per assistant turn, then the scenario's reference reply)."""
+) -> Replay:
+    """Final state, whether each call changed the state, error observations, every call's result, and the
+    transcript of the replay."""
     session = await pool.open_session(environment, scenario.initial_state, record_diffs=True)
-    changed: list[bool] = []
-    errors: list[str] = []
-    transcript: list[dict[str, Any]] = [{"role": "user", "content": scenario.task}]
+    replay = Replay({}, [], [], [], [{"role": "user", "content": scenario.task}])
     try:
         for number, action in enumerate(actions, start=1):
             call = ToolCall(id=f"ref_{number}", name=action.name, arguments=action.arguments)
             observation, diff = await session.call(call)
-            changed.append(bool(diff))
+            replay.changed.append(bool(diff))
+            replay.results.append([observation.kind.value, observation.content, observation.error])
             if not observation.ok:
-                errors.append(f"reference call {number} ({action.name}): {observation.error}")
-            transcript.append({"role": "assistant", "content": None, "tool_calls": [openai_tool_call(call)]})
-            transcript.append(tool_message(observation))
+                replay.errors.append(f"reference call {number} ({action.name}): {observation.error}")
+            replay.transcript.append({"role": "assistant", "content": None, "tool_calls": [openai_tool_call(call)]})
+            replay.transcript.append(tool_message(observation))
         if scenario.reference_reply:
-            transcript.append({"role": "assistant", "content": scenario.reference_reply})
-        return await session.state(), changed, errors, transcript
+            replay.transcript.append({"role": "assistant", "content": scenario.reference_reply})
+        replay.final_state = await session.state()
+        return replay
     finally:
         await session.close()
+
+
+def _first_difference(first: Any, second: Any, path: str = "") -> str:
+    """Where two JSON values first differ, as a path (``$`` for the root)."""
+    if isinstance(first, dict) and isinstance(second, dict):
+        for key in sorted(first.keys() | second.keys(), key=str):
+            if first.get(key, _MISSING) != second.get(key, _MISSING):
+                return _first_difference(first.get(key), second.get(key), f"{path}.{key}")
+    elif isinstance(first, list) and isinstance(second, list) and len(first) == len(second):
+        for index, (a, b) in enumerate(zip(first, second, strict=True)):
+            if a != b:
+                return _first_difference(a, b, f"{path}[{index}]")
+    return path or "$"
+
+
+_MISSING = object()
 
 
 async def initial_snapshot(pool: SandboxPool, environment: Environment, scenario: Scenario) -> dict[str, Any]:
@@ -160,9 +190,22 @@ async def validate_scenario(pool: SandboxPool, scenario: Scenario, environment: 
     if not scenario.reference_actions and not scenario.reference_reply:
         report.warnings.append("no reference actions: solvability not proven")
         return report
-    final, changed, errors, transcript = await _replay(pool, environment, scenario, scenario.reference_actions)
+    replay = await _replay(pool, environment, scenario, scenario.reference_actions)
+    # Determinism is verified, not assumed: a second replay in another fresh process must agree exactly.
+    again = await _replay(pool, environment, scenario, scenario.reference_actions)
+    if again.final_state != replay.final_state:
+        where = _first_difference(replay.final_state, again.final_state)
+        report.problems.append(
+            f"nondeterministic: two replays of the reference actions in fresh processes end in different states "
+            f"(first difference at {where}); the environment reads a clock or randomness the sandbox does not seed"
+        )
+    elif again.results != replay.results:
+        report.problems.append(
+            "nondeterministic: two replays of the reference actions in fresh processes return different results"
+        )
+    final, changed, errors = replay.final_state, replay.changed, replay.errors
     checks = prepared_checks(scenario.checks)
-    results = await pool.run_checks(checks, snapshot, final, transcript=check_transcript(transcript))
+    results = await pool.run_checks(checks, snapshot, final, transcript=check_transcript(replay.transcript))
     reward = reward_from_results(_with_reset(results, at_reset))
     report.details["reference_state_reward"] = reward.state_reward
     report.warnings.extend(errors)
@@ -171,9 +214,9 @@ async def validate_scenario(pool: SandboxPool, scenario: Scenario, environment: 
         report.problems.append(f"reference actions do not reach success; failing checks: {', '.join(failed)}")
     read_only = [a for a, did_change in zip(scenario.reference_actions, changed, strict=True) if not did_change]
     if read_only and len(read_only) < len(scenario.reference_actions):
-        final_read_only, _, _, read_only_transcript = await _replay(pool, environment, scenario, read_only)
+        read_only_replay = await _replay(pool, environment, scenario, read_only)
         read_only_results = await pool.run_checks(
-            checks, snapshot, final_read_only, transcript=check_transcript(read_only_transcript)
+            checks, snapshot, read_only_replay.final_state, transcript=check_transcript(read_only_replay.transcript)
         )
         if all(r.passed for r in read_only_results):
             report.problems.append("the reference's read-only calls alone reach success")
