@@ -1,4 +1,5 @@
-"""The oracle: replays a scenario's reference actions, one call per turn, then a final message. No model."""
+"""The oracle: replays a scenario's reference actions, one call per turn, then a final message (the scenario's
+reference reply when it has one). No model."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ class OracleAgent:
         done = sum(1 for m in messages if m.get("role") == "assistant" and m.get("tool_calls"))
         actions = self.scenario.reference_actions
         if done >= len(actions):
-            return AgentTurn(message={"role": "assistant", "content": self.final_message})
+            reply = self.scenario.reference_reply or self.final_message
+            return AgentTurn(message={"role": "assistant", "content": reply})
         turn = sum(1 for m in messages if m.get("role") == "assistant")
         action = actions[done]
         call = ToolCall(id=f"call_{turn}_0", name=action.name, arguments=dict(action.arguments))

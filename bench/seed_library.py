@@ -12,6 +12,7 @@ from collections import Counter
 from harness.library import load_library
 from harness.sandbox import SandboxPool
 from harness.scoring import score_final_state
+from harness.validate import initial_snapshot
 
 
 async def main() -> None:
@@ -31,10 +32,16 @@ async def main() -> None:
     )
     print(
         f"difficulty {dict(Counter(s.difficulty for s in library.scenarios))}; "
-        f"with a refusal {sum('refusal' in s.tags for s in library.scenarios)}"
+        f"with a refusal {sum('refusal' in s.tags for s in library.scenarios)}; "
+        f"scored on the transcript {sum('transcript-check' in s.tags for s in library.scenarios)}"
     )
     async with SandboxPool() as pool:
-        rewards = [(await score_final_state(pool, s, s.initial_state))[1] for s in library.scenarios]
+        rewards = []
+        for scenario in library.scenarios:
+            # Doing nothing: the final state is the state at reset, and the agent said nothing.
+            snapshot = await initial_snapshot(pool, library.environments[scenario.environment_id], scenario)
+            _, reward = await score_final_state(pool, scenario, snapshot, initial_state=snapshot, transcript=[])
+            rewards.append(reward)
     deltas = [r.delta_reward for r in rewards if r.delta_reward is not None]
     print(
         f"do-nothing agent: mean state_reward {statistics.mean(r.state_reward for r in rewards):.3f}, "

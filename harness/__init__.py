@@ -23,6 +23,11 @@ _EXPORTS = {
     "SandboxPool": "harness.sandbox",
     "SandboxLimits": "harness.sandbox",
     "score_final_state": "harness.scoring",
+    "EpisodeRules": "harness.rules",
+    "rules_profile": "harness.rules",
+    "said_any": "harness.transcript_checks",
+    "told_user": "harness.transcript_checks",
+    "asked_user": "harness.transcript_checks",
     "Library": "harness.library",
     "load_library": "harness.library",
 }

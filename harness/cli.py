@@ -154,6 +154,13 @@ def run(
     max_steps: Annotated[
         int | None, typer.Option(help="Agent turns per episode (default 30 nonconv, 40 conv).")
     ] = None,
+    rules: Annotated[
+        str | None,
+        typer.Option(help="Episode rules: harness or envscaler (default: the library's suggestion, else harness)."),
+    ] = None,
+    include_invalid: Annotated[
+        bool, typer.Option(help="Also run scenarios that `harness validate` finds invalid (recorded in the manifest).")
+    ] = False,
     out: Annotated[Path | None, typer.Option(help="Run folder (default runs/<time>-<model>).")] = None,
     resume: Annotated[bool, typer.Option(help="Continue the run in --out; only missing episodes run.")] = False,
     retry_errors: Annotated[bool, typer.Option(help="With --resume, also re-run infrastructure errors.")] = False,
@@ -177,6 +184,7 @@ def run(
     from harness.runner import RunConfig
 
     _check_choices(mode=mode, agent=agent, models={"--model": model, "--user-model": user_model})
+    _check_rules(rules)
     demo = model == "local" and limit is None and not scenario and not env and envs is None
     if demo:
         # The offline demo: one scenario from each of four environments, about a minute on two cores.
@@ -204,6 +212,8 @@ def run(
         max_tokens=max_tokens,
         seed=seed,
         max_steps=max_steps,
+        rules=rules,  # type: ignore[arg-type]
+        include_invalid=include_invalid,
         out=out,
         resume=resume,
         retry_errors=retry_errors,
@@ -300,6 +310,13 @@ def _run_baselines(config: RunConfig, run_dir: Path) -> dict[str, RunOutcome]:
     return outcomes
 
 
+def _check_rules(rules: str | None) -> None:
+    from harness.rules import RULES_NAMES
+
+    if rules is not None and rules not in RULES_NAMES:
+        raise typer.BadParameter(f"--rules must be one of: {', '.join(RULES_NAMES)}")
+
+
 def _run_with_progress(config: RunConfig) -> RunOutcome:
     """Run with a header, the progress view and the stock agents."""
     from agents.run_adapters import agent_factory, user_factory
@@ -359,6 +376,13 @@ def sft(
     rpm: Annotated[int | None, typer.Option(help="Requests per minute per endpoint.")] = None,
     tpm: Annotated[int | None, typer.Option(help="Tokens per minute per endpoint.")] = None,
     temperature: Annotated[float | None, typer.Option(help="Teacher sampling temperature.")] = 0.7,
+    rules: Annotated[
+        str | None,
+        typer.Option(help="Episode rules: harness or envscaler (default: the library's suggestion, else harness)."),
+    ] = None,
+    include_invalid: Annotated[
+        bool, typer.Option(help="Also roll out scenarios that `harness validate` finds invalid.")
+    ] = False,
     seed: Annotated[int, typer.Option(help="Base seed.")] = 0,
     cache_dir: Annotated[Path | None, typer.Option(help="Cache model responses in this folder.")] = None,
     allow_weak_sandbox: Annotated[
@@ -374,6 +398,7 @@ def sft(
     from harness.sft import SelectionRule, export
 
     _check_choices(mode=mode, agent=agent, models={"--teacher": teacher, "--user-model": user_model})
+    _check_rules(rules)
     rollouts = out / "rollouts"
     config = _sft_config(
         model=teacher,
@@ -389,6 +414,8 @@ def sft(
         rpm=rpm,
         tpm=tpm,
         temperature=temperature,
+        rules=rules,
+        include_invalid=include_invalid,
         seed=seed,
         out=rollouts,
         resume=(rollouts / "manifest.json").exists(),

@@ -5,11 +5,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.text import Text
+
+if TYPE_CHECKING:
+    from harness.schema import Scenario
 
 # stdout is the protocol channel of a stdio server: everything this command says goes to stderr.
 err_console = Console(stderr=True)
@@ -37,6 +40,9 @@ def serve(
             "(default: the environment's first scenario, or an empty state)."
         ),
     ] = None,
+    include_invalid: Annotated[
+        bool, typer.Option(help="Also offer scenarios that `harness validate` finds invalid.")
+    ] = False,
     transport: Annotated[Transport, typer.Option(help="stdio (one client) or http (streamable HTTP).")] = (
         Transport.STDIO
     ),
@@ -68,42 +74,55 @@ def serve(
         known = ", ".join(sorted(library.environments)) or "none"
         raise _fail(f"no environment {env_id!r} in {library.source.source}; known: {known}")
     scenarios = library.scenarios_for(env_id)
-    initial_state: dict[str, Any] = {}
-    if scenario is not None:
-        chosen = next((s for s in scenarios if s.id == scenario), None)
-        if chosen is None:
-            raise _fail(f"no scenario {scenario!r} for environment {env_id!r}")
-        initial_state = chosen.initial_state
-    elif scenarios:
-        initial_state = scenarios[0].initial_state
+    if scenario is not None and all(s.id != scenario for s in scenarios):
+        raise _fail(f"no scenario {scenario!r} for environment {env_id!r}")
 
     from harness.mcp.server import EnvironmentServer
     from harness.sandbox import SandboxPool, WeakSandbox
+    from harness.validate import invalid_scenarios
 
+    # One pool serves the screening and the sessions, so whatever confinement it requires covers both.
     pool = SandboxPool(workers=workers, require_full_confinement=library.from_hub and not allow_weak_sandbox)
-    server = EnvironmentServer(
-        environment,
-        initial_state=initial_state,
-        scenarios=scenarios,
-        pool=pool,
-        idle_timeout_s=idle_timeout or None,
-        seed=seed,
-    )
 
     async def run() -> None:
         try:
             await pool.start()
         except WeakSandbox as exc:
             raise _fail(str(exc)) from None
-        async with pool, server:
-            if transport is Transport.STDIO:
-                await server.serve_stdio()
-            else:
-                err_console.print(f"Serving {environment.id} over MCP at http://{host}:{port}{path}")
-                await server.serve_http(host, port, path=path)
+        async with pool:
+            offered = _offered(await invalid_scenarios(pool, library, scenarios), scenarios, scenario, include_invalid)
+            first = offered[0] if offered else None
+            chosen = next((s for s in offered if s.id == scenario), None) if scenario is not None else first
+            initial_state: dict[str, Any] = chosen.initial_state if chosen is not None else {}
+            server = EnvironmentServer(
+                environment,
+                initial_state=initial_state,
+                scenarios=offered,
+                pool=pool,
+                idle_timeout_s=idle_timeout or None,
+                seed=seed,
+            )
+            async with server:
+                if transport is Transport.STDIO:
+                    await server.serve_stdio()
+                else:
+                    err_console.print(f"Serving {environment.id} over MCP at http://{host}:{port}{path}")
+                    await server.serve_http(host, port, path=path)
 
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(run())
+
+
+def _offered(
+    invalid: dict[str, str], scenarios: list[Scenario], scenario: str | None, include_invalid: bool
+) -> list[Scenario]:
+    """The scenarios a client may load: the valid ones (all with ``include_invalid``); each invalid one named."""
+    for scenario_id, problem in invalid.items():
+        action = "offered anyway (--include-invalid)" if include_invalid else "not offered"
+        err_console.print(Text.assemble(("invalid scenario", "yellow"), f" {scenario_id}, {action}: {problem}"))
+    if scenario is not None and scenario in invalid and not include_invalid:
+        raise _fail(f"scenario {scenario!r} is invalid: {invalid[scenario]} (pass --include-invalid to serve it)")
+    return scenarios if include_invalid else [s for s in scenarios if s.id not in invalid]
 
 
 def register(app: typer.Typer) -> None:

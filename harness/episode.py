@@ -11,10 +11,17 @@ writes a stop token, or at the step limit.
 :class:`Episode` holds one episode's state and applies one agent turn at a time, so the same code serves
 :func:`run_episode` (which asks an :class:`~harness.protocols.AgentPolicy` for each turn) and callers that
 supply assistant messages themselves, such as a trainer's rollout loop.
+
+How a turn is treated and how the reward is computed follow the episode rules (:mod:`harness.rules`,
+``EpisodeConfig.rules``): ``harness`` (the default) or ``envscaler`` (upstream EnvScaler's runtime). The loop
+reads the profile's fields (:attr:`Episode.rules`), never its name. Checks get the state snapshot taken at
+reset as ``initial_state`` and, when they declare a third parameter, the transcript
+(:func:`harness.scoring.check_transcript`).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
@@ -26,7 +33,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from harness.bfcl import score_turns
 from harness.dispatch import open_tool_session
 from harness.llm import ContextWindowExceeded, LLMError
-from harness.prompts import agent_system_prompt, default_user_profile, user_greeting, user_system_prompt
+from harness.prompts import (
+    agent_system_prompt,
+    default_user_profile,
+    envscaler_agent_system_prompt,
+    user_greeting,
+    user_system_prompt,
+)
 from harness.protocols import (
     AgentPolicy,
     AgentPolicyError,
@@ -37,6 +50,14 @@ from harness.protocols import (
     openai_tool_call,
 )
 from harness.reward import CompositeWeights, composite
+from harness.rules import (
+    DEFAULT_RULES,
+    INVALID_ACTION_TEXT,
+    PARSE_ERROR_TEXT,
+    EpisodeRules,
+    RulesName,
+    rules_profile,
+)
 from harness.sandbox import SandboxError, SandboxPool
 from harness.schema import (
     AgentSettings,
@@ -52,13 +73,14 @@ from harness.schema import (
     TerminationReason,
     Timings,
     ToolCall,
+    ToolSpec,
     Trajectory,
     Usage,
     utc_now,
 )
-from harness.scoring import score_final_state
+from harness.scoring import check_transcript, score_final_state, zero_reward
 from harness.statediff import diff_values
-from harness.toolspec import derive_tools
+from harness.toolspec import ToolDerivationError, derive_tools
 from harness.turns import TurnTracker
 
 logger = logging.getLogger(__name__)
@@ -85,14 +107,36 @@ class EpisodeConfig(BaseModel):
     max_consecutive_parse_errors: int = Field(
         default=3, ge=1, description="Unreadable agent turns in a row before the episode ends as agent_error."
     )
+    rules: RulesName = Field(default=DEFAULT_RULES, description="Episode rules: harness or envscaler.")
 
     @property
     def step_limit(self) -> int:
         return self.max_steps if self.max_steps is not None else DEFAULT_MAX_STEPS[self.mode]
 
+    @property
+    def profile(self) -> EpisodeRules:
+        return rules_profile(self.rules)
 
-def observation_content(observation: Observation) -> str:
-    """The JSON text of a ``tool`` message: the tool's own result, or an error the agent can act on."""
+
+# Observation kinds that mean "the method raised" (or would have, in plain Python: a keyword the method does
+# not take, a missing argument). Under rules with ``raising_tool_ends_episode`` they end the episode.
+# BAD_RESULT is here because the sandbox reports a TypeError raised by a tool as a non-JSON result (orjson's
+# JSONEncodeError is TypeError itself); a result that really is not JSON cannot reach the agent either way.
+RAISING_KINDS = frozenset(
+    {
+        ObservationKind.TOOL_EXCEPTION,
+        ObservationKind.BAD_RESULT,
+        ObservationKind.INVALID_ARGUMENTS,
+        ObservationKind.TIMEOUT,
+        ObservationKind.RESOURCE_LIMIT,
+        ObservationKind.FORBIDDEN,
+    }
+)
+
+
+def observation_content(observation: Observation, rules: EpisodeRules | None = None) -> str:
+    """The text of a ``tool`` message: the tool's own result, or an error the agent can act on; as JSON, or as
+    Python's ``str()`` of the value under rules whose ``tool_result_format`` is ``python`` (upstream EnvScaler)."""
     if observation.kind is ObservationKind.OK or (
         observation.kind is ObservationKind.TOOL_ERROR and observation.content is not None
     ):
@@ -103,16 +147,47 @@ def observation_content(observation: Observation) -> str:
             "error": observation.error or observation.kind.value,
             "error_type": observation.kind.value,
         }
+    if rules is not None and rules.tool_result_format == "python":
+        return str(payload)
     return json.dumps(payload, ensure_ascii=False, default=str)
 
 
-def tool_message(observation: Observation) -> dict[str, Any]:
+def tool_message(observation: Observation, rules: EpisodeRules | None = None) -> dict[str, Any]:
     return {
         "role": "tool",
         "tool_call_id": observation.tool_call_id,
         "name": observation.name,
-        "content": observation_content(observation),
+        "content": observation_content(observation, rules),
     }
+
+
+def pass_through_tools(environment: Environment) -> list[ToolSpec]:
+    """Tool schemas that let any argument value through: every public method with its parameter names and the
+    parameters Python requires, and no types. The sandbox still refuses an unknown or missing keyword, which is
+    what Python itself would raise on."""
+    derived = _pass_through_from_code(environment.code, environment.class_name)
+    if derived is not None:
+        return list(derived)
+    return [_without_types(tool) for tool in environment.tools]
+
+
+@functools.lru_cache(maxsize=256)
+def _pass_through_from_code(code: str, class_name: str) -> tuple[ToolSpec, ...] | None:
+    """Parsed once per environment class, not once per episode."""
+    try:
+        return tuple(_without_types(tool) for tool in derive_tools(code, class_name))
+    except ToolDerivationError:
+        return None
+
+
+def _without_types(tool: ToolSpec) -> ToolSpec:
+    parameters = tool.function.parameters or {}
+    spec = {
+        "type": "object",
+        "properties": {name: {} for name in parameters.get("properties") or {}},
+        "required": list(parameters.get("required") or []),
+    }
+    return tool.model_copy(update={"function": tool.function.model_copy(update={"parameters": spec})})
 
 
 class Episode:
@@ -167,7 +242,10 @@ class Episode:
         self._clock = time.perf_counter()
         self._session: ToolSession | None = None
         self._session_opener = session_opener
+        self.rules: EpisodeRules = config.profile
         self._start_state: dict[str, Any] | None = None
+        self._state_keys: set[str] = set()
+        self._session_tools: set[str] = set()
         self._used_call_ids: set[str] = set()
         self._parse_errors_in_a_row = 0
 
@@ -186,19 +264,23 @@ class Episode:
         """Open the sandbox session and write the opening messages (in conv mode the user speaks first)."""
         self.phase = "sandbox"
         started = time.perf_counter()
+        session_environment = self.environment
+        if self.rules.pass_arguments_through and self._session_opener is None:
+            session_environment = self.environment.model_copy(update={"tools": pass_through_tools(self.environment)})
+        self._session_tools = set(session_environment.tool_names)
         if self._session_opener is not None:
-            self._session = await self._session_opener(self.environment, self.scenario.initial_state, self.config.seed)
+            self._session = await self._session_opener(
+                session_environment, self.scenario.initial_state, self.config.seed
+            )
         else:
             self._session = await open_tool_session(
-                self.pool, self.environment, self.scenario.initial_state, seed=self.config.seed
+                self.pool, session_environment, self.scenario.initial_state, seed=self.config.seed
             )
         self._start_state = await self._session.state()
+        self._state_keys = set(self._start_state)
         self.timings.tool_seconds += time.perf_counter() - started
-        version = self.agent_settings.system_prompt_version
         if self.scripted is None:  # a scripted conversation (a benchmark's) is played verbatim, without ours
-            self.messages.append(
-                {"role": "system", "content": agent_system_prompt(self.environment, self.config.mode, version)}
-            )
+            self.messages.append({"role": "system", "content": self._system_prompt()})
         if self.user is None:
             self.messages.append({"role": "user", "content": self.scenario.task})
             return
@@ -220,7 +302,12 @@ class Episode:
             self.timings.model_seconds += time.perf_counter() - started
 
     async def apply(self, turn: AgentTurn) -> list[Observation]:
-        """Apply one agent turn: run its tool calls, or pass its reply on; returns the observations."""
+        """Apply one agent turn: run its tool calls, or pass its reply on; returns the observations.
+
+        Every turn is one of: tool calls to run, a text reply (it ends a non-conversational episode and goes to
+        the user in a conversation), or an unreadable turn. The rules decide which calls run and what an empty
+        turn, an invalid action or a raising tool mean.
+        """
         if self.done:
             raise RuntimeError(f"episode {self.episode_id} has already ended ({self.termination})")
         turn_index = self.turns
@@ -229,29 +316,38 @@ class Episode:
         calls = self._assign_call_ids(turn, turn_index)
         self.messages.append(turn.message)
         observations: list[Observation] = []
-        if turn.parse_error is not None and not calls:
-            self._parse_errors_in_a_row += 1
-            self.errors.append(f"turn {turn_index}: unreadable agent output: {turn.parse_error}")
-            if turn.feedback is not None:
-                self.messages.append(turn.feedback)
-            if self._parse_errors_in_a_row >= self.config.max_consecutive_parse_errors:
-                self.end(
-                    TerminationReason.AGENT_ERROR,
-                    f"{self._parse_errors_in_a_row} unreadable turns in a row; last: {turn.parse_error}",
-                )
+        if self.rules.first_call_only:
+            calls = calls[:1]
+        reply_call = calls[0] if calls and self.rules.reply_tool and calls[0].name == self.rules.reply_tool else None
+        if reply_call is not None:
+            content = (reply_call.arguments or {}).get("content")
+            if isinstance(content, str):
+                await self._reply(content)
+            else:
+                self._invalid_action(turn_index, "the reply tool needs a 'content' argument")
+        elif calls and self.rules.errors_as_user_messages and calls[0].arguments is None:
+            # Upstream: arguments that are JSON but not an object are an invalid action; others do not parse.
+            if _is_json(calls[0].raw_arguments):
+                self._invalid_action(turn_index, f"arguments of {calls[0].name!r} are not an object")
+            else:
+                self._unreadable(turn, turn_index, f"arguments of {calls[0].name!r} are not JSON")
         elif calls:
             self._parse_errors_in_a_row = 0
             for call in calls:
-                observations.append(await self._execute(call, turn_index))
+                observation = await self._execute(call, turn_index)
+                if observation is None:
+                    break
+                observations.append(observation)
+                if self.done:
+                    break
             if self.scripted is not None and (reason := self.scripted.tool_step()) is not None:
                 self.end(TerminationReason.MAX_STEPS, reason)
+        elif turn.parse_error is not None:
+            self._unreadable(turn, turn_index, turn.parse_error)
+        elif not turn.text and self.rules.empty_turn_is_parse_error:
+            self._unreadable(turn, turn_index, "the turn has neither text nor a tool call")
         else:
-            self._parse_errors_in_a_row = 0
-            if self.user is None:
-                self.end(TerminationReason.AGENT_DONE)
-            else:
-                self.user_view.append({"role": "user", "content": turn.text})
-                await self._user_speaks()
+            await self._reply(turn.text)
         if not self.done and self.turns >= self.config.step_limit and not self._turn_limited:
             self.end(TerminationReason.MAX_STEPS, f"step limit {self.config.step_limit} reached")
         return observations
@@ -262,6 +358,37 @@ class Episode:
         return (
             self.scripted is not None and self.scripted.step_limit is not None and self.config.max_steps is None
         )
+
+    async def _reply(self, text: str) -> None:
+        """The agent's text reply: the end of a non-conversational episode, the next message to the user in a
+        conversation."""
+        self._parse_errors_in_a_row = 0
+        if self.user is None:
+            self.end(TerminationReason.AGENT_DONE)
+        else:
+            self.user_view.append({"role": "user", "content": text})
+            await self._user_speaks()
+
+    def _unreadable(self, turn: AgentTurn, turn_index: int, error: str) -> None:
+        self.errors.append(f"turn {turn_index}: unreadable agent output: {error}")
+        if self.rules.errors_as_user_messages:
+            self.messages.append({"role": "user", "content": PARSE_ERROR_TEXT})
+        elif turn.feedback is not None:
+            self.messages.append(turn.feedback)
+        if not self.rules.parse_error_limit:
+            return
+        self._parse_errors_in_a_row += 1
+        if self._parse_errors_in_a_row >= self.config.max_consecutive_parse_errors:
+            self.end(
+                TerminationReason.AGENT_ERROR,
+                f"{self._parse_errors_in_a_row} unreadable turns in a row; last: {error}",
+            )
+
+    def _invalid_action(self, turn_index: int, error: str) -> None:
+        """An action the rules answer with upstream's "invalid action" user message; the episode goes on."""
+        self._parse_errors_in_a_row = 0
+        self.errors.append(f"turn {turn_index}: invalid action: {error}")
+        self.messages.append({"role": "user", "content": INVALID_ACTION_TEXT})
 
     def fail(self, exc: BaseException) -> None:
         """End the episode because ``exc`` was raised during the current phase."""
@@ -303,12 +430,12 @@ class Episode:
                         )
                     finally:
                         self.timings.scoring_seconds += time.perf_counter() - started
+                elif self.scenario.checks and self._rules_give_zero():
+                    reward = zero_reward(self.scenario)
                 elif self.scenario.checks:
                     started = time.perf_counter()
                     try:
-                        check_results, reward = await score_final_state(self.pool, self.scenario, final_state)
-                        calls = [step.call for step in self.steps]
-                        reward = composite(self.scenario, calls, reward, final_state, self.config.reward_weights)
+                        check_results, reward = await self._score(final_state)
                     finally:
                         self.timings.scoring_seconds += time.perf_counter() - started
             except Exception as exc:
@@ -342,6 +469,34 @@ class Episode:
             errors=self.errors,
         )
 
+    def _rules_give_zero(self) -> bool:
+        """Whether the rules score this ending 0 without running the checks (EnvScaler: a raising tool, the step
+        limit)."""
+        if self.termination is TerminationReason.TOOL_EXCEPTION:
+            return self.rules.raising_tool_ends_episode
+        return self.termination is TerminationReason.MAX_STEPS and not self.rules.truncation_scores
+
+    async def _score(self, final_state: dict[str, Any]) -> tuple[list[CheckResult], RewardBreakdown]:
+        check_results, reward = await score_final_state(
+            self.pool,
+            self.scenario,
+            final_state,
+            initial_state=self._start_state,
+            transcript=check_transcript(self.messages),
+            rules=self.rules,
+        )
+        if self.rules.composite_reward:
+            calls = [step.call for step in self.steps]
+            reward = composite(self.scenario, calls, reward, final_state, self.config.reward_weights)
+        else:
+            reward = reward.model_copy(update={"composite": reward.state_reward})
+        return check_results, reward
+
+    def _system_prompt(self) -> str:
+        if self.rules.name == "envscaler":
+            return envscaler_agent_system_prompt(self.environment, self.config.mode)
+        return agent_system_prompt(self.environment, self.config.mode, self.agent_settings.system_prompt_version)
+
     async def close(self) -> None:
         session, self._session = self._session, None
         if session is None:
@@ -369,16 +524,37 @@ class Episode:
         turn.tool_calls = calls
         return calls
 
-    async def _execute(self, call: ToolCall, turn_index: int) -> Observation:
+    async def _execute(self, call: ToolCall, turn_index: int) -> Observation | None:
+        """Run one call and record it; None when the rules answered it without running it (an invalid action)."""
         self.phase = "sandbox"
-        started = time.perf_counter()
         assert self._session is not None
+        if self.rules.errors_as_user_messages and call.name not in self._session_tools:
+            if call.name not in self._state_keys:
+                self._invalid_action(turn_index, f"no tool named {call.name!r}")
+                return None
+            # Upstream looks the name up on the instance and calls it: a state attribute is not callable.
+            observation = Observation(
+                tool_call_id=call.id,
+                name=call.name,
+                kind=ObservationKind.TOOL_EXCEPTION,
+                error=f"TypeError: the state attribute {call.name!r} is not callable",
+            )
+            self._record(call, observation, [], turn_index, 0.0)
+            return observation
+        started = time.perf_counter()
         # Unknown tools and arguments that are not a JSON object come back as error observations.
         observation, diff = await self._session.call(call)
         duration = time.perf_counter() - started
         self.timings.tool_seconds += duration
         if observation.kind is ObservationKind.SANDBOX_ERROR:
             raise SandboxError(f"sandbox failed on tool call {call.name!r}: {observation.error}")
+        self._state_keys.update(str(d.path[0]) for d in diff if len(d.path) == 1 and d.op == "add")
+        self._record(call, observation, diff, turn_index, duration)
+        return observation
+
+    def _record(
+        self, call: ToolCall, observation: Observation, diff: list[DiffEntry], turn_index: int, duration: float
+    ) -> None:
         self.steps.append(
             Step(
                 index=len(self.steps),
@@ -389,8 +565,12 @@ class Episode:
                 duration_ms=duration * 1000.0,
             )
         )
-        self.messages.append(tool_message(observation))
-        return observation
+        if self.rules.raising_tool_ends_episode and observation.kind in RAISING_KINDS:
+            # Upstream answers with the exception as a user message and ends the episode with reward 0.
+            self.messages.append({"role": "user", "content": f"Error: <Exception>\n{observation.error}"})
+            self.end(TerminationReason.TOOL_EXCEPTION, f"{call.name}: {observation.error}")
+            return
+        self.messages.append(tool_message(observation, self.rules))
 
     async def _user_speaks(self) -> None:
         assert self.user is not None
@@ -403,7 +583,8 @@ class Episode:
         self.usage["user"].add(reply.usage)
         self.user_view.append({"role": "assistant", "content": reply.text})
         self.messages.append({"role": "user", "content": reply.text})
-        if reply.stop_token is not None:
+        stops = self.rules.stop_tokens
+        if reply.stop_token is not None and (stops is None or reply.stop_token in stops):
             self.end(TerminationReason.USER_STOP, reply.stop_token)
         elif self.scripted is not None:
             self.scripted.user_spoke()
@@ -445,6 +626,14 @@ async def run_episode(
         user=user,
     )
     return await drive(episode, agent)
+
+
+def _is_json(text: str | None) -> bool:
+    try:
+        json.loads(text or "")
+    except ValueError:
+        return False
+    return True
 
 
 async def drive(episode: Episode, agent: AgentPolicy) -> Trajectory:

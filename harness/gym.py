@@ -8,7 +8,12 @@
         messages = result.messages                        # the whole transcript so far
         if result.terminated or result.truncated:
             break
-    result.reward, result.info["trajectory"]              # composite reward and the full record
+    result.reward, result.info["check_results"]           # the rules' reward, and each check's outcome
+
+``rules`` picks the episode rules (:mod:`harness.rules`): ``harness`` (the default; the reward is EnvFactory's
+composite) or ``envscaler`` (upstream EnvScaler's runtime: its reward is the fraction of checks passed, rounded
+to 4 decimals, and 0 when a tool raises or the step limit cuts the episode). ``reset`` refuses a scenario that
+the cheap part of ``harness validate`` finds invalid (:class:`InvalidScenario`) unless ``include_invalid``.
 
 In conv mode ``user`` is a user policy, or a function from the scenario to one (``ScriptedUser`` for scenarios
 with scripted turns, such as BFCL's); ``info["tools"]`` carries the tools visible after each step.
@@ -26,8 +31,14 @@ from harness.episode import Episode, EpisodeConfig
 from harness.library import Library
 from harness.protocols import UserPolicy, agent_turn_from_message
 from harness.reward import CompositeWeights
+from harness.rules import DEFAULT_RULES, RulesName, rules_profile
 from harness.sandbox import SandboxPool
 from harness.schema import AgentSettings, Mode, ModelSettings, Scenario, TerminationReason
+from harness.validate import invalid_scenarios
+
+
+class InvalidScenario(ValueError):
+    """The scenario fails the cheap validation (``include_invalid=True`` runs it anyway)."""
 
 
 @dataclass
@@ -54,9 +65,14 @@ class ToolEnv:
         max_steps: int | None = None,
         weights: CompositeWeights | None = None,
         policy_name: str = "external",
+        rules: RulesName = DEFAULT_RULES,
+        include_invalid: bool = False,
     ):
         if mode == "conv" and user is None:
             raise ValueError("conversational mode needs a simulated user policy")
+        self.rules = rules_profile(rules).name
+        self.include_invalid = include_invalid
+        self._screened: dict[str, tuple[Scenario, str | None]] = {}
         self.library = library
         self.pool = pool
         self.mode = mode
@@ -73,8 +89,14 @@ class ToolEnv:
         environment = self.library.environments.get(scenario.environment_id)
         if environment is None:
             raise KeyError(f"environment {scenario.environment_id!r} is not in the library")
+        if not self.include_invalid:
+            problem = await self._screen(scenario)
+            if problem is not None:
+                raise InvalidScenario(f"scenario {scenario.id!r} is invalid: {problem}")
         self._count += 1
-        config = EpisodeConfig(mode=self.mode, max_steps=self.max_steps, seed=seed, reward_weights=self.weights)
+        config = EpisodeConfig(
+            mode=self.mode, max_steps=self.max_steps, seed=seed, reward_weights=self.weights, rules=self.rules
+        )
         episode = Episode(
             scenario,
             environment,
@@ -116,8 +138,22 @@ class ToolEnv:
             if reward is None:
                 reward = trajectory.reward.state_reward
         truncated = trajectory.termination is TerminationReason.MAX_STEPS
-        info = {"trajectory": trajectory, "termination": trajectory.termination.value}
+        info = {
+            "trajectory": trajectory,
+            "termination": trajectory.termination.value,
+            "rules": self.rules,
+            "check_results": [r.model_dump(mode="json") for r in trajectory.check_results],
+            "reward_breakdown": trajectory.reward.model_dump(mode="json") if trajectory.reward is not None else None,
+        }
         return StepResult(observations, list(trajectory.messages), reward or 0.0, not truncated, truncated, info)
+
+    async def _screen(self, scenario: Scenario) -> str | None:
+        """The scenario's problems under the cheap validation, once per scenario object."""
+        cached = self._screened.get(scenario.id)
+        if cached is None or cached[0] is not scenario:
+            found = await invalid_scenarios(self.pool, self.library, [scenario])
+            cached = self._screened[scenario.id] = (scenario, found.get(scenario.id))
+        return cached[1]
 
     async def close(self) -> None:
         if self._episode is not None:

@@ -36,6 +36,7 @@ from harness.llm.local_provider import LOCAL_PROVIDER
 from harness.llm.python_models import PYTHON_PROVIDER
 from harness.metrics import MANIFEST_FILE, RESULTS_FILE, RunSummary, read_results, summarize_run, write_summary
 from harness.protocols import AgentPolicy, UserPolicy
+from harness.rules import DEFAULT_RULES, RulesName
 from harness.sandbox import SandboxLimits, SandboxPool
 from harness.schema import (
     AgentSettings,
@@ -48,6 +49,7 @@ from harness.schema import (
     Trajectory,
 )
 from harness.store import ResultStore, ResultStoreError
+from harness.validate import invalid_scenarios
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +65,7 @@ RESULT_SETTINGS = (
     "max_steps",
     "system_prompt_version",
     "mcp",
+    "rules",
 )
 
 # Agent kinds that call no model: their runs need no model endpoint (the reference-actions replayer and the
@@ -107,6 +110,14 @@ class RunConfig(BaseModel):
     timeout: float = Field(default=DEFAULT_TIMEOUT_S, gt=0, description="Seconds one model request may take.")
     skip_bad_records: bool = Field(
         default=False, description="Run without library records that do not load (listed in the manifest)."
+    )
+    rules: RulesName | None = Field(
+        default=None,
+        description="Episode rules (harness or envscaler); default the library's suggestion (EnvScaler imports "
+        "suggest envscaler), else harness. The manifest records the rules used.",
+    )
+    include_invalid: bool = Field(
+        default=False, description="Also run scenarios that the cheap part of `harness validate` finds invalid."
     )
 
 
@@ -237,6 +248,9 @@ def episode_id(
         "trial": trial,
         "mcp": config.mcp,
     }
+    if config.rules not in (None, DEFAULT_RULES):
+        # Only a non-default profile enters the key, so ids of runs made before profiles existed stay the same.
+        key["rules"] = config.rules
     return hashlib.sha256(orjson.dumps(key, option=orjson.OPT_SORT_KEYS)).hexdigest()[:20]
 
 
@@ -266,6 +280,51 @@ def select_scenarios(library: Library, config: RunConfig) -> list[Scenario]:
     if config.limit is not None:
         chosen = chosen[: config.limit]
     return chosen
+
+
+def suggested_rules(library: Library, scenarios: list[Scenario]) -> RulesName:
+    """The rules the scenarios' environments suggest (``provenance.details["suggested_rules"]``, set by the
+    EnvScaler importer): a profile all of them suggest, else the default."""
+    suggestions: set[Any] = set()
+    for scenario in scenarios:
+        environment = library.environments.get(scenario.environment_id)
+        details = environment.provenance.details if environment is not None else {}
+        suggestions.add(details.get("suggested_rules"))
+    if len(suggestions) == 1:
+        (only,) = suggestions
+        if only in ("harness", "envscaler"):
+            return only
+    elif len(suggestions) > 1:
+        logger.warning("the selected environments suggest different episode rules; using %s", DEFAULT_RULES)
+    return DEFAULT_RULES
+
+
+def resolve_rules(config: RunConfig, library: Library, scenarios: list[Scenario]) -> RunConfig:
+    """``config`` with its rules decided: as asked, or the library's suggestion."""
+    if config.rules is not None:
+        return config
+    return config.model_copy(update={"rules": suggested_rules(library, scenarios)})
+
+
+async def drop_invalid(
+    pool: SandboxPool, library: Library, scenarios: list[Scenario], config: RunConfig
+) -> tuple[list[Scenario], dict[str, str]]:
+    """The scenarios to run and the invalid ones left out (id → problems), by the cheap validation.
+
+    With ``include_invalid`` nothing is left out (the invalid ones are still named). Refuses the run when
+    nothing valid is left.
+    """
+    invalid = await invalid_scenarios(pool, library, scenarios)
+    for scenario_id, problem in invalid.items():
+        action = "running it anyway (--include-invalid)" if config.include_invalid else "left out"
+        logger.warning("scenario %s is invalid, %s: %s", scenario_id, action, problem)
+    if config.include_invalid or not invalid:
+        return scenarios, invalid
+    kept = [s for s in scenarios if s.id not in invalid]
+    if not kept:
+        names = ", ".join(sorted(invalid))
+        raise RunRefused(f"every selected scenario is invalid ({names}); fix them or pass --include-invalid")
+    return kept, invalid
 
 
 def plan_episodes(scenarios: list[Scenario], config: RunConfig) -> list[EpisodeSpec]:
@@ -311,7 +370,14 @@ def default_run_dir(config: RunConfig) -> Path:
     return Path("runs") / f"{stamp}-{model}"
 
 
-def build_manifest(config: RunConfig, run_id: str, library: Library, client: LLMClient, planned: int) -> RunManifest:
+def build_manifest(
+    config: RunConfig,
+    run_id: str,
+    library: Library,
+    client: LLMClient,
+    planned: int,
+    invalid: dict[str, str] | None = None,
+) -> RunManifest:
     resolution: dict[str, Any] = {}
     for model in {config.model, config.user_model or config.model}:
         try:
@@ -328,6 +394,7 @@ def build_manifest(config: RunConfig, run_id: str, library: Library, client: LLM
         config={
             **config.model_dump(mode="json"),
             "environment_domains": {env_id: env.domain for env_id, env in library.environments.items() if env.domain},
+            "invalid_scenarios": dict(sorted((invalid or {}).items())),
         },
         model_resolution=resolution,
         episodes_planned=planned,
@@ -367,8 +434,11 @@ def _resolution_line(entry: Any) -> str:
 def check_resumable(previous: RunManifest, current: RunManifest) -> None:
     """Refuse to mix results of different settings, models or data in one folder, naming what differs."""
     differences = []
+    # Folders made before episode rules existed ran under the default rules.
+    defaults = {"rules": DEFAULT_RULES}
     for key in RESULT_SETTINGS:
-        before, after = previous.config.get(key), current.config.get(key)
+        before = previous.config.get(key, defaults.get(key))
+        after = current.config.get(key, defaults.get(key))
         if before != after:
             differences.append(f"{key}: {before!r} in the folder, {after!r} now")
     for model, before in previous.model_resolution.items():
@@ -502,10 +572,12 @@ async def run(
 ) -> RunOutcome:
     """Run every planned episode that has no result yet, then write the summary.
 
-    Inputs are checked before any work (:class:`RunRefused` lists every problem; no run folder is made), each
-    model endpoint is probed once (:class:`ModelUnavailable` when one does not answer). With
-    ``stop_on_signals``, SIGINT or SIGTERM stops the run cleanly: episodes in flight are dropped (they run again
-    on resume), the summary is written, and ``RunOutcome.stopped_by`` names the signal.
+    Inputs are checked before any work (:class:`RunRefused` lists every problem; no run folder is made): the
+    selection, then the cheap part of `harness validate` on the selected scenarios in the run's own sandbox
+    (invalid ones are left out and named unless ``include_invalid``). Each model endpoint is probed once
+    (:class:`ModelUnavailable` when one does not answer). With ``stop_on_signals``, SIGINT or SIGTERM stops the
+    run cleanly: episodes in flight are dropped (they run again on resume), the summary is written, and
+    ``RunOutcome.stopped_by`` names the signal.
     """
     library = library or _load_library(config)
     problems = selection_problems(library, config)
@@ -514,6 +586,42 @@ async def run(
     if config.skip_bad_records and library.problems:
         logger.warning("running without %d record(s) that do not load", len(library.problems))
     scenarios = select_scenarios(library, config)
+    config = resolve_rules(config, library, scenarios)
+    # One pool screens the scenarios and runs the episodes, so the confinement it requires covers both.
+    async with SandboxPool(
+        workers=config.workers,
+        limits=sandbox_limits,
+        require_full_confinement=library.from_hub and not config.allow_weak_sandbox,
+    ) as pool:
+        scenarios, invalid = await drop_invalid(pool, library, scenarios, config)
+        return await _plan_and_run(
+            config,
+            library,
+            scenarios,
+            invalid,
+            pool,
+            client,
+            agent_factory,
+            user_factory,
+            on_progress,
+            on_start,
+            stop_on_signals,
+        )
+
+
+async def _plan_and_run(
+    config: RunConfig,
+    library: Library,
+    scenarios: list[Scenario],
+    invalid: dict[str, str],
+    pool: SandboxPool,
+    client: LLMClient | None,
+    agent_factory: AgentFactory,
+    user_factory: UserFactory | None,
+    on_progress: ProgressCallback | None,
+    on_start: StartCallback | None,
+    stop_on_signals: bool,
+) -> RunOutcome:
     specs = plan_episodes(scenarios, config)
     if not specs:
         raise RunRefused(
@@ -550,7 +658,8 @@ async def run(
             user_factory,
             on_progress,
             on_start,
-            sandbox_limits,
+            pool,
+            invalid,
             stop_on_signals,
         )
     finally:
@@ -568,11 +677,12 @@ async def _run_planned(
     user_factory: UserFactory | None,
     on_progress: ProgressCallback | None,
     on_start: StartCallback | None,
-    sandbox_limits: SandboxLimits | None,
+    pool: SandboxPool,
+    invalid: dict[str, str],
     stop_on_signals: bool,
 ) -> RunOutcome:
     _check_agent(config, specs[0].scenario, client, agent_factory)
-    manifest = build_manifest(config, run_dir.name, library, client, len(specs))
+    manifest = build_manifest(config, run_dir.name, library, client, len(specs), invalid)
     manifest_path = run_dir / MANIFEST_FILE
     results_path = run_dir / RESULTS_FILE
     if manifest_path.exists():
@@ -655,24 +765,19 @@ async def _run_planned(
 
     try:
         with _stop_on_signals(stop_on_signals, request_stop):
-            async with SandboxPool(
-                workers=config.workers,
-                limits=sandbox_limits,
-                require_full_confinement=library.from_hub and not config.allow_weak_sandbox,
-            ) as pool:
-                if not stopped_by:  # a signal during the sandbox's start-up stops the run before any episode
-                    workers.extend(asyncio.create_task(episode_worker(pool)) for _ in range(min(in_flight, len(todo))))
-                reporter = asyncio.create_task(_report_usage(progress, client, on_progress))
-                try:
-                    await asyncio.gather(*workers)
-                except asyncio.CancelledError:
-                    if not stopped_by:
-                        raise
-                finally:
-                    reporter.cancel()
-                    for task in workers:
-                        task.cancel()
-                    await asyncio.gather(*workers, return_exceptions=True)
+            if not stopped_by:
+                workers.extend(asyncio.create_task(episode_worker(pool)) for _ in range(min(in_flight, len(todo))))
+            reporter = asyncio.create_task(_report_usage(progress, client, on_progress))
+            try:
+                await asyncio.gather(*workers)
+            except asyncio.CancelledError:
+                if not stopped_by:
+                    raise
+            finally:
+                reporter.cancel()
+                for task in workers:
+                    task.cancel()
+                await asyncio.gather(*workers, return_exceptions=True)
     finally:
         store.close()
     _refresh_usage(progress, client)
@@ -718,7 +823,12 @@ async def _run_one(
     policy = agent_factory(spec.scenario, client, agent)
     simulated_user = user_factory(spec.scenario, client, user) if spec.mode == "conv" and user_factory else None
     episode_config = EpisodeConfig(
-        mode=spec.mode, max_steps=config.max_steps, seed=spec.seed, trial=spec.trial, run_id=run_id
+        mode=spec.mode,
+        max_steps=config.max_steps,
+        seed=spec.seed,
+        trial=spec.trial,
+        run_id=run_id,
+        rules=config.rules or DEFAULT_RULES,
     )
     if config.mcp is not None:
         from harness.mcp import run_mcp_episode

@@ -103,8 +103,10 @@ class Environment(Record):
 class Check(Record):
     """One verifiable item of a scenario's checklist.
 
-    ``source`` defines ``def check(initial_state, final_state)`` or EnvScaler's
-    ``def check_func(final_state)`` (which reads a global ``initial_state``). Only an exact ``True`` passes.
+    ``source`` defines ``def check(initial_state, final_state)``, ``def check(initial_state, final_state,
+    transcript)`` (the messages after the system prompt; see :mod:`harness.transcript_checks`) or EnvScaler's
+    ``def check_func(final_state)`` (which reads a global ``initial_state``). ``initial_state`` is the
+    instance's state right after construction. Only an exact ``True`` passes.
     """
 
     id: str
@@ -150,6 +152,11 @@ class Scenario(Record):
     user_profile: UserProfile | None = None
     checks: list[Check] = Field(default_factory=list)
     reference_actions: list[ReferenceAction] = Field(default_factory=list)
+    reference_reply: str | None = Field(
+        default=None,
+        description="What a correct agent tells the user at the end (after the reference actions); lets "
+        "`validate` prove that checks on the transcript can pass, and is the oracle's final message.",
+    )
     gold_final_state: dict[str, JSONValue] | None = None
     difficulty: str | None = None
     tags: list[str] = Field(default_factory=list)
@@ -249,6 +256,8 @@ class TerminationReason(StrEnum):
     MAX_STEPS = "max_steps"
     CONTEXT_OVERFLOW = "context_overflow"
     AGENT_ERROR = "agent_error"
+    TOOL_EXCEPTION = "tool_exception"
+    """A tool raised and the episode rules end the episode there (``envscaler``: reward 0)."""
     INFRA_ERROR = "infra_error"
 
 

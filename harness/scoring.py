@@ -1,31 +1,83 @@
-"""Scoring of a final state by a scenario's checks (run in the sandbox)."""
+"""Scoring of a final state (and what the agent said) by a scenario's checks, run in the sandbox.
+
+Checks see the instance's state as it was right after construction (``initial_state``: the snapshot taken at
+reset, not the raw ``init_config``: a constructor may add containers and defaults) and the final state; a
+check that declares a third parameter also gets the transcript. What held "at reset" is the checks run on
+(snapshot, snapshot, empty transcript).
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+from harness.rules import EpisodeRules, rules_profile
 from harness.sandbox.pool import SandboxPool
-from harness.schema import CheckResult, RewardBreakdown, Scenario
+from harness.schema import Check, CheckResult, RewardBreakdown, Scenario
+from harness.transcript_checks import with_helpers
 
 
 class ScenarioWithoutChecks(ValueError):
     """A scenario with no checks cannot be scored."""
 
 
-def reward_from_results(results: list[CheckResult]) -> RewardBreakdown:
-    """state_reward over all checks, delta_reward over the checks that were false at reset, success if all pass."""
+def prepared_checks(checks: list[Check]) -> list[Check]:
+    """The checks as sent to the sandbox: the transcript helpers appended to those that call them."""
+    prepared = []
+    for check in checks:
+        source = with_helpers(check.source)
+        prepared.append(check if source == check.source else check.model_copy(update={"source": source}))
+    return prepared
+
+
+def check_transcript(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What checks see of an episode's messages: everything after the system prompt."""
+    return [m for m in messages if m.get("role") != "system"]
+
+
+def reward_from_results(results: list[CheckResult], rules: EpisodeRules | str | None = None) -> RewardBreakdown:
+    """state_reward over all checks, delta_reward over the checks that were false at reset, success if all pass;
+    rounded as the rules say."""
     if not results:
         raise ScenarioWithoutChecks("a scenario with no checks cannot be scored")
+    profile = rules_profile(rules)
     passed = sum(r.passed for r in results)
     open_at_reset = [r for r in results if r.passed_at_reset is False]
     delta = sum(r.passed for r in open_at_reset) / len(open_at_reset) if open_at_reset else None
+    digits = profile.reward_decimals
     return RewardBreakdown(
-        state_reward=passed / len(results),
-        delta_reward=delta,
+        state_reward=round(passed / len(results), digits) if digits is not None else passed / len(results),
+        delta_reward=round(delta, digits) if digits is not None and delta is not None else delta,
         success=passed == len(results),
         checks_passed=passed,
         checks_total=len(results),
     )
+
+
+def zero_reward(scenario: Scenario) -> RewardBreakdown:
+    """The reward of an episode the rules give 0 without running its checks (EnvScaler: a raising tool, the step
+    limit)."""
+    return RewardBreakdown(
+        state_reward=0.0, success=False, checks_passed=0, checks_total=len(scenario.checks), composite=0.0
+    )
+
+
+async def checks_at_reset(
+    pool: SandboxPool, scenario: Scenario, initial_state: dict[str, Any] | None = None
+) -> list[CheckResult]:
+    """The checks on (snapshot, snapshot, empty transcript), computed once per scenario and pool.
+
+    ``initial_state`` is the snapshot taken at reset; without one the scenario's raw state stands in.
+    """
+    state = initial_state if initial_state is not None else scenario.initial_state
+    # The key includes the scenario's state object's identity (the entry keeps the object alive, so the identity
+    # cannot be reused) so that two scenarios sharing an id but not a state never share an entry.
+    key = (scenario.id, id(scenario.initial_state), tuple(c.source for c in scenario.checks))
+    cached = pool.reset_results.get(key)
+    if cached is not None:
+        return cached[1]
+    results = await pool.run_checks(prepared_checks(scenario.checks), state, state, transcript=[])
+    pool.reset_results[key] = (scenario.initial_state, results)
+    return results
 
 
 async def score_final_state(
@@ -33,23 +85,22 @@ async def score_final_state(
     scenario: Scenario,
     final_state: dict[str, Any],
     *,
+    initial_state: dict[str, Any] | None = None,
+    transcript: list[dict[str, Any]] | None = None,
+    rules: EpisodeRules | str | None = None,
     reset_results: list[CheckResult] | None = None,
 ) -> tuple[list[CheckResult], RewardBreakdown]:
-    """Run the scenario's checks on (initial, final) and on (initial, initial) to know what held at reset."""
+    """Run the scenario's checks on (initial, final, transcript), and mark what already held at reset.
+
+    ``initial_state`` is the state snapshot taken at reset (None: the scenario's raw state, for callers that
+    have no session); ``transcript`` the episode's messages after the system prompt.
+    """
     if not scenario.checks:
         raise ScenarioWithoutChecks(f"scenario {scenario.id!r} has no checks and cannot be scored")
+    initial = initial_state if initial_state is not None else scenario.initial_state
     if reset_results is None:
-        # Trials of one scenario share its reset results. The key includes the state object's identity (the entry
-        # keeps the object alive, so the identity cannot be reused) so that two scenarios sharing an id but not
-        # a state never share an entry.
-        key = (scenario.id, id(scenario.initial_state), tuple(c.source for c in scenario.checks))
-        cached = pool.reset_results.get(key)
-        if cached is None:
-            reset_results = await pool.run_checks(scenario.checks, scenario.initial_state, scenario.initial_state)
-            pool.reset_results[key] = (scenario.initial_state, reset_results)
-        else:
-            reset_results = cached[1]
-    results = await pool.run_checks(scenario.checks, scenario.initial_state, final_state)
+        reset_results = await checks_at_reset(pool, scenario, initial)
+    results = await pool.run_checks(prepared_checks(scenario.checks), initial, final_state, transcript=transcript or [])
     at_reset = {r.check_id: r.passed for r in reset_results}
     results = [r.model_copy(update={"passed_at_reset": at_reset.get(r.check_id)}) for r in results]
-    return results, reward_from_results(results)
+    return results, reward_from_results(results, rules)

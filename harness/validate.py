@@ -1,18 +1,26 @@
-"""Validation of a library: every environment loads and every scenario is a sound training signal."""
+"""Validation of a library: every environment loads and every scenario is a sound training signal.
+
+A scenario is invalid when its environment does not load from its initial state, a check cannot run at
+reset, every check already holds at reset on an empty transcript (doing nothing would succeed), or its
+reference (actions, then reference reply) does not reach success. The cheap part, without the reference
+replay (:func:`invalid_scenarios`), runs before ``harness run``, ``sft``, ``serve`` and the gym.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from harness.episode import tool_message
 from harness.library import Library
+from harness.protocols import openai_tool_call
 from harness.sandbox.pool import EnvironmentLoadError, SandboxError, SandboxPool
 from harness.schema import CheckResult, Environment, ReferenceAction, Scenario, ToolCall
-from harness.scoring import reward_from_results
+from harness.scoring import check_transcript, checks_at_reset, prepared_checks, reward_from_results
 from harness.toolspec import ToolDerivationError, derive_tools
 
 logger = logging.getLogger(__name__)
@@ -92,23 +100,30 @@ class Replay:
     changed: list[bool]
     errors: list[str]
     results: list[Any]
+    transcript: list[dict[str, Any]] = field(default_factory=list)
+    """The replay as a conversation: the task, one tool call per assistant turn with its result, then the
+    scenario's reference reply (what transcript checks read)."""
 
 
 async def _replay(
     pool: SandboxPool, environment: Environment, scenario: Scenario, actions: list[ReferenceAction]
 ) -> Replay:
-    """Final state, whether each call changed the state, error observations and every call's result."""
+    """Final state, whether each call changed the state, error observations, every call's result, and the
+    transcript of the replay."""
     session = await pool.open_session(environment, scenario.initial_state, record_diffs=True)
-    replay = Replay({}, [], [], [])
+    replay = Replay({}, [], [], [], [{"role": "user", "content": scenario.task}])
     try:
         for number, action in enumerate(actions, start=1):
-            observation, diff = await session.call(
-                ToolCall(id=f"ref_{number}", name=action.name, arguments=action.arguments)
-            )
+            call = ToolCall(id=f"ref_{number}", name=action.name, arguments=action.arguments)
+            observation, diff = await session.call(call)
             replay.changed.append(bool(diff))
             replay.results.append([observation.kind.value, observation.content, observation.error])
             if not observation.ok:
                 replay.errors.append(f"reference call {number} ({action.name}): {observation.error}")
+            replay.transcript.append({"role": "assistant", "content": None, "tool_calls": [openai_tool_call(call)]})
+            replay.transcript.append(tool_message(observation))
+        if scenario.reference_reply:
+            replay.transcript.append({"role": "assistant", "content": scenario.reference_reply})
         replay.final_state = await session.state()
         return replay
     finally:
@@ -131,32 +146,56 @@ def _first_difference(first: Any, second: Any, path: str = "") -> str:
 _MISSING = object()
 
 
-async def validate_scenario(pool: SandboxPool, scenario: Scenario, environment: Environment | None) -> RecordReport:
+async def initial_snapshot(pool: SandboxPool, environment: Environment, scenario: Scenario) -> dict[str, Any]:
+    """The instance's state right after construction from the scenario's initial state (what checks see)."""
+    session = await pool.open_session(environment, scenario.initial_state)
+    try:
+        return await session.state()
+    finally:
+        await session.close()
+
+
+async def screen_scenario(
+    pool: SandboxPool, scenario: Scenario, environment: Environment | None
+) -> tuple[RecordReport, dict[str, Any] | None, list[CheckResult]]:
+    """The cheap part of validation (no reference replay): the environment exists and loads from the initial
+    state, every check runs at reset, and not every check already holds at reset on an empty transcript.
+
+    Returns the report, the reset snapshot and the checks' results at reset.
+    """
     report = RecordReport(kind="scenario", id=scenario.id)
     if environment is None:
         report.problems.append(f"environment {scenario.environment_id!r} is not in the library")
-        return report
+        return report, None, []
     try:
-        session = await pool.open_session(environment, scenario.initial_state)
-        await session.close()
+        snapshot = await initial_snapshot(pool, environment, scenario)
     except EnvironmentLoadError as exc:
         report.problems.append(f"initial state does not load: {exc}")
-        return report
+        return report, None, []
     if not scenario.checks:
         if scenario.turns:
             report.details["turns"] = len(scenario.turns)  # scored turn by turn against the reference actions
         else:
             report.warnings.append("no checks: usable for rollouts but cannot be scored")
-        return report
-    at_reset = await pool.run_checks(scenario.checks, scenario.initial_state, scenario.initial_state)
+        return report, snapshot, []
+    at_reset = await checks_at_reset(pool, scenario, snapshot)  # cached: scoring reuses them
     for result in at_reset:
         if result.error:
             report.problems.append(f"check {result.check_id} fails to run on the initial state: {result.error}")
     if all(r.passed for r in at_reset):
-        report.problems.append("every check already holds at reset: doing nothing would succeed")
+        report.problems.append(
+            "every check already holds at reset and on an empty transcript: doing nothing would succeed"
+        )
     report.details["true_at_reset"] = sum(r.passed for r in at_reset)
     report.details["checks"] = len(at_reset)
-    if not scenario.reference_actions:
+    return report, snapshot, at_reset
+
+
+async def validate_scenario(pool: SandboxPool, scenario: Scenario, environment: Environment | None) -> RecordReport:
+    report, snapshot, at_reset = await screen_scenario(pool, scenario, environment)
+    if environment is None or snapshot is None or not scenario.checks:
+        return report
+    if not scenario.reference_actions and not scenario.reference_reply:
         report.warnings.append("no reference actions: solvability not proven")
         return report
     replay = await _replay(pool, environment, scenario, scenario.reference_actions)
@@ -173,7 +212,8 @@ async def validate_scenario(pool: SandboxPool, scenario: Scenario, environment: 
             "nondeterministic: two replays of the reference actions in fresh processes return different results"
         )
     final, changed, errors = replay.final_state, replay.changed, replay.errors
-    results = await pool.run_checks(scenario.checks, scenario.initial_state, final)
+    checks = prepared_checks(scenario.checks)
+    results = await pool.run_checks(checks, snapshot, final, transcript=check_transcript(replay.transcript))
     reward = reward_from_results(_with_reset(results, at_reset))
     report.details["reference_state_reward"] = reward.state_reward
     report.warnings.extend(errors)
@@ -182,11 +222,35 @@ async def validate_scenario(pool: SandboxPool, scenario: Scenario, environment: 
         report.problems.append(f"reference actions do not reach success; failing checks: {', '.join(failed)}")
     read_only = [a for a, did_change in zip(scenario.reference_actions, changed, strict=True) if not did_change]
     if read_only and len(read_only) < len(scenario.reference_actions):
-        final_read_only = (await _replay(pool, environment, scenario, read_only)).final_state
-        read_only_results = await pool.run_checks(scenario.checks, scenario.initial_state, final_read_only)
+        read_only_replay = await _replay(pool, environment, scenario, read_only)
+        read_only_results = await pool.run_checks(
+            checks, snapshot, read_only_replay.final_state, transcript=check_transcript(read_only_replay.transcript)
+        )
         if all(r.passed for r in read_only_results):
             report.problems.append("the reference's read-only calls alone reach success")
     return report
+
+
+async def invalid_scenarios(
+    pool: SandboxPool, library: Library, scenarios: list[Scenario], concurrency: int = 16
+) -> dict[str, str]:
+    """The cheap validation of ``scenarios`` (see :func:`screen_scenario`): the invalid ones, id → problems.
+
+    Scenarios whose environment is not in the library are left to the caller (they may be served over MCP).
+    """
+    limit = asyncio.Semaphore(concurrency)
+
+    async def one(scenario: Scenario) -> tuple[str, list[str]]:
+        async with limit:
+            try:
+                report, _, _ = await screen_scenario(pool, scenario, library.environments[scenario.environment_id])
+            except (SandboxError, EnvironmentLoadError) as exc:
+                return scenario.id, [f"sandbox: {exc}"]
+            return scenario.id, report.problems
+
+    candidates = [s for s in scenarios if s.environment_id in library.environments]
+    results = await asyncio.gather(*(one(s) for s in candidates))
+    return {scenario_id: "; ".join(problems) for scenario_id, problems in results if problems}
 
 
 def _with_reset(results: list[CheckResult], at_reset: list[CheckResult]) -> list[CheckResult]:

@@ -21,6 +21,7 @@ TERMINATION_COLORS = {
     TerminationReason.MAX_STEPS.value: "#d4a72c",
     TerminationReason.CONTEXT_OVERFLOW.value: "#bf8700",
     TerminationReason.AGENT_ERROR.value: "#cf222e",
+    TerminationReason.TOOL_EXCEPTION.value: "#8250df",
     TerminationReason.INFRA_ERROR.value: "#6e7781",
 }
 

@@ -20,7 +20,7 @@ def oracle(scenario: Scenario):
 
     def act() -> dict:
         if not actions:
-            return {"role": "assistant", "content": "Done."}
+            return {"role": "assistant", "content": scenario.reference_reply or "Done."}
         action = actions.pop(0)
         call = {
             "id": f"c{len(actions)}",

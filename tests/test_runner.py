@@ -31,7 +31,9 @@ def register_scenarios(server: MockOpenAIServer) -> None:
     mock user, found by its profile's goal in its system prompt, opens with the task and stops once the agent
     answers."""
     for scenario in LIBRARY.scenarios:
-        server.register_replay(scenario.task, [a.model_dump() for a in scenario.reference_actions])
+        server.register_replay(
+            scenario.task, [a.model_dump() for a in scenario.reference_actions], scenario.reference_reply
+        )
         user_key = scenario.user_profile.goal if scenario.user_profile else scenario.task
         server.register_user(user_key, [scenario.task])
 
@@ -219,8 +221,10 @@ def test_an_alias_bounds_the_episodes_in_flight():
     from harness.runner import episodes_in_flight
 
     aliases = AliasTable(
-        {"serial": AliasEntry(model="hosted_vllm/x", api_base="http://127.0.0.1:9/v1", max_episodes=1),
-         "wide": AliasEntry(model="hosted_vllm/y", api_base="http://127.0.0.1:9/v1")},
+        {
+            "serial": AliasEntry(model="hosted_vllm/x", api_base="http://127.0.0.1:9/v1", max_episodes=1),
+            "wide": AliasEntry(model="hosted_vllm/y", api_base="http://127.0.0.1:9/v1"),
+        },
         environ={},
     )
     client = LLMClient(aliases=aliases)

@@ -25,7 +25,9 @@ def teacher_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("sft")
     server = MockOpenAIServer(record_bodies=False)
     for scenario in LIBRARY.scenarios:
-        server.register_replay(scenario.task, [a.model_dump() for a in scenario.reference_actions])
+        server.register_replay(
+            scenario.task, [a.model_dump() for a in scenario.reference_actions], scenario.reference_reply
+        )
         server.register_user(scenario.user_profile.goal if scenario.user_profile else scenario.task, [scenario.task])
     models = out / "models.toml"
     with server.running_in_thread():

@@ -139,6 +139,7 @@ SCENARIO = Projection(
             "defines `check(initial_state, final_state)` or `check_func(final_state)`.",
         ),
         _json("reference_actions", "Reference solution: list of {name, arguments, masked_arguments}."),
+        _scalar("reference_reply", STRING, "What a correct agent tells the user at the end, or null."),
         _json("gold_final_state", "Expected final state, or null."),
         _scalar("difficulty", STRING, "Difficulty label, or null."),
         _strings("tags", "Free-form tags."),
@@ -185,7 +186,8 @@ TRAJECTORY = Projection(
         _scalar(
             "termination",
             STRING,
-            "Why the episode ended (agent_done, user_stop, max_steps, context_overflow, agent_error, infra_error).",
+            "Why the episode ended (agent_done, user_stop, max_steps, context_overflow, agent_error, tool_exception, "
+            "infra_error).",
         ),
         _scalar("termination_detail", STRING, "Detail of the termination, or null."),
         _json(

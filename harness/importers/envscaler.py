@@ -1,5 +1,11 @@
 """Import EnvScaler's environments and scenarios (their release: JSON lists with JSON-string fields; their
-repository: dicts keyed by ``env_id``) into our records. Quirks stay here and never leak inward."""
+repository: dicts keyed by ``env_id``) into our records. Quirks stay here and never leak inward.
+
+Imported environments suggest the ``envscaler`` episode rules (``provenance.details["suggested_rules"]``), which
+``harness run`` uses unless told otherwise, so an imported library scores as upstream's runtime does. Scenario
+ids read naturally: the upstream task id when it already names its environment (``env_1_rl-task_1``), else
+``<env_id>-<task_id>``; a repeated id gets a ``-2``, ``-3``… suffix.
+"""
 
 from __future__ import annotations
 
@@ -23,6 +29,9 @@ from harness.schema import (
 from harness.toolspec import derive_tools
 
 logger = logging.getLogger(__name__)
+
+SUGGESTED_RULES = "envscaler"
+"""The episode rules imported environments suggest: upstream's runtime."""
 
 
 @dataclass
@@ -109,9 +118,41 @@ def convert_environment(record: dict[str, Any], key: str | None = None) -> Envir
         provenance=Provenance(
             source="envscaler",
             upstream_id=env_id,
-            details={"operation_list": _maybe_json(record.get("operation_list")) or []},
+            details={
+                "operation_list": _maybe_json(record.get("operation_list")) or [],
+                "suggested_rules": SUGGESTED_RULES,
+            },
         ),
     )
+
+
+def scenario_id(env_id: str, task_id: Any) -> str:
+    """``env_1_rl-task_1`` for an upstream task id that already names its environment, else ``<env>-<task>``."""
+    task = str(task_id).strip()
+    if task == env_id or task.startswith((f"{env_id}-", f"{env_id}_", f"{env_id}/")):
+        return task.replace("/", "-")
+    return f"{env_id}-{task}"
+
+
+def _unique(scenarios: list[Scenario]) -> list[Scenario]:
+    """The same scenarios with repeated ids suffixed ``-2``, ``-3``… in order of appearance."""
+    seen: dict[str, int] = {}
+    taken = {s.id for s in scenarios}
+    unique = []
+    for scenario in scenarios:
+        count = seen.get(scenario.id, 0) + 1
+        seen[scenario.id] = count
+        if count == 1:
+            unique.append(scenario)
+            continue
+        candidate = f"{scenario.id}-{count}"
+        while candidate in taken:
+            count += 1
+            candidate = f"{scenario.id}-{count}"
+        taken.add(candidate)
+        logger.warning("EnvScaler import: scenario id %s repeats; the repeat is %s", scenario.id, candidate)
+        unique.append(scenario.model_copy(update={"id": candidate}))
+    return unique
 
 
 def convert_scenario(record: dict[str, Any], index: int) -> Scenario:
@@ -133,7 +174,7 @@ def convert_scenario(record: dict[str, Any], index: int) -> Scenario:
             raise ValueError(f"check {number} has no check_func source")
         checks.append(Check(id=f"c{number}", description=str(item.get("check_item", "")), source=source))
     return Scenario(
-        id=f"{env_id}-{task_id}",
+        id=scenario_id(str(env_id), task_id),
         environment_id=str(env_id),
         initial_state=init_config,
         task=task,
@@ -160,6 +201,7 @@ def import_envscaler(environments_file: Path, scenario_files: list[Path] | None 
                 report.scenarios.append(convert_scenario(record, index))
             except Exception as exc:
                 report.problems.append(f"scenario {label} in {Path(path).name}: {exc}")
+    report.scenarios = _unique(report.scenarios)
     for problem in report.problems:
         logger.warning("EnvScaler import: %s", problem)
     return report

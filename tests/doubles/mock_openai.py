@@ -206,15 +206,19 @@ def _action_name_and_arguments(action: Any) -> tuple[str, Any]:
 
 
 def _find_keyed(registry: Mapping[str, Any], request: PolicyRequest) -> Any:
+    return registry[_find_key(registry, request)]
+
+
+def _find_key(registry: Mapping[str, Any], request: PolicyRequest) -> str:
     if request.key is not None:
         if request.key not in registry:
             raise KeyError(f"no script registered under {request.key!r}")
-        return registry[request.key]
+        return request.key
     texts = [message_text(m) for m in request.messages]
     # The longest key wins so that a key that is a prefix of another cannot shadow it.
     for key in sorted(registry, key=len, reverse=True):
         if any(key in text for text in texts):
-            return registry[key]
+            return key
     raise KeyError("no registered script key occurs in the messages")
 
 
@@ -229,10 +233,16 @@ class ReplayPolicy:
     final_text: str = "All requested actions are complete."
 
     def respond(self, request: PolicyRequest) -> dict[str, Any]:
-        actions = self.actions if self.actions is not None else _find_keyed(request.server.replays, request)
+        final_text = self.final_text
+        if self.actions is not None:
+            actions = self.actions
+        else:
+            key = _find_key(request.server.replays, request)
+            actions = request.server.replays[key]
+            final_text = request.server.replay_replies.get(key, final_text)
         turn = assistant_tool_turns(request.messages)
         if turn >= len(actions):
-            return {"role": "assistant", "content": self.final_text}
+            return {"role": "assistant", "content": final_text}
         name, arguments = _action_name_and_arguments(actions[turn])
         text = arguments if isinstance(arguments, str) else orjson.dumps(arguments).decode()
         return {"role": "assistant", "content": None, "tool_calls": [make_tool_call(f"call_{turn + 1}", name, text)]}
@@ -314,6 +324,7 @@ class MockOpenAIServer:
         self.record_bodies = record_bodies
         self.backlog = backlog
         self.replays: dict[str, list[Any]] = {}
+        self.replay_replies: dict[str, str] = {}
         self.user_scripts: dict[str, list[str]] = {}
         self._faults: list[Fault] = []
         self._rng = random.Random(seed)
@@ -339,9 +350,12 @@ class MockOpenAIServer:
     def set_policy(self, model: str, policy: Policy) -> None:
         self.policies[model] = policy
 
-    def register_replay(self, key: str, actions: Sequence[Any]) -> None:
-        """Register tool calls (dicts with name/arguments, or ReferenceAction-like objects) under ``key``."""
+    def register_replay(self, key: str, actions: Sequence[Any], reply: str | None = None) -> None:
+        """Register tool calls (dicts with name/arguments, or ReferenceAction-like objects) under ``key``, and
+        optionally the text the model answers with once they are done."""
         self.replays[key] = list(actions)
+        if reply is not None:
+            self.replay_replies[key] = reply
 
     def register_user(self, key: str, turns: Sequence[str]) -> None:
         self.user_scripts[key] = list(turns)
