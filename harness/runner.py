@@ -311,9 +311,15 @@ async def run(
     sandbox_limits: SandboxLimits | None = None,
 ) -> RunOutcome:
     """Run every planned episode that has no result yet, then write the summary."""
-    library = library or load_library(config.envs)
+    if library is None:
+        try:
+            library = load_library(config.envs)
+        except ValueError as error:  # a bad folder, Hub id or revision, or records that do not validate
+            raise RunRefused(f"cannot load --envs {config.envs}: {error}") from error
     scenarios = select_scenarios(library, config)
     specs = plan_episodes(scenarios, config)
+    if not specs:
+        raise RunRefused(f"no episodes to run: {library.source.source} has no scenarios matching the selection")
     if any(spec.mode == "conv" for spec in specs) and user_factory is None:
         raise RunRefused("conversational mode needs a simulated user (user_factory)")
     run_dir = config.out or default_run_dir(config)

@@ -23,7 +23,8 @@ from harness.hub.card import merge_card
 logger = logging.getLogger(__name__)
 
 DEFAULT_BRANCH = "main"
-RETRYABLE_STATUS = frozenset({408, 409, 412, 425, 429, 500, 502, 503, 504})
+RETRYABLE_STATUS = frozenset({408, 409, 412, 425, 429})
+"""Client-side statuses worth retrying; every 5xx is retried too."""
 
 
 class PublishError(RuntimeError):
@@ -95,7 +96,7 @@ def is_retryable(error: BaseException) -> bool:
 
     status = _status(error)
     if status is not None:
-        return status in RETRYABLE_STATUS
+        return status in RETRYABLE_STATUS or status >= 500
     current: BaseException | None = error
     while current is not None:
         if isinstance(current, httpx.TransportError | ConnectionError | TimeoutError):
