@@ -27,6 +27,7 @@ from harness.hub import (
 from harness.hub.projection import PROJECTIONS, RowSchemaError, records_to_table
 from harness.hub.sources import SourceError
 from harness.library import load_library
+from leaderboards.aggregate import LeaderboardRow
 from tests.conftest_hub import (
     all_file_bytes,
     hf_datasets,
@@ -38,7 +39,6 @@ from tests.conftest_hub import (
     sft_rows,
     write_run_folder,
 )
-from leaderboards.aggregate import LeaderboardRow
 from tests.hub_env import TEST_TOKEN
 
 
@@ -67,7 +67,9 @@ def test_environment_rows_keep_code_as_text_nested_records_typed_and_free_form_v
     row = records_to_rows([environment], "environment")[0]
     assert row["code"] == environment.code
     assert row["rules"] == environment.rules
-    assert row["state_entities"] == [{"name": "Order", "attributes": ["order_id", "status"], "description": "An order."}]
+    assert row["state_entities"] == [
+        {"name": "Order", "attributes": ["order_id", "status"], "description": "An order."}
+    ]
     function = row["tools"][0]["function"]
     assert function["name"] == "get_order" and function["description"] == "Look an order up."
     assert orjson.loads(function["parameters"])["required"] == ["order_id"]  # a JSON schema is free-form
@@ -79,7 +81,10 @@ def test_trajectory_rows_have_typed_messages_steps_and_checks():
     row = records_to_rows([make_trajectory(0)], "trajectory")[0]
     roles = [m["role"] for m in row["messages"]]
     assert roles == ["system", "user", "assistant", "tool", "assistant"]
-    assert row["messages"][2]["tool_calls"][0]["function"] == {"name": "cancel_order", "arguments": '{"order_id":"O-1"}'}
+    assert row["messages"][2]["tool_calls"][0]["function"] == {
+        "name": "cancel_order",
+        "arguments": '{"order_id":"O-1"}',
+    }
     assert row["messages"][3]["tool_call_id"] == "call_1"
     assert row["steps"][0]["call"]["name"] == "cancel_order"
     assert row["steps"][1]["observation"]["kind"] == "unknown_tool"
@@ -158,7 +163,9 @@ def test_library_build_writes_two_configs_and_a_documented_card(tmp_path):
     assert meta["license"] == "apache-2.0" and meta["language"] == ["en"]
     assert meta["size_categories"] == ["n<1K"]
     info = {entry["config_name"]: entry for entry in meta["dataset_info"]}
-    assert info["scenarios"]["splits"] == [{"name": "train", "num_bytes": info["scenarios"]["dataset_size"], "num_examples": 5}]
+    assert info["scenarios"]["splits"] == [
+        {"name": "train", "num_bytes": info["scenarios"]["dataset_size"], "num_examples": 5}
+    ]
     assert hf_datasets.Features._from_yaml_list(info["environments"]["features"]) == PROJECTIONS["environment"].features
     assert "reinforcement-learning" in meta["task_categories"]
     assert "tool-use" in meta["tags"]

@@ -124,7 +124,7 @@ def test_sft_chat_config_is_conversational_for_trl(hub, repo_id, tmp_path):
     sharegpt = hf_datasets.load_dataset(repo_id, "sharegpt", split="train")[0]
     assert is_conversational_from_value(sharegpt)
     entry = json.loads(Path(HfApi().hf_hub_download(repo_id, "dataset_info.json", repo_type="dataset")).read_text())
-    (name, llamafactory), *_ = entry.items()
+    (_name, llamafactory), *_ = entry.items()
     assert llamafactory["hf_hub_url"] == repo_id and llamafactory["subset"] == "sharegpt"
     assert llamafactory["formatting"] == "sharegpt" and llamafactory["columns"]["messages"] == "conversations"
 

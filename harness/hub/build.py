@@ -353,12 +353,12 @@ def build_leaderboard(
     if not rows:
         raise SourceError("no leaderboard rows to publish")
     sections = [("Report", report)] if report else []
-    refs = {
-        (str(row.get("dataset_source")), row.get("dataset_revision"))
-        for row in rows
-        if row.get("dataset_source")
-    }
-    sources = [s for source, revision in sorted(refs, key=str) for s in hub_source(DatasetRef(source=source, revision=revision))]
+    refs = {(str(row.get("dataset_source")), row.get("dataset_revision")) for row in rows if row.get("dataset_source")}
+    sources = [
+        link
+        for source, revision in sorted(refs, key=str)
+        for link in hub_source(DatasetRef(source=source, revision=revision))
+    ]
     return write_dataset(
         folder,
         "leaderboard",

@@ -223,7 +223,8 @@ def _usage(info: CardInfo, default: str) -> str:
                 "```python\n"
                 "from trl import SFTConfig, SFTTrainer\n\n"
                 f'dataset = load_dataset("{info.repo_id}", "{chat[0]}", split="train")\n'
-                'trainer = SFTTrainer(model="Qwen/Qwen3-0.6B", train_dataset=dataset, args=SFTConfig(output_dir="out"))\n'
+                'trainer = SFTTrainer(model="Qwen/Qwen3-0.6B", train_dataset=dataset,\n'
+                '                     args=SFTConfig(output_dir="out"))\n'
                 "```"
             )
         if sharegpt:
@@ -368,7 +369,9 @@ def merge_card(existing: str | None, info: CardInfo) -> str:
         configs.append(new_configs.get(name, entry))
     configs += [entry for name, entry in new_configs.items() if name not in old_configs]
     if kept_default:
-        configs = [{k: v for k, v in e.items() if k != "default"} if e["config_name"] in new_configs else e for e in configs]
+        configs = [
+            {k: v for k, v in e.items() if k != "default"} if e["config_name"] in new_configs else e for e in configs
+        ]
     old_info = _by_name(old.get("dataset_info"))
     new_info = _by_name(new["dataset_info"])
     infos = [new_info.get(name, old_info.get(name)) for name in (str(c["config_name"]) for c in configs)]

@@ -211,8 +211,7 @@ def read_records_folder(
         except ValueError as error:  # pydantic's ValidationError is a ValueError
             first = str(error).strip().splitlines()
             raise HubLoadError(
-                f"config {name!r} of {result.source.source} does not hold {record_type} records: "
-                + " ".join(first[:3])
+                f"config {name!r} of {result.source.source} does not hold {record_type} records: " + " ".join(first[:3])
             ) from error
         result.record_types[name] = record_type
     return result
@@ -275,9 +274,7 @@ def download_snapshot(spec: str, *, allow_patterns: list[str] | None = None) -> 
 
     repo_id, revision = parse_hub_spec(spec)
     try:
-        folder = Path(
-            snapshot_download(repo_id, repo_type="dataset", revision=revision, allow_patterns=allow_patterns)
-        )
+        folder = Path(snapshot_download(repo_id, repo_type="dataset", revision=revision, allow_patterns=allow_patterns))
         sha = folder.name
         if not re.fullmatch(r"[0-9a-f]{40}", sha):
             info = HfApi().dataset_info(repo_id, revision=revision)

@@ -98,9 +98,7 @@ PROVENANCE = Struct(
 PROVENANCE_TEXT = (
     "Where the record came from: {source, model, prompt_version, created_at, upstream_id, details (JSON text)}."
 )
-TOOL = Struct(
-    {"type": STRING, "function": Struct({"name": STRING, "description": STRING, "parameters": JSON})}
-)
+TOOL = Struct({"type": STRING, "function": Struct({"name": STRING, "description": STRING, "parameters": JSON})})
 TOOL_CALL = Struct({"id": STRING, "type": STRING, "function": Struct({"name": STRING, "arguments": STRING})})
 
 
@@ -148,9 +146,7 @@ DIFF_TEXT = "{path (JSON list of keys), op (add, remove, change), before (JSON t
 MODEL_SETTINGS = Struct(
     {"model": STRING, "temperature": FLOAT, "top_p": FLOAT, "max_tokens": INT, "seed": INT, "extra": JSON}
 )
-AGENT_SETTINGS = Struct(
-    {"kind": STRING, "role": STRING, "model": MODEL_SETTINGS, "system_prompt_version": STRING}
-)
+AGENT_SETTINGS = Struct({"kind": STRING, "role": STRING, "model": MODEL_SETTINGS, "system_prompt_version": STRING})
 AGENT_TEXT = (
     "{kind, role, model: {model, temperature, top_p, max_tokens, seed, extra (JSON text)}, system_prompt_version}"
 )
@@ -281,12 +277,9 @@ TRAJECTORY = Projection(
         Column(
             "check_results",
             ListOf(
-                Struct(
-                    {"check_id": STRING, "passed": BOOL, "value": STRING, "error": STRING, "passed_at_reset": BOOL}
-                )
+                Struct({"check_id": STRING, "passed": BOOL, "value": STRING, "error": STRING, "passed_at_reset": BOOL})
             ),
-            "Per-check outcome: list of {check_id, passed, value (repr of a non-True result), error, "
-            "passed_at_reset}.",
+            "Per-check outcome: list of {check_id, passed, value (repr of a non-True result), error, passed_at_reset}.",
         ),
         Column(
             "reward",
