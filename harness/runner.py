@@ -320,6 +320,15 @@ async def run(
     specs = plan_episodes(scenarios, config)
     if not specs:
         raise RunRefused(f"no episodes to run: {library.source.source} has no scenarios matching the selection")
+    if config.mcp is not None:
+        from harness.mcp import EnvironmentMismatch, McpConnectionError, check_served_environment
+
+        try:
+            await check_served_environment(config.mcp, {s.environment_id for s in scenarios})
+        except EnvironmentMismatch as error:
+            raise RunRefused(str(error)) from error
+        except McpConnectionError as error:
+            raise RunRefused(f"cannot use --mcp {config.mcp}: {error}") from error
     if any(spec.mode == "conv" for spec in specs) and user_factory is None:
         raise RunRefused("conversational mode needs a simulated user (user_factory)")
     run_dir = config.out or default_run_dir(config)
