@@ -304,7 +304,7 @@ def test_cli_publish_puts_rows_and_table_on_the_hub(
     import pyarrow.parquet as pq
     from huggingface_hub import HfApi
 
-    from harness.hub import table_rows_to_generic
+    from harness.hub import rows_to_records
 
     out = tmp_path / "board"
     runner = CliRunner()
@@ -318,12 +318,17 @@ def test_cli_publish_puts_rows_and_table_on_the_hub(
     api = HfApi()
     shards = sorted(f for f in api.list_repo_files(repo_id, repo_type="dataset") if f.startswith("data/leaderboard/"))
     assert shards and all(shard.endswith(".parquet") for shard in shards)
-    hub_rows = table_rows_to_generic(
-        row
-        for shard in shards
-        for row in pq.read_table(api.hf_hub_download(repo_id, shard, repo_type="dataset")).to_pylist()
+    hub_rows = rows_to_records(
+        (
+            row
+            for shard in shards
+            for row in pq.read_table(api.hf_hub_download(repo_id, shard, repo_type="dataset")).to_pylist()
+        ),
+        "leaderboard",
     )
-    assert hub_rows == local_rows
+    assert [LeaderboardRow.model_validate(r) for r in hub_rows] == [
+        LeaderboardRow.model_validate(r) for r in local_rows
+    ]
     assert [LeaderboardRow.model_validate(row).model for row in hub_rows] == ["model-a", "model-b"]
     card = Path(api.hf_hub_download(repo_id, "README.md", repo_type="dataset")).read_text()
     assert "| Rank | Model | Settings | Mean reward |" in card
@@ -398,3 +403,33 @@ def test_one_set_in_two_folders_is_one_set(tmp_path: Path) -> None:
     unfingerprinted = write_run(tmp_path / "bare", [make_trajectory("z")], dataset=DatasetRef(source="org/seed"))
     with pytest.raises(DatasetMismatchError):
         build_leaderboard([there, unfingerprinted])
+
+
+def test_runs_with_different_transports_or_step_limits_are_never_one_row(tmp_path: Path) -> None:
+    direct = write_run(tmp_path / "direct", [make_trajectory("d1"), make_trajectory("d2", scenario_id="s2")])
+    over_mcp = write_run(
+        tmp_path / "mcp",
+        [make_trajectory("m1", state_reward=0.0), make_trajectory("m2", scenario_id="s2", state_reward=0.0)],
+        config={"mcp": "http://127.0.0.1:8765/mcp"},
+    )
+    capped = write_run(tmp_path / "capped", [make_trajectory("c1")], config={"max_steps": 5})
+    rows = build_leaderboard([direct, over_mcp, capped]).rows
+    assert len(rows) == 3 and len({row.settings_id for row in rows}) == 3
+    labels = {row.runs[0]: row.settings for row in rows}
+    assert "via MCP" in labels["mcp"] and "via MCP" not in labels["direct"]
+    assert "max_steps=5" in labels["capped"]
+    assert {row.runs[0]: row.mean_state_reward for row in rows} == {"direct": 1.0, "mcp": 0.0, "capped": 1.0}
+
+
+def test_pass_hat_k_counts_the_trials_of_one_run(tmp_path: Path) -> None:
+    """Two runs of one setting with one trial each are two samples of pass^1, not two trials of a task."""
+    first = write_run(tmp_path / "first", [make_trajectory("a", state_reward=1.0)])
+    second = write_run(tmp_path / "second", [make_trajectory("b", state_reward=0.0)])
+    [row] = build_leaderboard([first, second]).rows
+    assert row.runs == ["first", "second"]
+    assert row.pass_hat_k == {1: 0.5}
+    trials = write_run(
+        tmp_path / "trials", [make_trajectory("c", trial=0), make_trajectory("d", trial=1, state_reward=0.0)]
+    )
+    [row] = build_leaderboard([trials]).rows
+    assert row.pass_hat_k == {1: 0.5, 2: 0.0}
