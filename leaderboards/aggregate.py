@@ -76,6 +76,12 @@ class LeaderboardRow(BaseModel):
     mean_state_reward: float | None = None
     mean_delta_reward: float | None = None
     success_rate: float | None = None
+    reward_ci95: list[float] | None = Field(
+        default=None, description="95% confidence interval of the mean state reward (normal approximation)."
+    )
+    success_ci95: list[float] | None = Field(
+        default=None, description="95% confidence interval of the success rate (Wilson score interval)."
+    )
     pass_hat_k: dict[int, float] = Field(default_factory=dict)
     per_domain: dict[str, float | None] = Field(default_factory=dict, description="Mean state reward.")
     per_mode: dict[str, float | None] = Field(default_factory=dict, description="Mean state reward.")
@@ -253,6 +259,31 @@ def settings_label(agent: AgentSettings, user: AgentSettings | None, run: dict[s
         if run.get("max_steps") is not None:
             parts.append(f"max_steps={run['max_steps']}")
     return ", ".join(parts)
+
+
+Z95 = 1.959963984540054
+
+
+def wilson_interval(successes: int, n: int) -> list[float] | None:
+    """95% Wilson score interval of a proportion (sound at 0%, 100% and small n, unlike the normal one)."""
+    if n < 1:
+        return None
+    p = successes / n
+    denominator = 1 + Z95**2 / n
+    centre = (p + Z95**2 / (2 * n)) / denominator
+    half = Z95 * math.sqrt(p * (1 - p) / n + Z95**2 / (4 * n * n)) / denominator
+    return [max(0.0, centre - half), min(1.0, centre + half)]
+
+
+def mean_interval(values: Sequence[float]) -> list[float] | None:
+    """95% interval of a mean of values in [0, 1] (normal approximation, clipped); None below two values."""
+    n = len(values)
+    if n < 2:
+        return None
+    mean = math.fsum(values) / n
+    variance = math.fsum((v - mean) ** 2 for v in values) / (n - 1)
+    half = Z95 * math.sqrt(variance / n)
+    return [max(0.0, mean - half), min(1.0, mean + half)]
 
 
 def pass_hat_k_within_runs(members: Sequence[Trajectory], run_of: dict[str, str]) -> dict[int, float]:
@@ -444,6 +475,13 @@ def _build_row(
         mean_state_reward=summary.mean_state_reward,
         mean_delta_reward=summary.mean_delta_reward,
         success_rate=summary.success_rate,
+        reward_ci95=mean_interval(
+            [t.reward.state_reward for t in members if t.reward is not None and not t.infra_error]
+        ),
+        success_ci95=wilson_interval(
+            sum(1 for t in members if t.reward is not None and not t.infra_error and t.reward.success),
+            sum(1 for t in members if t.reward is not None and not t.infra_error),
+        ),
         pass_hat_k=pass_hat_k_within_runs(members, run_of),
         per_domain={d: _mean_reward(t for t in members if domain_of[t.environment_id] == d) for d in domains},
         per_mode={m: _mean_reward(t for t in members if t.mode == m) for m in modes},

@@ -368,7 +368,8 @@ def test_empty_and_all_error_runs_build_cleanly(tmp_path: Path) -> None:
     assert row.pass_hat_k == {}
     html = (tmp_path / "out" / "report.html").read_text()
     assert "These runs hold no episodes yet." in html
-    assert html.count("data:image/png;base64,") == 4
+    # Nothing was scored or paid for: only the terminations plot says something; the others are skipped.
+    assert html.count("data:image/png;base64,") == 1
     assert "| 1 | model-a |" in (tmp_path / "out" / "report.md").read_text()
 
 
@@ -433,3 +434,18 @@ def test_pass_hat_k_counts_the_trials_of_one_run(tmp_path: Path) -> None:
     )
     [row] = build_leaderboard([trials]).rows
     assert row.pass_hat_k == {1: 0.5, 2: 0.0}
+
+
+def test_plots_that_would_say_nothing_are_skipped_and_intervals_are_shown(tmp_path: Path) -> None:
+    free = [make_trajectory(f"e{i}", scenario_id=f"s{i}", cost_usd=0.0, state_reward=i % 2) for i in range(6)]
+    run = write_run(tmp_path / "free", free)
+    board = build_leaderboard([run])
+    [row] = board.rows
+    assert row.success_ci95 is not None and row.success_ci95[0] < 0.5 < row.success_ci95[1]
+    assert row.reward_ci95 is not None and row.reward_ci95[0] < 0.5 < row.reward_ci95[1]
+    write_leaderboard(board, tmp_path / "out")
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert "cost per episode against mean state reward" not in html  # every cost is 0
+    assert "pass^k" not in html.split("<figure>", 1)[-1].split("</div>", 1)[0]  # one trial: no curve
+    markdown = (tmp_path / "out" / "report.md").read_text()
+    assert "Success 95% CI" in markdown and "%" in markdown.split("Success 95% CI", 1)[1]

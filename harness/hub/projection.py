@@ -437,6 +437,14 @@ LEADERBOARD = Projection(
         _scalar("mean_delta_reward", "Mean pass rate over the checks that were false at reset.", FLOAT),
         _scalar("success_rate", "Fraction of scored episodes with every check passed.", FLOAT),
         Column(
+            "reward_ci95",
+            ListOf(FLOAT),
+            "95% confidence interval [low, high] of the mean state reward (normal approximation), or null.",
+        ),
+        Column(
+            "success_ci95", ListOf(FLOAT), "95% confidence interval [low, high] of the success rate (Wilson), or null."
+        ),
+        Column(
             "pass_hat_k",
             KeyedList("k", INT, FLOAT, value_field="value"),
             "pass^k (τ-bench): list of {k, value}, the chance that k trials of a task all succeed.",
