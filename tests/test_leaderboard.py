@@ -225,7 +225,8 @@ def test_episode_page_shows_checks_calls_observations_and_diffs() -> None:
     trajectory = make_trajectory("ep", state_reward=0.5, tool_calls=2, failing_check_error="KeyError: 'x'")
     page = render_trajectory_html(trajectory)
     assert page.count("FAILED") == 2 and page.count('class="pass">passed') == 2
-    assert page.count("cancel_order") >= 4  # two calls, two tool messages
+    assert page.count("cancel_order") >= 2  # the call and its tool message; the identical second one collapses
+    assert "repeated once more" in page
     assert "orders › O-1 › status" in page and "&quot;pending&quot;" in page
     assert "observation: " in page and ">ok<" in page
     assert "KeyError: &#x27;x&#x27;" in page
@@ -449,3 +450,39 @@ def test_plots_that_would_say_nothing_are_skipped_and_intervals_are_shown(tmp_pa
     assert "pass^k" not in html.split("<figure>", 1)[-1].split("</div>", 1)[0]  # one trial: no curve
     markdown = (tmp_path / "out" / "report.md").read_text()
     assert "Success 95% CI" in markdown and "%" in markdown.split("Success 95% CI", 1)[1]
+
+
+def _scenario_with_reference() -> Scenario:
+    from harness.schema import ReferenceAction
+
+    return Scenario(
+        id="s1",
+        environment_id="retail_orders",
+        initial_state={},
+        task="Cancel order O-1.",
+        checks=[
+            Check(id=f"c{i}", description=f"check {i}", source="def check(a, b):\n    return True\n") for i in range(4)
+        ],
+        reference_actions=[
+            ReferenceAction(name="cancel_order", arguments={"order_id": "O-1"}),
+            ReferenceAction(name="notify_customer", arguments={"order_id": "O-1"}),
+        ],
+    )
+
+
+def test_episode_page_shows_reference_actions_beside_calls_and_collapses_repeats() -> None:
+    html = render_trajectory_html(make_trajectory("rep", tool_calls=4), _scenario_with_reference())
+    assert html.count('class="call"') == 1  # four identical calls with identical results, shown once
+    assert "repeated 3 more times" in html
+    assert "Steps not shown" not in html
+    reference = html.split('<table class="reference">', 1)[1].split("</table>", 1)[0]
+    assert reference.count("<tr>") == 5  # header + max(2 reference actions, 4 calls)
+    assert reference.count(">same<") == 1 and reference.count(">differs<") == 1
+    assert "notify_customer" in reference
+
+
+def test_checks_of_an_unscored_episode_are_not_evaluated_rather_than_failed() -> None:
+    trajectory = make_trajectory("infra", termination=TerminationReason.INFRA_ERROR)
+    html = render_trajectory_html(trajectory, _scenario_with_reference())
+    assert html.count("not evaluated") == 4 and "FAILED" not in html
+    assert "infra_error: sandbox worker died" in html
