@@ -141,7 +141,7 @@ class LeaderboardTable(BaseModel):
 class Leaderboard:
     tables: list[LeaderboardTable]
     episodes: dict[str, Trajectory] = field(default_factory=dict)
-    """The trajectories the failure lists link to, by episode id."""
+    """Every episode of the runs (de-duplicated), by episode id: each gets a page and a row in the index."""
     scenarios: dict[str, Scenario] = field(default_factory=dict)
     """The scenarios of those trajectories, by episode id, when their environment set is at hand."""
 
@@ -366,6 +366,9 @@ def build_leaderboard_from_runs(runs: Sequence[LoadedRun], split_by_dataset: boo
     catalogs = CatalogCache()
     for dataset_runs in by_dataset.values():
         leaderboard.tables.append(_build_table(dataset_runs, leaderboard.episodes, catalogs))
+    # Every episode gets a page and a row in the index, not only the failure lists' examples.
+    for trajectory in deduplicate(t for run in runs for t in run.trajectories):
+        leaderboard.episodes.setdefault(trajectory.episode_id, trajectory)
     for run in runs:
         catalog = catalogs.for_run(run.manifest)
         for trajectory in run.trajectories:
