@@ -101,7 +101,7 @@ def show(
     except (FileNotFoundError, ValueError) as error:
         raise _fail("Cannot read the run:", error, 1) from error
     if episode is None:
-        views = run_view(manifest, trajectories)
+        views = run_view(manifest, trajectories, width=console.width)
     else:
         try:
             trajectory = find_episode(trajectories, episode)

@@ -486,3 +486,24 @@ def test_checks_of_an_unscored_episode_are_not_evaluated_rather_than_failed() ->
     html = render_trajectory_html(trajectory, _scenario_with_reference())
     assert html.count("not evaluated") == 4 and "FAILED" not in html
     assert "infra_error: sandbox worker died" in html
+
+
+def test_show_is_readable_at_80_columns(runs: dict[str, Path]) -> None:
+    """The real CLI in an 80-column terminal: every number is printed whole, nothing squeezed to "…"."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    result = subprocess.run(
+        [sys.executable, "-c", "from harness.cli import main; main()", "show", str(runs["a"])],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "PYTHONPATH": str(root), "COLUMNS": "80", "TERM": "xterm"},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    assert "…" not in result.stdout
+    for header in ("success", "pass^1", "pass^2", "tok/ep", "cost/ep"):
+        assert header in result.stdout
+    assert "62.5%" in result.stdout and "0.688" in result.stdout  # the run's overall success and mean reward
