@@ -58,7 +58,7 @@ def serve(
 
     try:
         library = load_library(envs)
-    except (LibraryError, OSError) as exc:
+    except (LibraryError, OSError, ValueError) as exc:  # ValueError: HubLoadError, records that do not validate
         raise _fail(f"cannot load the library {envs or 'seed'}: {exc}") from None
     environment = library.environments.get(env_id)
     if environment is None:
