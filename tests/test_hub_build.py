@@ -250,3 +250,16 @@ def test_sources_are_checked(tmp_path: Path):
 def test_no_token_in_built_files(tmp_path):
     build_library([make_environment(0)], [make_scenario(0)], tmp_path / "lib", "acme/library")
     assert TEST_TOKEN.encode() not in all_file_bytes(tmp_path / "lib")
+
+
+def test_a_library_republished_from_a_card_keeps_its_license_unless_told(tmp_path):
+    build_library([make_environment(0)], [make_scenario(0)], tmp_path / "source", "acme/source", license="cc-by-4.0")
+    kept = build_from_source("environments", tmp_path / "source", tmp_path / "kept", "acme/copy")
+    assert kept.card.license == "cc-by-4.0"
+    assert front_matter((tmp_path / "kept" / "README.md").read_text())["license"] == "cc-by-4.0"
+    told = build_from_source("environments", tmp_path / "source", tmp_path / "told", "acme/copy", license="mit")
+    assert told.card.license == "mit"
+    from harness.library import SEED_LIBRARY
+
+    seed = build_from_source("environments", SEED_LIBRARY, tmp_path / "seed", "acme/seed")
+    assert seed.card.license == "apache-2.0"  # no card to take it from
