@@ -49,7 +49,8 @@ def serve(
     workers: Annotated[int | None, typer.Option(help="Sandbox worker processes (default one per core).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the instances' frozen clock and random generators.")] = 0,
 ) -> None:
-    """Serve an environment over MCP: its tools, with one sandboxed instance per MCP session.
+    """Serve an environment over MCP: its tools, with one sandboxed instance per MCP session or, for
+    sessionless (2026-07-28) HTTP clients, per episode handle from the start_episode tool.
 
     The introduction and rules are the server's instructions. Loading a state and reading it back for scoring
     are administrative methods outside the tool listing (see docs/mcp.md).
