@@ -39,6 +39,7 @@ RECORD_TYPE_BY_CONFIG = {
     "manifest": "run_manifest",
 }
 LIBRARY_CONFIGS = ("environments", "scenarios")
+"""Config names a library usually has; other layouts are recognised by their columns."""
 BATCH_ROWS = 1000
 
 
@@ -287,17 +288,22 @@ def download_snapshot(spec: str, *, allow_patterns: list[str] | None = None) -> 
     return folder, repo_id, sha
 
 
-def load_hub_records(spec: str, *, configs: tuple[str, ...] | None = None) -> HubRecords:
+def load_hub_records(
+    spec: str, *, configs: tuple[str, ...] | None = None, prefer: tuple[str, ...] = ()
+) -> HubRecords:
     """Every config (or the named ones) of a Hub dataset ``org/name[@rev]``, pinned to its commit sha.
 
     The card is fetched first; then only the data files its ``configs`` declare for the wanted configs, so
-    any layout works (ours, ``Dataset.push_to_hub(config_name=...)``'s, a hand-written card's).
+    any layout works (ours, ``Dataset.push_to_hub(config_name=...)``'s, a hand-written card's). With
+    ``prefer``, only those configs are fetched when the card declares any of them.
     """
     folder, repo_id, sha = download_snapshot(spec, allow_patterns=["README.md"])
     pinned = f"{repo_id}@{sha}"
     declared = read_card_configs(folder)
     if not declared:
         raise HubLoadError(f"the card of {spec} declares no configs with data_files")
+    if configs is None and any(name in declared for name in prefer):
+        configs = tuple(name for name in prefer if name in declared)
     wanted = [files for name, files in declared.items() if configs is None or name in configs]
     patterns = ["README.md", *(pattern for files in wanted for pattern in files)]
     folder, _, _ = download_snapshot(pinned, allow_patterns=patterns)
@@ -306,4 +312,4 @@ def load_hub_records(spec: str, *, configs: tuple[str, ...] | None = None) -> Hu
 
 def load_library_from_hub(spec: str) -> tuple[list[Environment], list[Scenario], DatasetRef]:
     """Environments and scenarios of ``org/name[@rev]``; the ref's revision is the resolved commit sha."""
-    return _library_from(load_hub_records(spec))
+    return _library_from(load_hub_records(spec, prefer=LIBRARY_CONFIGS))
