@@ -12,8 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SCHEMA_VERSION = "2.0"
-"""2.0: Hub datasets store nested records as typed columns (structs, lists of structs); 1.0 stored JSON text."""
+SCHEMA_VERSION = "1.0"
 
 JSONValue = Any
 """A JSON value. Kept as ``Any`` so pydantic does not coerce it (``1`` stays ``1``, not ``1.0``)."""

@@ -125,8 +125,8 @@ def test_a_row_outside_the_fixed_schema_is_refused_with_its_number():
         records_to_rows(rows, "leaderboard")
 
 
-def test_schema_version_1_folders_still_load(tmp_path):
-    """Version 1 stored nested values as JSON text in `<field>_json` columns; they still read back."""
+def test_layout_1_folders_still_load(tmp_path):
+    """Layout 1 stored nested values as JSON text in `<field>_json` columns; they still read back."""
     scenarios = [make_scenario(i) for i in range(3)]
     rows = []
     for scenario in scenarios:
@@ -183,6 +183,8 @@ def test_library_build_writes_two_configs_and_a_documented_card(tmp_path):
         "data/scenarios/train-00000-of-00001.parquet",
     ]
     schema = pq.read_schema(tmp_path / "out" / "data" / "environments" / "train-00000-of-00001.parquet")
+    stamp = orjson.loads(schema.metadata[b"envharness"])
+    assert stamp["layout_version"] == "2" and stamp["schema_version"] == environments[0].schema_version == "1.0"
     assert str(schema.field("code").type) == "string"
     assert str(schema.field("rules").type) == "list<element: string>"
 

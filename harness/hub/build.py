@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from harness.hub.card import CardConfig, CardInfo, SourceLink, render_card
-from harness.hub.projection import PROJECTIONS, RowSchemaError, records_to_table
+from harness.hub.projection import LAYOUT_VERSION, PROJECTIONS, RowSchemaError, records_to_table
 from harness.hub.sources import SourceError, read_leaderboard, read_library, read_run, read_sft
 from harness.schema import SCHEMA_VERSION, DatasetRef, Environment, Record, RunManifest, Scenario, Trajectory
 
@@ -130,7 +130,12 @@ def run_provenance(trajectories: Sequence[Trajectory], manifest: RunManifest | N
 
 def _write_config(folder: Path, config: ConfigData) -> list[str]:
     table = config.table
-    metadata = {"record_type": config.record_type, "config": config.name, "schema_version": SCHEMA_VERSION}
+    metadata = {
+        "record_type": config.record_type,
+        "config": config.name,
+        "schema_version": SCHEMA_VERSION,
+        "layout_version": LAYOUT_VERSION,
+    }
     # Keep the `huggingface` key (the features) so pyarrow readers and `datasets` see the declared types.
     schema_metadata = dict(table.schema.metadata or {})
     schema_metadata[METADATA_KEY] = json.dumps(metadata, sort_keys=True).encode()

@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 import yaml
 
+from harness.hub.projection import LAYOUT_VERSION
 from harness.schema import SCHEMA_VERSION
 
 CITATIONS = """\
@@ -277,7 +278,8 @@ def render_card(info: CardInfo, *, metadata: dict[str, Any] | None = None, kept:
     summary = ", ".join(f"`{name}` ({rows(counts[name])})" if name in counts else f"`{name}`" for name in names)
     parts.append(
         "Published with `harness publish` (envharness). Records follow the harness schema of record "
-        f"(schema version {SCHEMA_VERSION}); each config is the Parquet projection of one record type, with "
+        f"(schema version {SCHEMA_VERSION}) in Hub layout {LAYOUT_VERSION} (typed nested columns); each config "
+        "is the Parquet projection of one record type, with "
         f"one `train` split. Configs: {summary}."
     )
     parts.append("## How to load it\n\n" + _usage(info, default))

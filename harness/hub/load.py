@@ -288,9 +288,7 @@ def download_snapshot(spec: str, *, allow_patterns: list[str] | None = None) -> 
     return folder, repo_id, sha
 
 
-def load_hub_records(
-    spec: str, *, configs: tuple[str, ...] | None = None, prefer: tuple[str, ...] = ()
-) -> HubRecords:
+def load_hub_records(spec: str, *, configs: tuple[str, ...] | None = None, prefer: tuple[str, ...] = ()) -> HubRecords:
     """Every config (or the named ones) of a Hub dataset ``org/name[@rev]``, pinned to its commit sha.
 
     The card is fetched first; then only the data files its ``configs`` declare for the wanted configs, so

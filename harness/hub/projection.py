@@ -6,8 +6,10 @@ structs (messages, tool calls, steps, checks, check results, usage per role), an
 (states, JSON-schema parameters, tool arguments and results, open settings) are JSON text. The card's
 ``dataset_info`` carries the same features. ``rows_to_records(records_to_rows(x)) == x``.
 
-Schema version 1 stored every nested value as JSON text in a column named ``<field>_json``; rows of that
-version still read back (``rows_to_records`` and ``table_rows_to_generic`` accept both).
+The layout is versioned apart from the records (``LAYOUT_VERSION``; the records' own ``schema_version`` did
+not change, so run folders, episode ids and library fingerprints made before stay valid). Layout 1 stored every
+nested value as JSON text in a column named ``<field>_json``; datasets in that layout still read back
+(``rows_to_records`` and ``table_rows_to_generic`` accept both).
 """
 
 from __future__ import annotations
@@ -40,8 +42,10 @@ from harness.hub.codec import (
 )
 from harness.schema import Environment, RunManifest, Scenario, Trajectory
 
+LAYOUT_VERSION = "2"
+"""Version of the Hub layout: 2 has typed nested columns; 1 had JSON text in ``<field>_json`` columns."""
 JSON_SUFFIX = "_json"
-"""Suffix of the JSON-text columns of schema version 1."""
+"""Suffix of the JSON-text columns of layout 1."""
 
 
 @dataclass(frozen=True)
@@ -468,7 +472,7 @@ PROJECTIONS: dict[str, Projection] = {
 RECORD_PROJECTIONS = ("environment", "scenario", "trajectory", "run_manifest")
 ROW_PROJECTIONS = ("sft_chat", "sft_sharegpt", "leaderboard")
 GENERIC_ROW = "row"
-"""Record type of schema-version-1 rows that were plain JSON objects (SFT rows, leaderboard rows)."""
+"""Record type of layout-1 rows that were plain JSON objects (SFT rows, leaderboard rows)."""
 
 
 @contextmanager
@@ -537,7 +541,7 @@ def records_to_table(records: Sequence[Any], record_type: str) -> pa.Table:
 
 
 def rows_to_records(rows: Iterable[dict[str, Any]], record_type: str) -> list[Any]:
-    """Rows read back (by pyarrow or ``datasets``, schema version 1 or 2) as records (or row dicts)."""
+    """Rows read back (by pyarrow or ``datasets``, layout 1 or 2) as records (or row dicts)."""
     projection = PROJECTIONS[record_type]
     with collection_paused():
         return [_from_row(row, projection) for row in rows]
@@ -553,7 +557,7 @@ def _from_row(row: dict[str, Any], projection: Projection) -> Any:
                 data[column.name] = value
             else:
                 data[column.name] = column.codec.decode(value)
-        elif column.name + JSON_SUFFIX in row:  # schema version 1
+        elif column.name + JSON_SUFFIX in row:  # layout 1
             value = row[column.name + JSON_SUFFIX]
             data[column.name] = loads(value) if value is not None else None
     if projection.model is None:
@@ -569,7 +573,7 @@ def _from_row(row: dict[str, Any], projection: Projection) -> Any:
 
 
 def table_rows_to_generic(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Rows of an unknown config as dicts; schema-version-1 ``k_json`` columns are decoded back to ``k``."""
+    """Rows of an unknown config as dicts; layout-1 ``k_json`` columns are decoded back to ``k``."""
     with collection_paused():
         result = []
         for row in rows:
