@@ -68,7 +68,13 @@ def validate(
     from harness.sandbox import SandboxPool
     from harness.validate import validate_library
 
-    library = load_library(path or None)
+    try:
+        library = load_library(path or None)
+    except (OSError, ValueError) as error:  # a bad folder, Hub id or revision: one line, no traceback
+        from rich.text import Text
+
+        err_console.print(Text.assemble((f"Cannot load {path or 'the seed library'}:", "red"), " ", str(error)))
+        raise typer.Exit(2) from None
 
     async def run() -> object:
         async with SandboxPool(

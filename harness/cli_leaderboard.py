@@ -55,7 +55,7 @@ def build(
             err_console.print(Text.assemble(("warning:", "yellow"), " ", warning))
     console.print(
         f"Wrote {len(leaderboard.rows)} rows in {len(leaderboard.tables)} table(s): {files.rows}, "
-        f"{files.markdown}, {files.html} and {len(files.episodes)} episode pages.",
+        f"{files.markdown}, {files.html}, {files.index} (every episode) and {len(files.episodes)} episode pages.",
         markup=False,
         highlight=False,
     )
@@ -103,7 +103,7 @@ def show(
     except (FileNotFoundError, ValueError) as error:
         raise _fail("Cannot read the run:", error, 2) from error
     if episode is None:
-        views = run_view(manifest, trajectories)
+        views = run_view(manifest, trajectories, width=console.width)
     else:
         try:
             trajectory = find_episode(trajectories, episode)

@@ -50,22 +50,30 @@ def publish_command(
     out: Annotated[
         Path | None, typer.Option("--out", help="Only build the Hub-format folder here; do not upload.")
     ] = None,
-    license: Annotated[str, typer.Option("--license", help="License identifier for the card.")] = "apache-2.0",
+    license: Annotated[
+        str | None,
+        typer.Option(
+            "--license", help="License identifier for the card. Default: the source card's license, else apache-2.0."
+        ),
+    ] = None,
+    keep_build: Annotated[
+        bool, typer.Option("--keep-build", help="Keep the built folder after a failed upload (it is removed).")
+    ] = False,
 ) -> None:
     """Build SOURCE as a Parquet dataset with a card and publish it to the Hugging Face Hub.
 
-    The token comes from HF_TOKEN or `hf auth login`. Re-running with unchanged content makes no commit;
-    after a failed upload the built folder is kept and re-running resumes.
+    The token comes from HF_TOKEN or `hf auth login`. Publishing merges into the repository's card, so the
+    other configs stay loadable. Re-running with unchanged content makes no commit. `--out` builds offline.
     """
-    from harness.hub import PublishError, SourceError, build_from_source, parse_hub_spec, upload_built
+    from harness.hub import PublishError, RepoIdError, SourceError, build_from_source, upload_built, validate_repo_id
     from harness.hub.load import HubLoadError
 
-    try:
-        repo_id, pinned = parse_hub_spec(repo)
-    except HubLoadError as error:
-        raise _fail("Bad --repo:", error, 2) from error
-    if pinned is not None:
+    if "@" in repo:
         raise _fail("Bad --repo:", "give the branch with --revision, not @revision", 2)
+    try:
+        repo_id = validate_repo_id(repo.strip())
+    except RepoIdError as error:
+        raise _fail("Bad --repo:", error, 2) from error
 
     folder = out if out is not None else Path(tempfile.mkdtemp(prefix="harness-publish-"))
     try:
@@ -79,10 +87,14 @@ def publish_command(
         console.print(f"Built {kind.value} dataset for {repo_id} in {folder}: {summary}")
         return
     try:
-        result = upload_built(built, private=private, revision=revision, message=message)
+        result = upload_built(built, private=private, revision=revision, message=message, keep_build=keep_build)
     except PublishError as error:
         raise _fail("Publish failed:", error, 1) from error
-    shutil.rmtree(folder, ignore_errors=True)
+    finally:
+        if not keep_build:
+            shutil.rmtree(folder, ignore_errors=True)
+    if result.made_private:
+        console.print(f"{result.repo_id} was public; made it private as --private asked.")
     if result.committed:
         console.print(f"Published {summary} to {result.url} ({result.revision}, commit {result.commit_sha})")
     else:

@@ -58,7 +58,8 @@ def serve(
         bool, typer.Option(help="Serve Hub code even when a confinement layer is missing (see `harness doctor`).")
     ] = False,
 ) -> None:
-    """Serve an environment over MCP: its tools, with one sandboxed instance per MCP session.
+    """Serve an environment over MCP: its tools, with one sandboxed instance per MCP session or, for
+    sessionless (2026-07-28) HTTP clients, per episode handle from the start_episode tool.
 
     The introduction and rules are the server's instructions. Loading a state and reading it back for scoring
     are administrative methods outside the tool listing (see docs/mcp.md).
@@ -67,7 +68,7 @@ def serve(
 
     try:
         library = load_library(envs)
-    except (LibraryError, OSError) as exc:
+    except (LibraryError, OSError, ValueError) as exc:  # ValueError: HubLoadError, records that do not validate
         raise _fail(f"cannot load the library {envs or 'seed'}: {exc}") from None
     environment = library.environments.get(env_id)
     if environment is None:

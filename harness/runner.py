@@ -507,6 +507,8 @@ def _load_library(config: RunConfig) -> Library:
         return load_library(config.envs)
     except LibraryError as exc:
         raise RunRefused(str(exc)) from None
+    except ValueError as error:  # a bad Hub id or revision, or records that do not validate
+        raise RunRefused(f"cannot load --envs {config.envs}: {error}") from None
 
 
 async def _check_models(config: RunConfig, client: LLMClient) -> None:
@@ -631,6 +633,15 @@ async def _plan_and_run(
             + (f"--limit {config.limit}" if config.limit is not None else "")
             + " (harness validate shows what the library holds)"
         )
+    if config.mcp is not None:
+        from harness.mcp import EnvironmentMismatch, McpConnectionError, check_served_environment
+
+        try:
+            await check_served_environment(config.mcp, {s.environment_id for s in scenarios})
+        except EnvironmentMismatch as error:
+            raise RunRefused(str(error)) from error
+        except McpConnectionError as error:
+            raise RunRefused(f"cannot use --mcp {config.mcp}: {error}") from error
     if any(spec.mode == "conv" for spec in specs) and user_factory is None:
         raise RunRefused("conversational mode needs a simulated user (user_factory)")
     run_dir = config.out or default_run_dir(config)

@@ -4,7 +4,14 @@
 - ``sharegpt.jsonl``: LlamaFactory's ShareGPT form (``conversations`` with human / gpt / function_call /
   observation turns, ``system``, ``tools`` as a JSON string); with ``split_turns``, also
   ``sharegpt_turns.jsonl``: one sample per assistant turn with the earlier turns as history.
-- ``stats.json``: what was kept and dropped and why, and turns, tool calls and tokens per sample.
+  A function_call turn keeps the assistant's reasoning and text in a leading ``<think>…</think>`` block: the
+  only free text LlamaFactory's function_call turn takes (its formatter splits it off and renders it before
+  the call).
+- ``dataset_info.json``: LlamaFactory's entries for the ShareGPT files (copy them into its
+  ``data/dataset_info.json``, or point ``dataset_dir`` at this folder).
+- ``stats.json``: what was kept and dropped and why, and turns, tool calls and tokens per sample. Tokens are
+  the sample's own length (its messages and tool schemas through litellm's tokenizer for the teacher model),
+  not the teacher's API usage, which counts every request's whole prompt.
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ import hashlib
 import json
 import statistics
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +100,10 @@ def _clean_message(message: dict[str, Any], keep_reasoning: bool) -> dict[str, A
     return clean
 
 
+TokenCounter = Callable[[dict[str, Any]], int]
+"""The length in tokens of one exported row (chat or ShareGPT)."""
+
+
 def to_messages_row(trajectory: Trajectory, keep_reasoning: bool = True) -> dict[str, Any]:
     return {
         "messages": [_clean_message(m, keep_reasoning) for m in trajectory.messages],
@@ -103,6 +114,25 @@ def to_messages_row(trajectory: Trajectory, keep_reasoning: bool = True) -> dict
         "mode": trajectory.mode,
         "state_reward": trajectory.reward.state_reward if trajectory.reward else None,
     }
+
+
+def sharegpt_text(row: dict[str, Any]) -> str:
+    """Everything a ShareGPT sample feeds the model, for counting its tokens."""
+    parts = [str(row.get("system") or ""), str(row.get("tools") or "")]
+    parts += [turn["value"] for turn in row["conversations"]]
+    return "\n".join(parts)
+
+
+def litellm_counter(model: str | None) -> TokenCounter:
+    """Counts rows with litellm's tokenizer for MODEL (cl100k when litellm does not know the model)."""
+    from harness.llm.tokens import count_tokens
+
+    def count(row: dict[str, Any]) -> int:
+        if "messages" in row:
+            return count_tokens(model, messages=row["messages"], tools=row.get("tools"))
+        return count_tokens(model, text=sharegpt_text(row))
+
+    return count
 
 
 def _assistant_text(message: dict[str, Any], keep_reasoning: bool) -> str:
@@ -122,6 +152,16 @@ def _function_call_value(message: dict[str, Any]) -> str:
             parsed = arguments
         calls.append({"name": call["function"]["name"], "arguments": parsed})
     return json.dumps(calls[0] if len(calls) == 1 else calls, ensure_ascii=False)
+
+
+def _tool_turn_thought(message: dict[str, Any], keep_reasoning: bool) -> str:
+    """The reasoning and text of a tool-call turn as the ``<think>`` block LlamaFactory splits off, or ""."""
+    parts = []
+    if keep_reasoning and message.get("reasoning_content"):
+        parts.append(str(message["reasoning_content"]).strip())
+    if isinstance(message.get("content"), str) and message["content"].strip():
+        parts.append(message["content"].strip())
+    return f"<think>\n{chr(10).join(parts)}\n</think>\n" if parts else ""
 
 
 def _parsed(text: str) -> Any:
@@ -157,7 +197,8 @@ def to_sharegpt_row(trajectory: Trajectory, keep_reasoning: bool = True) -> dict
         if role == "user":
             conversations.append({"from": "human", "value": str(message.get("content") or "")})
         elif role == "assistant" and message.get("tool_calls"):
-            conversations.append({"from": "function_call", "value": _function_call_value(message)})
+            thought = _tool_turn_thought(message, keep_reasoning)
+            conversations.append({"from": "function_call", "value": thought + _function_call_value(message)})
         elif role == "assistant":
             conversations.append({"from": "gpt", "value": _assistant_text(message, keep_reasoning)})
     flush_observations()
@@ -191,6 +232,26 @@ def _describe(values: list[float]) -> dict[str, float]:
     }
 
 
+def llamafactory_entries(stems: list[str], prefix: str = "envharness") -> dict[str, Any]:
+    """LlamaFactory ``dataset_info.json`` entries for local ShareGPT files."""
+    return {
+        f"{prefix}_{stem}": {
+            "file_name": f"{stem}.jsonl",
+            "formatting": "sharegpt",
+            "columns": {"messages": "conversations", "system": "system", "tools": "tools"},
+            "tags": {
+                "role_tag": "from",
+                "content_tag": "value",
+                "user_tag": "human",
+                "assistant_tag": "gpt",
+                "observation_tag": "observation",
+                "function_tag": "function_call",
+            },
+        }
+        for stem in stems
+    }
+
+
 def export(
     trajectories: list[Trajectory],
     out: Path,
@@ -198,18 +259,31 @@ def export(
     rule: SelectionRule | None = None,
     keep_reasoning: bool = True,
     split: bool = False,
+    count_tokens: TokenCounter | None = None,
 ) -> SftStats:
-    """Write the SFT files for the trajectories that reach the bar, and return the statistics."""
+    """Write the SFT files for the trajectories that reach the bar, and return the statistics.
+
+    Each row records its length in ``tokens``; ``count_tokens`` defaults to litellm's tokenizer for the
+    teacher's model."""
     rule = rule or SelectionRule()
     kept, dropped = select(trajectories, rule)
     out.mkdir(parents=True, exist_ok=True)
+    if count_tokens is None:
+        count_tokens = litellm_counter(kept[0].agent.model.model if kept else None)
     messages_rows = [to_messages_row(t, keep_reasoning) for t in kept]
     sharegpt_rows = [to_sharegpt_row(t, keep_reasoning) for t in kept]
     files: dict[str, list[dict[str, Any]]] = {"messages": messages_rows, "sharegpt": sharegpt_rows}
     if split:
         files["sharegpt_turns"] = [sample for row in sharegpt_rows for sample in split_turns(row)]
+    for rows in files.values():
+        for row in rows:
+            row["tokens"] = count_tokens(row)
     for stem, rows in files.items():
         (out / f"{stem}.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    sharegpt_stems = [stem for stem in files if stem.startswith("sharegpt")]
+    (out / "dataset_info.json").write_bytes(
+        orjson.dumps(llamafactory_entries(sharegpt_stems), option=orjson.OPT_INDENT_2) + b"\n"
+    )
     stats = SftStats(
         episodes=len(trajectories),
         kept=len(kept),
@@ -217,7 +291,7 @@ def export(
         samples={stem: len(rows) for stem, rows in files.items()},
         turns=_describe([sum(m["role"] == "assistant" for m in t.messages) for t in kept]),
         tool_calls=_describe([len(t.steps) for t in kept]),
-        tokens=_describe([u.total_tokens for t in kept for role, u in t.usage.items() if role == "agent"]),
+        tokens=_describe([float(row["tokens"]) for row in messages_rows]),
     )
     (out / "stats.json").write_bytes(orjson.dumps(stats.model_dump(mode="json"), option=orjson.OPT_INDENT_2))
     return stats

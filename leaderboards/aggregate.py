@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from harness.metrics import (
     GroupSummary,
     deduplicate,
     load_run,
+    pass_hat_k,
     summarize_group,
     task_key,
 )
@@ -74,6 +76,12 @@ class LeaderboardRow(BaseModel):
     mean_state_reward: float | None = None
     mean_delta_reward: float | None = None
     success_rate: float | None = None
+    reward_ci95: list[float] | None = Field(
+        default=None, description="95% confidence interval of the mean state reward (normal approximation)."
+    )
+    success_ci95: list[float] | None = Field(
+        default=None, description="95% confidence interval of the success rate (Wilson score interval)."
+    )
     pass_hat_k: dict[int, float] = Field(default_factory=dict)
     per_domain: dict[str, float | None] = Field(default_factory=dict, description="Mean state reward.")
     per_mode: dict[str, float | None] = Field(default_factory=dict, description="Mean state reward.")
@@ -133,7 +141,7 @@ class LeaderboardTable(BaseModel):
 class Leaderboard:
     tables: list[LeaderboardTable]
     episodes: dict[str, Trajectory] = field(default_factory=dict)
-    """The trajectories the failure lists link to, by episode id."""
+    """Every episode of the runs (de-duplicated), by episode id: each gets a page and a row in the index."""
     scenarios: dict[str, Scenario] = field(default_factory=dict)
     """The scenarios of those trajectories, by episode id, when their environment set is at hand."""
 
@@ -221,7 +229,20 @@ def settings_id(identity: dict[str, object]) -> str:
     return hashlib.sha256(encoded).hexdigest()[:10]
 
 
-def settings_label(agent: AgentSettings, user: AgentSettings | None) -> str:
+def run_settings(manifest: RunManifest) -> dict[str, object]:
+    """The run-level settings that change what an episode does besides the agent's and user's own: how tools
+    were served (the sandbox or an MCP server) and the step limit. Empty when both are the defaults, so the
+    settings id of an ordinary run does not change."""
+    config = manifest.config
+    settings: dict[str, object] = {}
+    if config.get("mcp"):
+        settings["transport"] = "mcp"
+    if config.get("max_steps") is not None:
+        settings["max_steps"] = config["max_steps"]
+    return settings
+
+
+def settings_label(agent: AgentSettings, user: AgentSettings | None, run: dict[str, object] | None = None) -> str:
     model = agent.model
     parts = [agent.kind]
     for name, value in (("T", model.temperature), ("top_p", model.top_p), ("max_tokens", model.max_tokens)):
@@ -232,7 +253,56 @@ def settings_label(agent: AgentSettings, user: AgentSettings | None) -> str:
     parts.append(f"prompt v{agent.system_prompt_version}")
     if user is not None:
         parts.append(f"user={user.model.model}")
+    if run:
+        if run.get("transport") == "mcp":
+            parts.append("via MCP")
+        if run.get("max_steps") is not None:
+            parts.append(f"max_steps={run['max_steps']}")
     return ", ".join(parts)
+
+
+Z95 = 1.959963984540054
+
+
+def wilson_interval(successes: int, n: int) -> list[float] | None:
+    """95% Wilson score interval of a proportion (sound at 0%, 100% and small n, unlike the normal one)."""
+    if n < 1:
+        return None
+    p = successes / n
+    denominator = 1 + Z95**2 / n
+    centre = (p + Z95**2 / (2 * n)) / denominator
+    half = Z95 * math.sqrt(p * (1 - p) / n + Z95**2 / (4 * n * n)) / denominator
+    return [max(0.0, centre - half), min(1.0, centre + half)]
+
+
+def mean_interval(values: Sequence[float]) -> list[float] | None:
+    """95% interval of a mean of values in [0, 1] (normal approximation, clipped); None below two values."""
+    n = len(values)
+    if n < 2:
+        return None
+    mean = math.fsum(values) / n
+    variance = math.fsum((v - mean) ** 2 for v in values) / (n - 1)
+    half = Z95 * math.sqrt(variance / n)
+    return [max(0.0, mean - half), min(1.0, mean + half)]
+
+
+def pass_hat_k_within_runs(members: Sequence[Trajectory], run_of: dict[str, str]) -> dict[int, float]:
+    """pass^k for k = 1..K where the trials of a task are those of one run: runs of one setting add tasks to
+    the average, never trials to a task (separate runs may differ in ways their settings do not record)."""
+    outcomes: dict[tuple[str, str, str, str], list[bool]] = {}
+    for trajectory in members:
+        if trajectory.reward is None or trajectory.infra_error:
+            continue
+        outcomes.setdefault((run_of[trajectory.episode_id], *task_key(trajectory)), []).append(
+            trajectory.reward.success
+        )
+    if not outcomes:
+        return {}
+    max_k = min(len(results) for results in outcomes.values())
+    return {
+        k: math.fsum(pass_hat_k(len(r), sum(r), k) for r in outcomes.values()) / len(outcomes)
+        for k in range(1, max_k + 1)
+    }
 
 
 def _mean_reward(trajectories: Iterable[Trajectory]) -> float | None:
@@ -296,6 +366,9 @@ def build_leaderboard_from_runs(runs: Sequence[LoadedRun], split_by_dataset: boo
     catalogs = CatalogCache()
     for dataset_runs in by_dataset.values():
         leaderboard.tables.append(_build_table(dataset_runs, leaderboard.episodes, catalogs))
+    # Every episode gets a page and a row in the index, not only the failure lists' examples.
+    for trajectory in deduplicate(t for run in runs for t in run.trajectories):
+        leaderboard.episodes.setdefault(trajectory.episode_id, trajectory)
     for run in runs:
         catalog = catalogs.for_run(run.manifest)
         for trajectory in run.trajectories:
@@ -310,11 +383,14 @@ def _build_table(
 ) -> LeaderboardTable:
     domain_of: dict[str, str] = {}
     run_of: dict[str, str] = {}
+    run_settings_of: dict[str, dict[str, object]] = {}
     for run in runs:
         resolve = DomainResolver(run.manifest, catalogs.for_run(run.manifest))
+        settings = run_settings(run.manifest)
         for trajectory in run.trajectories:
             domain_of.setdefault(trajectory.environment_id, resolve(trajectory.environment_id))
             run_of[trajectory.episode_id] = run.manifest.run_id
+            run_settings_of[trajectory.episode_id] = settings
 
     # The same episode id in two runs is the same episode re-run: the run given later wins.
     trajectories = deduplicate(t for run in runs for t in run.trajectories)
@@ -325,19 +401,25 @@ def _build_table(
         run_user = _run_user(run.trajectories)
         for trajectory in run.trajectories:
             user_of[trajectory.episode_id] = run_user if run_user is not None else trajectory.user
+    # Runs join one row only when every setting is equal, run-level ones (transport, step limit) included.
     entries: dict[str, list[Trajectory]] = {}
     row_user: dict[str, AgentSettings | None] = {}
+    row_run: dict[str, dict[str, object]] = {}
     for trajectory in trajectories:
         user = user_of[trajectory.episode_id]
-        key = settings_id({"agent": _without_seed(trajectory.agent), "user": _without_seed(user)})
+        identity: dict[str, object] = {"agent": _without_seed(trajectory.agent), "user": _without_seed(user)}
+        if run_settings_of[trajectory.episode_id]:
+            identity["run"] = run_settings_of[trajectory.episode_id]
+        key = settings_id(identity)
         row_user.setdefault(key, user)
+        row_run.setdefault(key, run_settings_of[trajectory.episode_id])
         entries.setdefault(key, []).append(trajectory)
 
     dataset = runs[0].manifest.dataset
     domains = sorted({domain_of[t.environment_id] for t in trajectories})
     modes: list[str] = sorted({str(t.mode) for t in trajectories})
     rows = [
-        _build_row(key, members, row_user[key], dataset, domains, modes, domain_of, run_of)
+        _build_row(key, members, row_user[key], row_run[key], dataset, domains, modes, domain_of, run_of)
         for key, members in entries.items()
     ]
     rows.sort(key=_rank_key)
@@ -369,6 +451,7 @@ def _build_row(
     key: str,
     members: list[Trajectory],
     user: AgentSettings | None,
+    run: dict[str, object],
     dataset: DatasetRef,
     domains: list[str],
     modes: list[str],
@@ -379,7 +462,7 @@ def _build_row(
     first = members[0]
     return LeaderboardRow(
         model=first.agent.model.model,
-        settings=settings_label(first.agent, user),
+        settings=settings_label(first.agent, user, run),
         settings_id=key,
         agent=_seedless(first.agent),
         user=_seedless(user) if user is not None else None,
@@ -395,7 +478,14 @@ def _build_row(
         mean_state_reward=summary.mean_state_reward,
         mean_delta_reward=summary.mean_delta_reward,
         success_rate=summary.success_rate,
-        pass_hat_k=summary.pass_hat_k,
+        reward_ci95=mean_interval(
+            [t.reward.state_reward for t in members if t.reward is not None and not t.infra_error]
+        ),
+        success_ci95=wilson_interval(
+            sum(1 for t in members if t.reward is not None and not t.infra_error and t.reward.success),
+            sum(1 for t in members if t.reward is not None and not t.infra_error),
+        ),
+        pass_hat_k=pass_hat_k_within_runs(members, run_of),
         per_domain={d: _mean_reward(t for t in members if domain_of[t.environment_id] == d) for d in domains},
         per_mode={m: _mean_reward(t for t in members if t.mode == m) for m in modes},
         mean_tokens=summary.mean_tokens,

@@ -1,12 +1,14 @@
 """Shared pieces of the HTML pages: escaping, formatting, the page frame and its style sheet.
 
-Pages are static: no script runs in them, and a Content-Security-Policy forbids scripts, remote fetches
-and everything but inline styles and ``data:`` images, so text a model wrote can never run even if it
-slipped past escaping.
+Pages are static: a Content-Security-Policy forbids scripts, remote fetches and everything but inline styles
+and ``data:`` images, so text a model wrote can never run even if it slipped past escaping. The one exception
+is the episode index's own sorting and filtering script, allowed by its hash alone (``html_page(script=...)``).
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import html
 import json
 import re
@@ -96,10 +98,17 @@ def episode_file_name(episode_id: str) -> str:
     return f"{name[:150]}.html"
 
 
-def html_page(title: str, body: str) -> str:
+def html_page(title: str, body: str, script: str | None = None) -> str:
+    """A page; ``script`` (the page's own code, never model text) runs, allowed by its hash in the CSP."""
+    policy = CONTENT_SECURITY_POLICY
+    tail = ""
+    if script is not None:
+        digest = base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
+        policy += f"; script-src 'sha256-{digest}'"
+        tail = f"<script>{script}</script>\n"
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-        f'<meta http-equiv="Content-Security-Policy" content="{CONTENT_SECURITY_POLICY}">\n'
+        f'<meta http-equiv="Content-Security-Policy" content="{policy}">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-        f"<title>{esc(title)}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n{body}\n</body>\n</html>\n"
+        f"<title>{esc(title)}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n{body}\n{tail}</body>\n</html>\n"
     )

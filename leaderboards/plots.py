@@ -180,4 +180,12 @@ def report_plots(table: LeaderboardTable) -> list[Plot]:
     """The four pictures of a table (none for a table without rows)."""
     if not table.rows:
         return []
-    return [domain_scores(table), pass_k_curves(table), cost_against_score(table), termination_reasons(table)]
+    plots = []
+    if any(value is not None for row in table.rows for value in row.per_domain.values()):
+        plots.append(domain_scores(table))
+    if any(len(row.pass_hat_k) > 1 for row in table.rows):  # one point per model says nothing a table doesn't
+        plots.append(pass_k_curves(table))
+    if any((row.mean_cost_usd or 0.0) > 0 for row in table.rows):  # all free: every point on one vertical line
+        plots.append(cost_against_score(table))
+    plots.append(termination_reasons(table))
+    return plots

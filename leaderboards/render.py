@@ -28,11 +28,29 @@ def render_trajectory_html(
         parts.append(f"<pre>{esc(scenario.task)}</pre>")
         if trajectory.mode == "conv" and scenario.user_profile is not None:
             parts.append(f'<p class="meta">Simulated user\'s goal: {esc(scenario.user_profile.goal)}</p>')
+    if scenario is not None and scenario.reference_actions:
+        parts.append("<h2>Reference actions and the agent's calls</h2>")
+        parts.append(_reference_table(scenario, trajectory))
     descriptions = {check.id: check.description for check in scenario.checks} if scenario is not None else {}
     parts.append("<h2>Checks</h2>")
-    parts.append(_checks_table(trajectory.check_results, descriptions))
+    if not trajectory.check_results and scenario is not None and scenario.checks:
+        parts.append(_not_evaluated_table(scenario, trajectory))
+    else:
+        parts.append(_checks_table(trajectory.check_results, descriptions))
     parts.append("<h2>Conversation</h2>")
-    parts.extend(_message_html(message, steps_by_call, shown_calls) for message in trajectory.messages)
+    for block, repeats in _collapsed_blocks(trajectory.messages):
+        parts.extend(_message_html(message, steps_by_call, shown_calls) for message in block)
+        for repeated in repeats:  # identical calls with identical results: shown once, counted here
+            for message in repeated:
+                for call in message.get("tool_calls") or []:
+                    if isinstance(call, dict):
+                        shown_calls.add(str(call.get("id", "")))
+        if repeats:
+            times = "once more" if len(repeats) == 1 else f"{len(repeats)} more times"
+            parts.append(
+                f'<div class="meta repeated">↻ the same call{"s" if _call_count(block) > 1 else ""} with the '
+                f"same result{'s' if _call_count(block) > 1 else ''} repeated {times}</div>"
+            )
     if not trajectory.messages:
         parts.append('<p class="meta">No messages were recorded.</p>')
     unshown = [step for step in trajectory.steps if step.call.id not in shown_calls]
@@ -105,6 +123,89 @@ def _overview(trajectory: Trajectory) -> str:
         )
     body = "".join(f"<tr><th>{esc(name)}</th><td>{esc(value)}</td></tr>" for name, value in rows)
     return f"<table>{body}</table>"
+
+
+def _call_text(name: str, arguments: Any) -> str:
+    return f"{name}({to_json_text(arguments) if arguments is not None else ''})"
+
+
+def _reference_table(scenario: Scenario, trajectory: Trajectory) -> str:
+    """The reference solution beside the calls the agent made, in order."""
+    references = scenario.reference_actions
+    calls = [step.call for step in trajectory.steps]
+    rows = []
+    for index in range(max(len(references), len(calls))):
+        reference = references[index] if index < len(references) else None
+        call = calls[index] if index < len(calls) else None
+        if reference is not None and call is not None:
+            masked = set(reference.masked_arguments)
+            same = call.name == reference.name and {
+                k: v for k, v in (call.arguments or {}).items() if k not in masked
+            } == {k: v for k, v in reference.arguments.items() if k not in masked}
+            verdict = '<span class="pass">same</span>' if same else '<span class="fail">differs</span>'
+        else:
+            verdict = '<span class="meta">–</span>'
+        reference_text = _call_text(reference.name, reference.arguments) if reference is not None else ""
+        call_text = (
+            _call_text(call.name, call.arguments if call.arguments is not None else call.raw_arguments) if call else ""
+        )
+        rows.append(
+            f"<tr><td>{index + 1}</td><td><pre>{esc(reference_text)}</pre></td>"
+            f"<td><pre>{esc(call_text)}</pre></td><td>{verdict}</td></tr>"
+        )
+    header = "<tr><th>#</th><th>reference action</th><th>agent's call</th><th></th></tr>"
+    return f'<table class="reference">{header}{"".join(rows)}</table>'
+
+
+def _not_evaluated_table(scenario: Scenario, trajectory: Trajectory) -> str:
+    """The scenario's checks when the episode was not scored: not evaluated, which is not failed."""
+    reason = trajectory.termination.value + (
+        f": {trajectory.termination_detail}" if trajectory.termination_detail else ""
+    )
+    rows = "".join(
+        f'<tr class="not-evaluated"><td>{esc(check.id)}</td><td>{esc(check.description)}</td>'
+        f'<td><span class="meta">not evaluated</span></td></tr>'
+        for check in scenario.checks
+    )
+    return (
+        f'<p class="meta">The checks were not run: the episode ended with {esc(reason)}.</p>'
+        f"<table><tr><th>check</th><th>what it verifies</th><th>result</th></tr>{rows}</table>"
+    )
+
+
+def _block_signature(block: list[dict[str, Any]]) -> str | None:
+    """What makes two assistant tool-call turns (with their results) identical; None for other blocks."""
+    head = block[0]
+    if head.get("role") != "assistant" or not head.get("tool_calls") or head.get("content"):
+        return None
+    calls = [
+        (_function_of(call).get("name"), _function_of(call).get("arguments")) for call in head.get("tool_calls") or []
+    ]
+    results = [_content_text(message.get("content")) for message in block[1:]]
+    return to_json_text([calls, results])
+
+
+def _collapsed_blocks(messages: list[dict[str, Any]]) -> list[tuple[list[dict[str, Any]], list[list[dict[str, Any]]]]]:
+    """Messages grouped as (block, repeats): an assistant turn with its tool results, then the identical turns
+    that directly followed it."""
+    blocks: list[list[dict[str, Any]]] = []
+    for message in messages:
+        if message.get("role") == "tool" and blocks and blocks[-1][0].get("role") == "assistant":
+            blocks[-1].append(message)
+        else:
+            blocks.append([message])
+    grouped: list[tuple[list[dict[str, Any]], list[list[dict[str, Any]]]]] = []
+    for block in blocks:
+        signature = _block_signature(block)
+        if grouped and signature is not None and _block_signature(grouped[-1][0]) == signature:
+            grouped[-1][1].append(block)
+        else:
+            grouped.append((block, []))
+    return grouped
+
+
+def _call_count(block: list[dict[str, Any]]) -> int:
+    return len(block[0].get("tool_calls") or [])
 
 
 def _checks_table(results: list[CheckResult], descriptions: dict[str, str]) -> str:

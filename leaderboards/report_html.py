@@ -108,7 +108,13 @@ def _section_html(table: LeaderboardTable, heading_level: int) -> str:
 
 
 def render_html(leaderboard: Leaderboard, title: str = "Leaderboard") -> str:
-    parts = [f"<h1>{esc(title)}</h1>", f'<p class="meta">{esc(ACCOUNTING_NOTE)}</p>']
+    count = len(leaderboard.episodes)
+    parts = [
+        f"<h1>{esc(title)}</h1>",
+        f'<p class="meta">{esc(ACCOUNTING_NOTE)}</p>',
+        f'<p><a href="index.html">All {count} episodes</a>: sortable, filterable by environment, scenario, model, '
+        "outcome and termination, each linked to its page.</p>",
+    ]
     heading_level = 2 if len(leaderboard.tables) > 1 else 1
     parts.extend(_section_html(table, heading_level) for table in leaderboard.tables)
     return html_page(title, "\n".join(parts))

@@ -9,8 +9,16 @@ ACCOUNTING_NOTE = (
     "Mean reward is the mean state_reward (checks passed / checks total) over scored episodes; delta reward "
     "counts only checks that were false at reset. Episodes that ended in an infrastructure error are counted "
     "in the infra errors column and kept out of every average. pass^k follows τ-bench: the chance that k "
-    "trials of a task all succeed."
+    "trials of a task all succeed, counted over the trials of one run. Intervals are 95%: Wilson's for the "
+    "success rate, the normal approximation for the mean reward, treating episodes as independent."
 )
+
+
+def fmt_interval(interval: list[float] | None, percent: bool = False) -> str:
+    if not interval:
+        return "–"
+    low, high = interval
+    return f"{100 * low:.1f}–{100 * high:.1f}%" if percent else f"{low:.3f}–{high:.3f}"
 
 
 def md_cell(value: object) -> str:
@@ -23,7 +31,7 @@ def md_cell(value: object) -> str:
 
 
 def table_columns(table: LeaderboardTable) -> list[str]:
-    columns = ["Rank", "Model", "Settings", "Mean reward", "Delta reward", "Success"]
+    columns = ["Rank", "Model", "Settings", "Mean reward", "Delta reward", "Success", "Reward 95% CI", "Success 95% CI"]
     columns += [f"pass^{k}" for k in range(1, table.max_k + 1)]
     columns += [f"domain: {domain}" for domain in table.domains]
     columns += [f"mode: {mode}" for mode in table.modes]
@@ -39,6 +47,8 @@ def row_cells(table: LeaderboardTable, row: LeaderboardRow) -> list[str]:
         fmt_float(row.mean_state_reward),
         fmt_float(row.mean_delta_reward),
         fmt_percent(row.success_rate),
+        fmt_interval(row.reward_ci95),
+        fmt_interval(row.success_ci95, percent=True),
     ]
     cells += [fmt_float(row.pass_hat_k.get(k)) for k in range(1, table.max_k + 1)]
     cells += [fmt_float(row.per_domain.get(domain)) for domain in table.domains]

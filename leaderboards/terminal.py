@@ -10,6 +10,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from rich import box
 from rich.console import Group, RenderableType
 from rich.panel import Panel
 from rich.table import Table
@@ -43,37 +44,67 @@ def plain(value: object, style: str = "", limit: int = MAX_TEXT_CHARS) -> Text:
     return Text(clean(value, limit), style=style)
 
 
-def summary_table(groups: Sequence[GroupSummary], overall: GroupSummary, title: str) -> Table:
+WIDE_TERMINAL = 150
+"""From this width on the run summary is one table; narrower terminals get one table per group of columns."""
+
+
+def _summary_sections(max_k: int) -> list[tuple[str, list[str]]]:
+    sections = [("Results", ["episodes", "scored", "infra err", "state", "delta", "success"])]
+    if max_k:
+        sections.append(("pass^k", [f"pass^{k}" for k in range(1, max_k + 1)]))
+    sections.append(("Effort", ["steps", "tool calls", "tokens/ep", "cost/ep", "cost"]))
+    return sections
+
+
+def _summary_values(summary: GroupSummary, max_k: int) -> dict[str, str]:
+    values = {
+        "episodes": str(summary.episodes),
+        "scored": str(summary.scored),
+        "infra err": str(summary.infra_errors),
+        "state": fmt_float(summary.mean_state_reward),
+        "delta": fmt_float(summary.mean_delta_reward),
+        "success": fmt_percent(summary.success_rate),
+        "steps": fmt_float(summary.mean_steps, 1),
+        "tool calls": fmt_float(summary.mean_tool_calls, 1),
+        "tokens/ep": fmt_tokens(summary.mean_tokens),
+        "cost/ep": fmt_cost(summary.mean_cost_usd),
+        "cost": fmt_cost(summary.total_cost_usd),
+    }
+    values.update({f"pass^{k}": fmt_float(summary.pass_hat_k.get(k)) for k in range(1, max_k + 1)})
+    return values
+
+
+SHORT_HEADERS = {"episodes": "eps", "infra err": "infra", "tool calls": "calls", "tokens/ep": "tok/ep"}
+
+
+def summary_table(
+    groups: Sequence[GroupSummary],
+    overall: GroupSummary,
+    title: str,
+    columns: Sequence[str] | None = None,
+    compact: bool = False,
+) -> Table:
+    """Groups as rows; ``columns`` picks the metrics (default: all of them). ``compact`` saves width: no
+    vertical rules, short headers, and group names that wrap rather than push numbers off the screen."""
     max_k = max((max(g.pass_hat_k, default=0) for g in [*groups, overall]), default=0)
     key_names = list(groups[0].key) if groups else []
-    table = Table(title=title, show_lines=False)
+    wanted = list(columns) if columns is not None else [c for _, cs in _summary_sections(max_k) for c in cs]
+    if compact:
+        table = Table(title=title, show_lines=False, box=box.SIMPLE_HEAD, pad_edge=False)
+    else:
+        table = Table(title=title, show_lines=False)
     for name in key_names:
         longest = max((len(clean(g.key[name], 60)) for g in groups), default=0)
-        table.add_column(name, no_wrap=True, min_width=min(max(longest, len(name)), 60))
-    numeric = ["episodes", "scored", "infra err", "state", "delta", "success"]
-    numeric += [f"pass^{k}" for k in range(1, max_k + 1)]
-    numeric += ["steps", "tool calls", "tokens/ep", "cost/ep", "cost"]
-    for name in numeric:
-        table.add_column(name, justify="right")
+        if compact:
+            table.add_column(name.removesuffix("_id"), overflow="fold")
+        else:
+            table.add_column(name, no_wrap=True, min_width=min(max(longest, len(name)), 60))
+    for name in wanted:
+        table.add_column(SHORT_HEADERS.get(name, name) if compact else name, justify="right", no_wrap=True)
 
     def cells(summary: GroupSummary) -> list[Text]:
-        values = [
-            str(summary.episodes),
-            str(summary.scored),
-            str(summary.infra_errors),
-            fmt_float(summary.mean_state_reward),
-            fmt_float(summary.mean_delta_reward),
-            fmt_percent(summary.success_rate),
-        ]
-        values += [fmt_float(summary.pass_hat_k.get(k)) for k in range(1, max_k + 1)]
-        values += [
-            fmt_float(summary.mean_steps, 1),
-            fmt_float(summary.mean_tool_calls, 1),
-            fmt_tokens(summary.mean_tokens),
-            fmt_cost(summary.mean_cost_usd),
-            fmt_cost(summary.total_cost_usd),
-        ]
-        return [plain(v) for v in values]
+        values = _summary_values(summary, max_k)
+        return [plain(values[name]) for name in wanted]
 
     for group in groups:
         error_style = "red" if group.infra_errors else ""
@@ -81,6 +112,22 @@ def summary_table(groups: Sequence[GroupSummary], overall: GroupSummary, title: 
     table.add_section()
     table.add_row(*[plain("all" if i == 0 else "") for i in range(len(key_names))], *cells(overall), style="bold")
     return table
+
+
+def summary_tables(
+    groups: Sequence[GroupSummary], overall: GroupSummary, title: str, width: int | None = None
+) -> list[Table]:
+    """The summary as one table on a wide terminal, or one table per group of columns (results, pass^k,
+    effort) so that nothing is squeezed to "…" on a narrow one (80 columns)."""
+    if width is None or width >= WIDE_TERMINAL:
+        return [summary_table(groups, overall, title)]
+    max_k = max((max(g.pass_hat_k, default=0) for g in [*groups, overall]), default=0)
+    return [
+        summary_table(
+            groups, overall, f"{title}: {section.lower() if section != 'pass^k' else section}", columns, compact=True
+        )
+        for section, columns in _summary_sections(max_k)
+    ]
 
 
 def leaderboard_view(table: LeaderboardTable) -> Table:
@@ -103,8 +150,11 @@ def leaderboard_view(table: LeaderboardTable) -> Table:
     return view
 
 
-def run_view(manifest: RunManifest, trajectories: Sequence[Trajectory]) -> list[RenderableType]:
-    """The summary of a run: what it ran on, one line per environment and mode, and its failed episodes."""
+def run_view(
+    manifest: RunManifest, trajectories: Sequence[Trajectory], width: int | None = None
+) -> list[RenderableType]:
+    """The summary of a run: what it ran on, one line per environment and mode, and its failed episodes.
+    ``width`` is the terminal's: below ``WIDE_TERMINAL`` the summary is split so every column stays legible."""
     dataset = manifest.dataset
     models = sorted({t.agent.model.model for t in trajectories})
     header = Table.grid(padding=(0, 2))
@@ -125,9 +175,9 @@ def run_view(manifest: RunManifest, trajectories: Sequence[Trajectory]) -> list[
     views: list[RenderableType] = [Panel(header, title="Run", expand=False)]
     if len(models) > 1:
         groups = summarize(trajectories, group_by=("model", "environment_id", "mode"))
-        views.append(summary_table(groups, overall, "By model, environment and mode"))
+        views.extend(summary_tables(groups, overall, "By model, environment and mode", width))
     else:
-        views.append(summary_table(summarize(trajectories), overall, "By environment and mode"))
+        views.extend(summary_tables(summarize(trajectories), overall, "By environment and mode", width))
     failed = [t for t in trajectories if t.infra_error or (t.reward is not None and not t.reward.success)]
     if failed:
         listing = Table(title=f"Failed episodes (first {min(len(failed), FAILED_EPISODES_LISTED)} of {len(failed)})")

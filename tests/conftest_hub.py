@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from harness.schema import (
@@ -271,7 +272,7 @@ def sft_rows() -> dict[str, list[dict[str, Any]]]:
             ],
             "tools": [{"type": "function", "function": {"name": "cancel_order", "parameters": {"type": "object"}}}],
             "scenario_id": f"scenario_{i:05d}",
-            "reward": 1.0,
+            "state_reward": 1.0,
         }
         for i in range(3)
     ]
@@ -291,28 +292,48 @@ def sft_rows() -> dict[str, list[dict[str, Any]]]:
 
 
 def leaderboard_rows() -> list[dict[str, Any]]:
-    return [
-        {
-            "rank": 1,
-            "model": "qwen3-8b",
-            "mode": "nonconv",
-            "success_rate": 0.5,
-            "episodes": 4,
-            "ci95": [0.2, 0.8],
-            "per_domain": {"retail": 0.5},
-            "dataset": "envharness-tests/library@abc",
-        },
-        {
-            "rank": 2,
-            "model": "local",
-            "mode": "nonconv",
-            "success_rate": 0.25,
-            "episodes": 4,
-            "ci95": [0.05, 0.6],
-            "per_domain": {"retail": 0.25},
-            "dataset": "envharness-tests/library@abc",
-        },
+    """Rows as `harness leaderboard build` writes them to leaderboard.jsonl (JSON: pass^k keys are text)."""
+    from leaderboards.aggregate import LeaderboardRow
+
+    common = {
+        "settings": "temperature=0",
+        "dataset_source": "envharness-tests/library",
+        "dataset_revision": "a" * 40,
+        "dataset_fingerprint": "f" * 16,
+        "episodes": 4,
+        "scored": 4,
+        "infra_errors": 0,
+        "tasks": 2,
+        "terminations": {"agent_done": 4},
+        "per_mode": {"nonconv": 0.5},
+    }
+    rows = [
+        LeaderboardRow(
+            rank=1,
+            model="qwen3-8b",
+            settings_id="s1",
+            agent=AgentSettings(model=ModelSettings(model="qwen3-8b", temperature=0.0, extra={"top_k": 20})),
+            runs=["run-1", "run-2"],
+            success_rate=0.5,
+            mean_state_reward=0.75,
+            pass_hat_k={1: 0.5, 2: 0.25},
+            per_domain={"retail": 0.5, "travel": None},
+            **common,
+        ),
+        LeaderboardRow(
+            rank=2,
+            model="local",
+            settings_id="s2",
+            agent=AgentSettings(model=ModelSettings(model="local")),
+            user=AgentSettings(role="user", model=ModelSettings(model="local")),
+            runs=["run-3"],
+            success_rate=0.25,
+            pass_hat_k={1: 0.25},
+            per_domain={"retail": 0.25},
+            **common,
+        ),
     ]
+    return [orjson.loads(row.model_dump_json()) for row in rows]
 
 
 def write_run_folder(folder: Path, trajectories: list[Trajectory], manifest: RunManifest) -> Path:

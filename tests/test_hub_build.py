@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import orjson
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
@@ -15,7 +17,6 @@ from harness.hub import (
     build_library,
     build_sft,
     build_trajectories,
-    generic_rows_to_table,
     is_hub_folder,
     load_records_folder,
     read_records_folder,
@@ -23,8 +24,10 @@ from harness.hub import (
     rows_to_records,
     table_rows_to_generic,
 )
+from harness.hub.projection import PROJECTIONS, RowSchemaError, records_to_table
 from harness.hub.sources import SourceError
 from harness.library import load_library
+from leaderboards.aggregate import LeaderboardRow
 from tests.conftest_hub import (
     all_file_bytes,
     hf_datasets,
@@ -59,29 +62,91 @@ def test_rows_round_trip_to_equal_records(record_type, records):
     assert rows_to_records(rows, record_type) == records
 
 
-def test_environment_rows_keep_code_as_plain_text_and_nested_values_as_json():
+def test_environment_rows_keep_code_as_text_nested_records_typed_and_free_form_values_as_json():
     environment = make_environment(0)
     row = records_to_rows([environment], "environment")[0]
     assert row["code"] == environment.code
     assert row["rules"] == environment.rules
-    assert row["tools_json"].startswith('[{"type":"function"')
-    assert "tools" not in row
+    assert row["state_entities"] == [
+        {"name": "Order", "attributes": ["order_id", "status"], "description": "An order."}
+    ]
+    function = row["tools"][0]["function"]
+    assert function["name"] == "get_order" and function["description"] == "Look an order up."
+    assert orjson.loads(function["parameters"])["required"] == ["order_id"]  # a JSON schema is free-form
+    assert orjson.loads(row["provenance"]["details"]) == {"attempts": 2, "score": 0.875}
+    assert not any(name.endswith("_json") for name in row)
 
 
-def test_generic_rows_round_trip_with_typed_scalars():
+def test_trajectory_rows_have_typed_messages_steps_and_checks():
+    row = records_to_rows([make_trajectory(0)], "trajectory")[0]
+    roles = [m["role"] for m in row["messages"]]
+    assert roles == ["system", "user", "assistant", "tool", "assistant"]
+    assert row["messages"][2]["tool_calls"][0]["function"] == {
+        "name": "cancel_order",
+        "arguments": '{"order_id":"O-1"}',
+    }
+    assert row["messages"][3]["tool_call_id"] == "call_1"
+    assert row["steps"][0]["call"]["name"] == "cancel_order"
+    assert row["steps"][1]["observation"]["kind"] == "unknown_tool"
+    assert row["check_results"] == [
+        {"check_id": "cancelled", "passed": True, "value": None, "error": None, "passed_at_reset": False}
+    ]
+    assert row["usage"][0]["role"] == "agent" and row["usage"][0]["prompt_tokens"] == 120
+
+
+def test_every_config_has_one_fixed_schema_whatever_the_rows():
+    """Column names and types never depend on the data (v1 named a column `user` or `user_json` by its values)."""
+    with_user = records_to_table([make_trajectory(1)], "trajectory").schema
+    without_user = records_to_table([make_trajectory(0)], "trajectory").schema
+    assert with_user == without_user == PROJECTIONS["trajectory"].schema
+
+
+def test_messages_with_unusual_keys_round_trip_through_extra():
+    trajectory = make_trajectory(0)
+    odd = {"role": "assistant", "content": [{"type": "text", "text": "hi"}], "refusal": None, "audio": {"id": "a"}}
+    changed = trajectory.model_copy(update={"messages": [*trajectory.messages, odd]})
+    rows = records_to_rows([changed], "trajectory")
+    assert rows[0]["messages"][-1]["content"] is None and rows[0]["messages"][-1]["extra"]
+    assert rows_to_records(rows, "trajectory") == [changed]
+
+
+def test_leaderboard_rows_fit_their_schema_and_read_back():
     rows = leaderboard_rows()
-    table, _layout = generic_rows_to_table(rows)
+    table = records_to_table(rows, "leaderboard")
     assert str(table.schema.field("rank").type) == "int64"
-    assert str(table.schema.field("success_rate").type) == "double"
-    assert "per_domain_json" in table.column_names
-    assert table_rows_to_generic(table.to_pylist()) == rows
+    assert str(table.schema.field("pass_hat_k").type) == "list<item: struct<k: int64, value: double>>"
+    back = rows_to_records(table.to_pylist(), "leaderboard")
+    assert [LeaderboardRow.model_validate(r) for r in back] == [LeaderboardRow.model_validate(r) for r in rows]
 
 
-def test_generic_keys_ending_in_json_stay_unambiguous():
-    rows = [{"payload_json": "not json text", "n": 1}]
-    table, _ = generic_rows_to_table(rows)
-    assert table.column_names == ["payload_json_json", "n"]
-    assert table_rows_to_generic(table.to_pylist()) == rows
+def test_a_row_outside_the_fixed_schema_is_refused_with_its_number():
+    rows = [*leaderboard_rows(), {"model": "x", "ci95": [0.1, 0.2]}]
+    with pytest.raises(RowSchemaError, match=r"row 3: 'ci95' not in the fixed leaderboard schema"):
+        records_to_rows(rows, "leaderboard")
+
+
+def test_layout_1_folders_still_load(tmp_path):
+    """Layout 1 stored nested values as JSON text in `<field>_json` columns; they still read back."""
+    scenarios = [make_scenario(i) for i in range(3)]
+    rows = []
+    for scenario in scenarios:
+        data = scenario.model_dump(mode="json")
+        row = {k: v for k, v in data.items() if k in ("schema_version", "id", "environment_id", "task", "difficulty")}
+        row["tags"] = data["tags"]
+        for name in ("initial_state", "user_profile", "checks", "reference_actions", "gold_final_state", "provenance"):
+            row[name + "_json"] = orjson.dumps(data[name]).decode()
+        rows.append(row)
+    folder = tmp_path / "v1"
+    (folder / "data" / "scenarios").mkdir(parents=True)
+    meta = {b"envharness": b'{"config": "scenarios", "record_type": "scenario", "schema_version": "1.0"}'}
+    table = pa.Table.from_pylist(rows).replace_schema_metadata(meta)
+    pq.write_table(table, folder / "data" / "scenarios" / "train-00000-of-00001.parquet")
+    (folder / "README.md").write_text(
+        "---\nconfigs:\n- config_name: scenarios\n  data_files:\n  - split: train\n    path: data/scenarios/*.parquet\n---\n"
+    )
+    assert read_records_folder(folder).configs["scenarios"] == scenarios
+    sft_v1 = [{"messages_json": '[{"role": "user", "content": "hi"}]', "n": 1}]
+    assert table_rows_to_generic(sft_v1) == [{"messages": [{"role": "user", "content": "hi"}], "n": 1}]
 
 
 def test_library_build_writes_two_configs_and_a_documented_card(tmp_path):
@@ -95,14 +160,20 @@ def test_library_build_writes_two_configs_and_a_documented_card(tmp_path):
     assert meta["configs"][1]["data_files"] == [
         {"split": "train", "path": ["data/scenarios/train-00000-of-00001.parquet"]}
     ]
-    assert meta["license"] == "apache-2.0"
+    assert meta["license"] == "apache-2.0" and meta["language"] == ["en"]
     assert meta["size_categories"] == ["n<1K"]
+    info = {entry["config_name"]: entry for entry in meta["dataset_info"]}
+    assert info["scenarios"]["splits"] == [
+        {"name": "train", "num_bytes": info["scenarios"]["dataset_size"], "num_examples": 5}
+    ]
+    assert hf_datasets.Features._from_yaml_list(info["environments"]["features"]) == PROJECTIONS["environment"].features
     assert "reinforcement-learning" in meta["task_categories"]
     assert "tool-use" in meta["tags"]
     assert 'load_dataset("acme/library", "environments"' in card
     assert "harness run --envs acme/library" in card
-    for column in ("`code`", "`tools_json`", "`initial_state_json`", "`checks_json`"):
+    for column in ("`code`", "`tools`", "`initial_state`", "`checks`"):
         assert column in card
+    assert "Example row" in card and "placeholder" not in card.lower()
     assert "EnvScaler: Scaling Tool-Interactive Environments for LLM Agent via Programmatic Synthesis" in card
     assert "EnvFactory: Scaling Tool-Use Agents via Executable Environments Synthesis and Robust RL" in card
     assert "## Provenance" in card and "3 environments" in card
@@ -112,6 +183,8 @@ def test_library_build_writes_two_configs_and_a_documented_card(tmp_path):
         "data/scenarios/train-00000-of-00001.parquet",
     ]
     schema = pq.read_schema(tmp_path / "out" / "data" / "environments" / "train-00000-of-00001.parquet")
+    stamp = orjson.loads(schema.metadata[b"envharness"])
+    assert stamp["layout_version"] == "2" and stamp["schema_version"] == environments[0].schema_version == "1.0"
     assert str(schema.field("code").type) == "string"
     assert str(schema.field("rules").type) == "list<element: string>"
 
@@ -151,7 +224,10 @@ def test_trajectories_sft_and_leaderboard_folders_read_back(tmp_path):
     assert read_records_folder(tmp_path / "sft").configs == sft_rows()
 
     build_leaderboard(leaderboard_rows(), "# Results\n\nqwen3-8b leads.", tmp_path / "board", "acme/board")
-    assert read_records_folder(tmp_path / "board").configs["leaderboard"] == leaderboard_rows()
+    board = read_records_folder(tmp_path / "board").configs["leaderboard"]
+    assert [LeaderboardRow.model_validate(r) for r in board] == [
+        LeaderboardRow.model_validate(r) for r in leaderboard_rows()
+    ]
     assert "qwen3-8b leads." in (tmp_path / "board" / "README.md").read_text()
 
 
@@ -176,3 +252,16 @@ def test_sources_are_checked(tmp_path: Path):
 def test_no_token_in_built_files(tmp_path):
     build_library([make_environment(0)], [make_scenario(0)], tmp_path / "lib", "acme/library")
     assert TEST_TOKEN.encode() not in all_file_bytes(tmp_path / "lib")
+
+
+def test_a_library_republished_from_a_card_keeps_its_license_unless_told(tmp_path):
+    build_library([make_environment(0)], [make_scenario(0)], tmp_path / "source", "acme/source", license="cc-by-4.0")
+    kept = build_from_source("environments", tmp_path / "source", tmp_path / "kept", "acme/copy")
+    assert kept.card.license == "cc-by-4.0"
+    assert front_matter((tmp_path / "kept" / "README.md").read_text())["license"] == "cc-by-4.0"
+    told = build_from_source("environments", tmp_path / "source", tmp_path / "told", "acme/copy", license="mit")
+    assert told.card.license == "mit"
+    from harness.library import SEED_LIBRARY
+
+    seed = build_from_source("environments", SEED_LIBRARY, tmp_path / "seed", "acme/seed")
+    assert seed.card.license == "apache-2.0"  # no card to take it from

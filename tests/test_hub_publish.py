@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
@@ -21,10 +22,11 @@ from harness.hub import (
     load_hub_records,
     load_library_from_hub,
     rows_to_records,
-    table_rows_to_generic,
     upload_built,
 )
+from harness.hub.projection import PROJECTIONS
 from harness.library import load_library
+from leaderboards.aggregate import LeaderboardRow
 from tests import conftest_hub
 from tests.conftest_hub import (
     all_file_bytes,
@@ -103,17 +105,64 @@ def test_trajectories_round_trip(hub, repo_id, tmp_path):
 def test_sft_round_trip_one_config_per_file(hub, repo_id, tmp_path):
     files = sft_rows()
     upload_built(build_sft(files, tmp_path / "b", repo_id))
-    for name, rows in files.items():
-        assert table_rows_to_generic(hub_rows(repo_id, name)) == rows
+    assert rows_to_records(hub_rows(repo_id, "chat_nonconv"), "sft_chat") == files["chat_nonconv"]
+    assert rows_to_records(hub_rows(repo_id, "sharegpt"), "sft_sharegpt") == files["sharegpt"]
     assert load_hub_records(repo_id).configs == files
+
+
+def test_sft_chat_config_is_conversational_for_trl(hub, repo_id, tmp_path):
+    """TRL's SFTTrainer takes the chat config as it loads: a `messages` list of structs plus `tools` JSON."""
+    from trl.data_utils import is_conversational, is_conversational_from_value
+
+    upload_built(build_sft(sft_rows(), tmp_path / "b", repo_id))
+    dataset = hf_datasets.load_dataset(repo_id, "chat_nonconv", split="train")
+    assert dataset.features["messages"].feature["role"] == hf_datasets.Value("string")
+    example = dataset[0]
+    assert is_conversational(example)
+    assert example["messages"][2]["tool_calls"][0]["function"]["name"] == "cancel_order"
+    assert json.loads(example["tools"])[0]["function"]["name"] == "cancel_order"
+    sharegpt = hf_datasets.load_dataset(repo_id, "sharegpt", split="train")[0]
+    assert is_conversational_from_value(sharegpt)
+    entry = json.loads(Path(HfApi().hf_hub_download(repo_id, "dataset_info.json", repo_type="dataset")).read_text())
+    (_name, llamafactory), *_ = entry.items()
+    assert llamafactory["hf_hub_url"] == repo_id and llamafactory["subset"] == "sharegpt"
+    assert llamafactory["formatting"] == "sharegpt" and llamafactory["columns"]["messages"] == "conversations"
+
+
+def test_every_config_loads_with_its_declared_features(hub, repo_id, tmp_path):
+    environments, scenarios = library()
+    upload_built(build_library(environments, scenarios, tmp_path / "lib", repo_id))
+    runs = f"{repo_id}-runs"
+    upload_built(build_trajectories([make_trajectory(i) for i in range(4)], make_manifest(), tmp_path / "r", runs))
+    sft = f"{repo_id}-sft"
+    upload_built(build_sft(sft_rows(), tmp_path / "s", sft))
+    board = f"{repo_id}-board"
+    upload_built(build_leaderboard(leaderboard_rows(), None, tmp_path / "l", board))
+    expected = {
+        (repo_id, "environments"): "environment",
+        (repo_id, "scenarios"): "scenario",
+        (runs, "trajectories"): "trajectory",
+        (runs, "manifest"): "run_manifest",
+        (sft, "chat_nonconv"): "sft_chat",
+        (sft, "sharegpt"): "sft_sharegpt",
+        (board, "leaderboard"): "leaderboard",
+    }
+    for (repo, config), record_type in expected.items():
+        dataset = hf_datasets.load_dataset(repo, config, split="train")
+        assert dataset.features == PROJECTIONS[record_type].features, (repo, config)
+        builder = hf_datasets.load_dataset_builder(repo, config)
+        assert builder.info.features == PROJECTIONS[record_type].features  # from the card's dataset_info
 
 
 def test_leaderboard_round_trip_with_report_in_card(hub, repo_id, tmp_path):
     rows = leaderboard_rows()
     upload_built(build_leaderboard(rows, "# Leaderboard\n\n| model | success |\n", tmp_path / "b", repo_id))
-    assert table_rows_to_generic(hub_rows(repo_id, "leaderboard")) == rows
+    back = rows_to_records(hub_rows(repo_id, "leaderboard"), "leaderboard")
+    assert [LeaderboardRow.model_validate(r) for r in back] == [LeaderboardRow.model_validate(r) for r in rows]
     card = Path(HfApi().hf_hub_download(repo_id, "README.md", repo_type="dataset")).read_text()
     assert "| model | success |" in card
+    assert "`pass_hat_k`" in card and "pass^k (τ-bench)" in card
+    assert "source_datasets:\n- envharness-tests/library" in card
 
 
 def test_second_identical_publish_makes_no_commit(hub, repo_id, tmp_path):
@@ -256,7 +305,7 @@ def test_cli_publish_builds_uploads_and_is_idempotent(hub, repo_id, tmp_path):
     hub.faults.fail("commit", status=500)
     failed = runner.invoke(app, ["publish", "trajectories", str(changed), "--repo", repo_id, "--branch", "retry"])
     assert failed.exit_code == 1
-    assert "Publish failed" in failed.output and "kept in" in failed.output
+    assert "Publish failed" in failed.output and "Re-run the same command to resume" in failed.output
     assert hub.commit_count(repo_id, revision="retry") == commits
     resumed = runner.invoke(app, ["publish", "trajectories", str(changed), "--repo", repo_id, "--branch", "retry"])
     assert resumed.exit_code == 0, resumed.output

@@ -225,7 +225,8 @@ def test_episode_page_shows_checks_calls_observations_and_diffs() -> None:
     trajectory = make_trajectory("ep", state_reward=0.5, tool_calls=2, failing_check_error="KeyError: 'x'")
     page = render_trajectory_html(trajectory)
     assert page.count("FAILED") == 2 and page.count('class="pass">passed') == 2
-    assert page.count("cancel_order") >= 4  # two calls, two tool messages
+    assert page.count("cancel_order") >= 2  # the call and its tool message; the identical second one collapses
+    assert "repeated once more" in page
     assert "orders › O-1 › status" in page and "&quot;pending&quot;" in page
     assert "observation: " in page and ">ok<" in page
     assert "KeyError: &#x27;x&#x27;" in page
@@ -304,7 +305,7 @@ def test_cli_publish_puts_rows_and_table_on_the_hub(
     import pyarrow.parquet as pq
     from huggingface_hub import HfApi
 
-    from harness.hub import table_rows_to_generic
+    from harness.hub import rows_to_records
 
     out = tmp_path / "board"
     runner = CliRunner()
@@ -318,12 +319,17 @@ def test_cli_publish_puts_rows_and_table_on_the_hub(
     api = HfApi()
     shards = sorted(f for f in api.list_repo_files(repo_id, repo_type="dataset") if f.startswith("data/leaderboard/"))
     assert shards and all(shard.endswith(".parquet") for shard in shards)
-    hub_rows = table_rows_to_generic(
-        row
-        for shard in shards
-        for row in pq.read_table(api.hf_hub_download(repo_id, shard, repo_type="dataset")).to_pylist()
+    hub_rows = rows_to_records(
+        (
+            row
+            for shard in shards
+            for row in pq.read_table(api.hf_hub_download(repo_id, shard, repo_type="dataset")).to_pylist()
+        ),
+        "leaderboard",
     )
-    assert hub_rows == local_rows
+    assert [LeaderboardRow.model_validate(r) for r in hub_rows] == [
+        LeaderboardRow.model_validate(r) for r in local_rows
+    ]
     assert [LeaderboardRow.model_validate(row).model for row in hub_rows] == ["model-a", "model-b"]
     card = Path(api.hf_hub_download(repo_id, "README.md", repo_type="dataset")).read_text()
     assert "| Rank | Model | Settings | Mean reward |" in card
@@ -363,7 +369,8 @@ def test_empty_and_all_error_runs_build_cleanly(tmp_path: Path) -> None:
     assert row.pass_hat_k == {}
     html = (tmp_path / "out" / "report.html").read_text()
     assert "These runs hold no episodes yet." in html
-    assert html.count("data:image/png;base64,") == 4
+    # Nothing was scored or paid for: only the terminations plot says something; the others are skipped.
+    assert html.count("data:image/png;base64,") == 1
     assert "| 1 | model-a |" in (tmp_path / "out" / "report.md").read_text()
 
 
@@ -398,3 +405,105 @@ def test_one_set_in_two_folders_is_one_set(tmp_path: Path) -> None:
     unfingerprinted = write_run(tmp_path / "bare", [make_trajectory("z")], dataset=DatasetRef(source="org/seed"))
     with pytest.raises(DatasetMismatchError):
         build_leaderboard([there, unfingerprinted])
+
+
+def test_runs_with_different_transports_or_step_limits_are_never_one_row(tmp_path: Path) -> None:
+    direct = write_run(tmp_path / "direct", [make_trajectory("d1"), make_trajectory("d2", scenario_id="s2")])
+    over_mcp = write_run(
+        tmp_path / "mcp",
+        [make_trajectory("m1", state_reward=0.0), make_trajectory("m2", scenario_id="s2", state_reward=0.0)],
+        config={"mcp": "http://127.0.0.1:8765/mcp"},
+    )
+    capped = write_run(tmp_path / "capped", [make_trajectory("c1")], config={"max_steps": 5})
+    rows = build_leaderboard([direct, over_mcp, capped]).rows
+    assert len(rows) == 3 and len({row.settings_id for row in rows}) == 3
+    labels = {row.runs[0]: row.settings for row in rows}
+    assert "via MCP" in labels["mcp"] and "via MCP" not in labels["direct"]
+    assert "max_steps=5" in labels["capped"]
+    assert {row.runs[0]: row.mean_state_reward for row in rows} == {"direct": 1.0, "mcp": 0.0, "capped": 1.0}
+
+
+def test_pass_hat_k_counts_the_trials_of_one_run(tmp_path: Path) -> None:
+    """Two runs of one setting with one trial each are two samples of pass^1, not two trials of a task."""
+    first = write_run(tmp_path / "first", [make_trajectory("a", state_reward=1.0)])
+    second = write_run(tmp_path / "second", [make_trajectory("b", state_reward=0.0)])
+    [row] = build_leaderboard([first, second]).rows
+    assert row.runs == ["first", "second"]
+    assert row.pass_hat_k == {1: 0.5}
+    trials = write_run(
+        tmp_path / "trials", [make_trajectory("c", trial=0), make_trajectory("d", trial=1, state_reward=0.0)]
+    )
+    [row] = build_leaderboard([trials]).rows
+    assert row.pass_hat_k == {1: 0.5, 2: 0.0}
+
+
+def test_plots_that_would_say_nothing_are_skipped_and_intervals_are_shown(tmp_path: Path) -> None:
+    free = [make_trajectory(f"e{i}", scenario_id=f"s{i}", cost_usd=0.0, state_reward=i % 2) for i in range(6)]
+    run = write_run(tmp_path / "free", free)
+    board = build_leaderboard([run])
+    [row] = board.rows
+    assert row.success_ci95 is not None and row.success_ci95[0] < 0.5 < row.success_ci95[1]
+    assert row.reward_ci95 is not None and row.reward_ci95[0] < 0.5 < row.reward_ci95[1]
+    write_leaderboard(board, tmp_path / "out")
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert "cost per episode against mean state reward" not in html  # every cost is 0
+    assert "pass^k" not in html.split("<figure>", 1)[-1].split("</div>", 1)[0]  # one trial: no curve
+    markdown = (tmp_path / "out" / "report.md").read_text()
+    assert "Success 95% CI" in markdown and "%" in markdown.split("Success 95% CI", 1)[1]
+
+
+def _scenario_with_reference() -> Scenario:
+    from harness.schema import ReferenceAction
+
+    return Scenario(
+        id="s1",
+        environment_id="retail_orders",
+        initial_state={},
+        task="Cancel order O-1.",
+        checks=[
+            Check(id=f"c{i}", description=f"check {i}", source="def check(a, b):\n    return True\n") for i in range(4)
+        ],
+        reference_actions=[
+            ReferenceAction(name="cancel_order", arguments={"order_id": "O-1"}),
+            ReferenceAction(name="notify_customer", arguments={"order_id": "O-1"}),
+        ],
+    )
+
+
+def test_episode_page_shows_reference_actions_beside_calls_and_collapses_repeats() -> None:
+    html = render_trajectory_html(make_trajectory("rep", tool_calls=4), _scenario_with_reference())
+    assert html.count('class="call"') == 1  # four identical calls with identical results, shown once
+    assert "repeated 3 more times" in html
+    assert "Steps not shown" not in html
+    reference = html.split('<table class="reference">', 1)[1].split("</table>", 1)[0]
+    assert reference.count("<tr>") == 5  # header + max(2 reference actions, 4 calls)
+    assert reference.count(">same<") == 1 and reference.count(">differs<") == 1
+    assert "notify_customer" in reference
+
+
+def test_checks_of_an_unscored_episode_are_not_evaluated_rather_than_failed() -> None:
+    trajectory = make_trajectory("infra", termination=TerminationReason.INFRA_ERROR)
+    html = render_trajectory_html(trajectory, _scenario_with_reference())
+    assert html.count("not evaluated") == 4 and "FAILED" not in html
+    assert "infra_error: sandbox worker died" in html
+
+
+def test_show_is_readable_at_80_columns(runs: dict[str, Path]) -> None:
+    """The real CLI in an 80-column terminal: every number is printed whole, nothing squeezed to "…"."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    result = subprocess.run(
+        [sys.executable, "-c", "from harness.cli import main; main()", "show", str(runs["a"])],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "PYTHONPATH": str(root), "COLUMNS": "80", "TERM": "xterm"},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    assert "…" not in result.stdout
+    for header in ("success", "pass^1", "pass^2", "tok/ep", "cost/ep"):
+        assert header in result.stdout
+    assert "62.5%" in result.stdout and "0.688" in result.stdout  # the run's overall success and mean reward

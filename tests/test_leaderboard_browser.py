@@ -125,7 +125,8 @@ def test_report_renders_without_console_errors(report_dir: Path, tmp_path: Path)
 
 
 def test_episode_page_renders_without_console_errors(report_dir: Path, tmp_path: Path) -> None:
-    assert len(list((report_dir / "episodes").glob("*.html"))) == 5
+    # every episode has a page (model-a: 9 episodes, model-b: 8), not only the failure lists' examples
+    assert len(list((report_dir / "episodes").glob("*.html"))) == 17
     # this page carries the model's markup in a message and in a check's error
     page = report_dir / "episodes" / episode_file_name("model-a-s3-nonconv-0")
     completed = _run_chromium(page, tmp_path / "profile", "--dump-dom")
@@ -176,3 +177,49 @@ def test_html_report_lists_each_run_with_links(report_dir: Path) -> None:
     assert re.search(r"<h3>Run run-a \(model-a\)</h3>", report)
     assert re.search(r"<h3>Run run-b \(model-b\)</h3>", report)
     assert 'href="episodes/model-a-s3-nonconv-0.html"' in report
+
+
+def _visible_index_rows(dom_html: str) -> list[dict[str, str]]:
+    """The index rows Chromium left visible (the script marks filtered rows `hidden`), in DOM order."""
+    rows = []
+    for match in re.finditer(r"<tr ([^>]*data-outcome[^>]*)>(.*?)</tr>", dom_html, re.DOTALL):
+        attributes = dict(re.findall(r'([\w-]+)="([^"]*)"', match.group(1)))
+        if re.search(r"(^|\s)hidden(=|\s|$)", match.group(1)):
+            continue
+        reward = re.search(r'data-key="reward" data-value="([^"]*)"', match.group(2))
+        link = re.search(r'href="([^"]+)"', match.group(2))
+        rows.append({**attributes, "reward": reward.group(1) if reward else "", "href": link.group(1) if link else ""})
+    return rows
+
+
+def test_index_lists_every_episode_and_filters_and_sorts_in_chromium(report_dir: Path, tmp_path: Path) -> None:
+    index = report_dir / "index.html"
+    assert 'href="index.html"' in (report_dir / "report.html").read_text()
+    completed = _run_chromium(index, tmp_path / "all", "--dump-dom")
+    assert _console_messages(completed.stderr) == []  # the script runs under the page's CSP, by its hash
+    every = _visible_index_rows(completed.stdout)
+    assert len(every) == 17
+    assert all((report_dir / row["href"]).is_file() for row in every)
+
+    url = index.resolve().as_uri() + "#outcome=failure&environment=retail_orders&sort=-reward"
+    command = [
+        _chromium(),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        f"--user-data-dir={tmp_path / 'filtered'}",
+        "--enable-logging=stderr",
+        "--v=0",
+        "--dump-dom",
+        url,
+    ]
+    filtered = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert filtered.returncode == 0 and _console_messages(filtered.stderr) == []
+    shown = _visible_index_rows(filtered.stdout)
+    assert shown and all(r["data-outcome"] == "failure" and r["data-environment"] == "retail_orders" for r in shown)
+    expected = [r for r in every if r["data-outcome"] == "failure" and r["data-environment"] == "retail_orders"]
+    assert len(shown) == len(expected)
+    rewards = [float(r["reward"]) for r in shown]
+    assert rewards == sorted(rewards, reverse=True)
+    assert f'<span id="shown">{len(shown)}</span>' in filtered.stdout

@@ -70,7 +70,7 @@ def test_imported_ids_read_naturally_and_stay_unique(tmp_path: Path) -> None:
 def test_imported_library_runs_under_envscaler_rules_and_leaves_out_invalid_scenarios(tmp_path: Path) -> None:
     library = imported_library(tmp_path)
     run_dir = tmp_path / "run"
-    result = harness("run", "--envs", str(library), "--model", "oracle", "--agent", "oracle", "--out", str(run_dir))
+    result = harness("run", "--envs", str(library), "--agent", "oracle", "--out", str(run_dir))
     assert result.returncode == 0, result.stderr
     assert "env_900_rl-task_2" in result.stderr and "invalid" in result.stderr
     assert "Traceback" not in result.stderr
@@ -87,7 +87,7 @@ def test_imported_library_runs_under_envscaler_rules_and_leaves_out_invalid_scen
 def test_rules_flag_overrides_the_suggestion_and_include_invalid_runs_everything(tmp_path: Path) -> None:
     library = imported_library(tmp_path)
     run_dir = tmp_path / "run"
-    args = ["run", "--envs", str(library), "--model", "oracle", "--agent", "oracle", "--out", str(run_dir)]
+    args = ["run", "--envs", str(library), "--agent", "oracle", "--out", str(run_dir)]
     result = harness(*args, "--rules", "harness", "--include-invalid")
     assert result.returncode == 0, result.stderr
     config = manifest(run_dir)
@@ -101,7 +101,7 @@ def test_rules_flag_overrides_the_suggestion_and_include_invalid_runs_everything
 def test_a_run_of_only_invalid_scenarios_is_refused_naming_them(tmp_path: Path) -> None:
     library = imported_library(tmp_path)
     run_dir = tmp_path / "run"
-    result = harness("run", "--envs", str(library), "--model", "oracle", "--agent", "oracle", "--out", str(run_dir),
+    result = harness("run", "--envs", str(library), "--agent", "oracle", "--out", str(run_dir),
                      "--scenario", "env_900_rl-task_2")  # fmt: skip
     assert result.returncode == 2
     assert "every selected scenario is invalid (env_900_rl-task_2)" in result.stderr
@@ -127,7 +127,7 @@ def test_serve_refuses_an_invalid_scenario_naming_it(tmp_path: Path) -> None:
 def test_sft_rolls_out_under_the_rules_and_keeps_what_they_reward(tmp_path: Path) -> None:
     library = imported_library(tmp_path)
     out = tmp_path / "sft"
-    args = ["sft", "--teacher", "oracle", "--agent", "oracle", "--envs", str(library), "--out", str(out)]
+    args = ["sft", "--teacher", "local", "--agent", "oracle", "--envs", str(library), "--out", str(out)]
     result = harness(*args, "--mode", "nonconv", "--attempts", "1", "--min-reward", "0.5", "--rules", "harness")
     assert result.returncode == 0, result.stderr
     config = manifest(out / "rollouts")
@@ -139,7 +139,7 @@ def test_sft_rolls_out_under_the_rules_and_keeps_what_they_reward(tmp_path: Path
     assert rows[0]["messages"][0]["content"].startswith("A library lending desk.")  # the harness prompt
 
     envscaler = tmp_path / "sft-envscaler"
-    args = ["sft", "--teacher", "oracle", "--agent", "oracle", "--envs", str(library), "--out", str(envscaler)]
+    args = ["sft", "--teacher", "local", "--agent", "oracle", "--envs", str(library), "--out", str(envscaler)]
     result = harness(*args, "--mode", "nonconv", "--attempts", "1", "--min-reward", "0.5")
     assert result.returncode == 0, result.stderr
     assert manifest(envscaler / "rollouts")["rules"] == "envscaler"  # the imported library's suggestion

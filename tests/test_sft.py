@@ -139,6 +139,9 @@ def test_parallel_calls_merge_into_one_observation_and_split_per_turn():
     )
     row = to_sharegpt_row(trajectory, keep_reasoning=True)
     assert [t["from"] for t in row["conversations"]] == ["human", "function_call", "observation", "gpt"]
+    call_turn = row["conversations"][1]["value"]
+    assert call_turn.startswith("<think>\nplan\n</think>\n")  # reasoning kept where LlamaFactory reads it
+    assert [c["name"] for c in orjson.loads(call_turn.split("</think>\n", 1)[1])] == ["x", "y"]
     assert orjson.loads(row["conversations"][2]["value"]) == [{"success": True}, {"success": False}]
     assert row["conversations"][3]["value"].startswith("<think>\nchecked")
     assert "<think>" not in to_sharegpt_row(trajectory, keep_reasoning=False)["conversations"][3]["value"]
@@ -176,3 +179,78 @@ def test_export_without_reasoning_drops_it(tmp_path):
     export([trajectory], tmp_path, keep_reasoning=False)
     assert b"secret plan" not in (tmp_path / "messages.jsonl").read_bytes()
     assert b"secret plan" not in (tmp_path / "sharegpt.jsonl").read_bytes()
+
+
+def test_text_on_a_tool_call_turn_is_kept(tmp_path):
+    trajectory = bare_trajectory().model_copy(
+        update={
+            "messages": [
+                {"role": "user", "content": "cancel it"},
+                {
+                    "role": "assistant",
+                    "content": "Let me look the order up first.",
+                    "tool_calls": [{"id": "a", "type": "function", "function": {"name": "get", "arguments": "{}"}}],
+                },
+                {"role": "tool", "tool_call_id": "a", "content": "{}"},
+                {"role": "assistant", "content": "Done."},
+            ]
+        }
+    )
+    value = to_sharegpt_row(trajectory)["conversations"][1]["value"]
+    assert value.startswith("<think>\nLet me look the order up first.\n</think>\n")
+    assert orjson.loads(value.split("</think>\n", 1)[1]) == {"name": "get", "arguments": {}}
+
+
+def test_tokens_per_sample_are_the_samples_length_not_the_teachers_usage(tmp_path):
+    from harness.schema import RewardBreakdown, Usage
+
+    def scored(text: str):
+        return bare_trajectory().model_copy(
+            update={
+                "episode_id": text[:8],
+                "scenario_id": text[:8],
+                "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": text}],
+                "reward": RewardBreakdown(state_reward=1.0, success=True, checks_passed=1, checks_total=1),
+                "usage": {"agent": Usage(requests=9, prompt_tokens=90_000, completion_tokens=9_000)},
+            }
+        )
+
+    stats = export([scored("short answer"), scored("a much longer answer " * 40)], tmp_path)
+    rows = [orjson.loads(line) for line in (tmp_path / "messages.jsonl").read_bytes().splitlines()]
+    short, long = (row["tokens"] for row in rows)
+    assert 3 < short < 30 and long > 5 * short
+    assert stats.tokens["max"] == long and stats.tokens["max"] < 1_000  # not the 99,000 tokens of API usage
+    sharegpt = [orjson.loads(line) for line in (tmp_path / "sharegpt.jsonl").read_bytes().splitlines()]
+    assert all(row["tokens"] > 0 for row in sharegpt)
+    entries = orjson.loads((tmp_path / "dataset_info.json").read_bytes())
+    assert entries["envharness_sharegpt"]["file_name"] == "sharegpt.jsonl"
+    assert entries["envharness_sharegpt"]["formatting"] == "sharegpt"
+
+
+def test_exported_folder_publishes_as_a_trl_ready_dataset(teacher_run, tmp_path):
+    """`harness publish sft` (the real CLI, in a subprocess) builds configs TRL and LlamaFactory read as they are."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from trl.data_utils import is_conversational
+
+    from harness.hub.projection import PROJECTIONS
+
+    out, _ = teacher_run
+    built = tmp_path / "built"
+    root = Path(__file__).resolve().parents[1]
+    result = subprocess.run(
+        [sys.executable, "-c", "from harness.cli import main; main()", "publish", "sft", str(out), "--repo",
+         "acme/sft", "--out", str(built)],
+        capture_output=True, text=True, timeout=300, check=False, env={**os.environ, "PYTHONPATH": str(root)},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    messages = hf_datasets.load_dataset(str(built), "messages", split="train")
+    assert messages.features == PROJECTIONS["sft_chat"].features
+    assert len(messages) == 10 and all(is_conversational(row) for row in messages)
+    assert all(row["tokens"] > 0 for row in messages)
+    sharegpt = hf_datasets.load_dataset(str(built), "sharegpt_turns", split="train")
+    assert sharegpt[0]["conversations"][0]["from"] == "human"
+    assert orjson.loads((built / "dataset_info.json").read_bytes())["sft_sharegpt"]["hf_hub_url"] == "acme/sft"

@@ -9,7 +9,7 @@ from harness.hub.build import (
     build_sft,
     build_trajectories,
 )
-from harness.hub.card import CardConfig, CardInfo, render_card
+from harness.hub.card import CardConfig, CardInfo, SourceLink, merge_card, render_card
 from harness.hub.load import (
     HubLoadError,
     HubRecords,
@@ -23,37 +23,53 @@ from harness.hub.load import (
     read_records_folder,
 )
 from harness.hub.projection import (
-    generic_rows_to_table,
+    PROJECTIONS,
+    Projection,
+    RowSchemaError,
     records_to_rows,
     records_to_table,
     rows_to_records,
     table_rows_to_generic,
 )
-from harness.hub.publish import PublishError, PublishResult, publish, upload_built
+from harness.hub.publish import (
+    PublishError,
+    PublishResult,
+    RepoIdError,
+    is_retryable,
+    publish,
+    upload_built,
+    validate_repo_id,
+)
 from harness.hub.sources import SourceError
 
 __all__ = [
     "KINDS",
+    "PROJECTIONS",
     "BuiltDataset",
     "CardConfig",
     "CardInfo",
     "HubLoadError",
     "HubRecords",
+    "Projection",
     "PublishError",
     "PublishResult",
+    "RepoIdError",
+    "RowSchemaError",
     "SourceError",
+    "SourceLink",
     "build_from_source",
     "build_leaderboard",
     "build_library",
     "build_sft",
     "build_trajectories",
     "download_snapshot",
-    "generic_rows_to_table",
     "is_hub_folder",
     "is_hub_id",
+    "is_retryable",
     "load_hub_records",
     "load_library_from_hub",
     "load_records_folder",
+    "merge_card",
     "parse_hub_spec",
     "publish",
     "read_records_folder",
@@ -63,4 +79,5 @@ __all__ = [
     "rows_to_records",
     "table_rows_to_generic",
     "upload_built",
+    "validate_repo_id",
 ]

@@ -1,119 +1,203 @@
-"""The Parquet projection of records: one row per record, typed scalar columns, JSON text for nested values.
+"""The Parquet projection of records: one row per record, one fixed schema per config.
 
-Each record type has a fixed list of columns. Scalar fields become typed columns, lists of strings become
-``list<string>`` columns, and nested free-form values (states, tool schemas, checks, messages, ...) become
-string columns named ``<field>_json`` holding JSON text. ``rows_to_records(records_to_rows(x)) == x``.
+Every record type and every row config (SFT chat rows, ShareGPT rows, leaderboard rows) has a fixed list of
+columns declared as ``datasets.Features``: scalars are typed columns, nested records are structs and lists of
+structs (messages, tool calls, steps, checks, check results, usage per role), and only free-form values
+(states, JSON-schema parameters, tool arguments and results, open settings) are JSON text. The card's
+``dataset_info`` carries the same features. ``rows_to_records(records_to_rows(x)) == x``.
 
-Rows that are not schema records (SFT rows, leaderboard rows) use the generic projection: each key with scalar
-values of one type keeps its name and type; any other key ``k`` is stored as JSON text in column ``k_json``.
+The layout is versioned apart from the records (``LAYOUT_VERSION``; the records' own ``schema_version`` did
+not change, so run folders, episode ids and library fingerprints made before stay valid). Layout 1 stored every
+nested value as JSON text in a column named ``<field>_json``; datasets in that layout still read back
+(``rows_to_records`` and ``table_rows_to_generic`` accept both).
 """
 
 from __future__ import annotations
 
 import gc
-import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
-import orjson
 import pyarrow as pa
+from pydantic import BaseModel
 
-from harness.schema import Environment, Record, RunManifest, Scenario, Trajectory
+from harness.hub.codec import (
+    BOOL,
+    FLOAT,
+    INT,
+    JSON,
+    STRING,
+    TIMESTAMP,
+    Codec,
+    JsonText,
+    KeyedList,
+    ListOf,
+    OpenStruct,
+    Struct,
+    hf_datasets,
+    is_text,
+    loads,
+)
+from harness.schema import Environment, RunManifest, Scenario, Trajectory
 
+LAYOUT_VERSION = "2"
+"""Version of the Hub layout: 2 has typed nested columns; 1 had JSON text in ``<field>_json`` columns."""
 JSON_SUFFIX = "_json"
-ColumnKind = Literal["scalar", "strings", "json", "timestamp"]
+"""Suffix of the JSON-text columns of layout 1."""
 
 
 @dataclass(frozen=True)
 class Column:
     name: str
-    field: str
-    kind: ColumnKind
-    arrow_type: pa.DataType
+    codec: Codec
     description: str
-
-
-@dataclass(frozen=True)
-class DerivedColumn:
-    """A convenience column computed from the record (for filtering); ignored when rows become records."""
-
-    name: str
-    arrow_type: pa.DataType
-    description: str
-    compute: Callable[[Any], Any]
+    compute: Callable[[Any], Any] | None = None
+    """For derived columns: computed from the record for filtering, ignored when rows become records."""
 
 
 @dataclass(frozen=True)
 class Projection:
     record_type: str
-    model: type[Record]
+    model: type[BaseModel] | None
+    """The record model, or None for row configs (rows are plain dicts)."""
     columns: tuple[Column, ...]
-    derived: tuple[DerivedColumn, ...] = ()
+    drop_nulls: bool = False
+    """Row configs: leave null cells out of the dicts read back (a row had no such key)."""
+
+    @property
+    def features(self) -> Any:
+        return hf_datasets.Features({c.name: c.codec.feature() for c in self.columns})
 
     @property
     def schema(self) -> pa.Schema:
-        fields = [pa.field(c.name, c.arrow_type) for c in self.columns]
-        fields += [pa.field(d.name, d.arrow_type) for d in self.derived]
-        return pa.schema(fields)
+        return self.features.arrow_schema
+
+    @property
+    def stored(self) -> tuple[Column, ...]:
+        return tuple(c for c in self.columns if c.compute is None)
 
     def describe(self) -> list[tuple[str, str, str]]:
-        """(column, type as shown by ``datasets``, meaning) for the card."""
-        rows = [(c.name, _type_label(c.arrow_type, c.kind), c.description) for c in self.columns]
-        rows += [(d.name, _type_label(d.arrow_type, "scalar"), d.description) for d in self.derived]
-        return rows
+        """(column, type, meaning) for the card."""
+        return [(c.name, c.codec.label, c.description) for c in self.columns]
 
 
-def _type_label(arrow_type: pa.DataType, kind: str) -> str:
-    if kind == "json":
-        return "string (JSON)"
-    if pa.types.is_list(arrow_type):
-        return "list<string>"
-    if pa.types.is_timestamp(arrow_type):
-        return "timestamp (UTC)"
-    return str(arrow_type)
+def _scalar(name: str, description: str, codec: Codec = STRING) -> Column:
+    return Column(name, codec, description)
 
 
-def _scalar(name: str, arrow_type: pa.DataType, description: str) -> Column:
-    return Column(name, name, "scalar", arrow_type, description)
+# ------------------------------------------------------------------------------------------ shared shapes
+
+PROVENANCE = Struct(
+    {
+        "source": STRING,
+        "model": STRING,
+        "prompt_version": STRING,
+        "created_at": TIMESTAMP,
+        "upstream_id": STRING,
+        "details": JSON,
+    }
+)
+PROVENANCE_TEXT = (
+    "Where the record came from: {source, model, prompt_version, created_at, upstream_id, details (JSON text)}."
+)
+REFERENCE_ACTION = Struct({"name": STRING, "arguments": JSON, "masked_arguments": ListOf(STRING)})
+SCRIPTED_TURN = Struct(
+    {"content": STRING, "tools_added": ListOf(STRING), "reference_actions": ListOf(REFERENCE_ACTION)}
+)
+TOOL = Struct({"type": STRING, "function": Struct({"name": STRING, "description": STRING, "parameters": JSON})})
+TOOL_CALL = Struct({"id": STRING, "type": STRING, "function": Struct({"name": STRING, "arguments": STRING})})
 
 
-def _json(field: str, description: str) -> Column:
-    return Column(field + JSON_SUFFIX, field, "json", pa.string(), description)
+def _is_openai_tool_calls(value: Any) -> bool:
+    if not isinstance(value, list):
+        return False
+    for call in value:
+        if not isinstance(call, dict) or set(call) - {"id", "type", "function"}:
+            return False
+        function = call.get("function")
+        if not isinstance(function, dict) or set(function) - {"name", "arguments"}:
+            return False
+        if not isinstance(function.get("arguments", ""), str):
+            return False
+    return True
 
 
-def _strings(name: str, description: str) -> Column:
-    return Column(name, name, "strings", pa.list_(pa.string()), description)
+MESSAGE_FIELDS: dict[str, Codec] = {
+    "role": STRING,
+    "content": STRING,
+    "reasoning_content": STRING,
+    "tool_calls": ListOf(TOOL_CALL),
+    "tool_call_id": STRING,
+    "name": STRING,
+}
+MESSAGE_ACCEPTS: dict[str, Callable[[Any], bool]] = {
+    "role": is_text,
+    "content": is_text,
+    "reasoning_content": is_text,
+    "tool_calls": _is_openai_tool_calls,
+    "tool_call_id": is_text,
+    "name": is_text,
+}
+MESSAGE = OpenStruct(MESSAGE_FIELDS, always=("content",), accepts=MESSAGE_ACCEPTS)
+"""A trajectory's chat message: OpenAI keys typed; anything else kept as JSON text in ``extra``."""
+SFT_MESSAGE = OpenStruct(MESSAGE_FIELDS, always=("content",), accepts=MESSAGE_ACCEPTS, extra=None)
+"""A training message: only the OpenAI keys chat templates read."""
+MESSAGES_TEXT = (
+    "The conversation as OpenAI chat messages: list of {role, content, reasoning_content, tool_calls: "
+    "list of {id, type, function: {name, arguments (JSON text)}}, tool_call_id, name}"
+)
 
+DIFF = Struct({"path": JSON, "op": STRING, "before": JSON, "after": JSON})
+DIFF_TEXT = "{path (JSON list of keys), op (add, remove, change), before (JSON text), after (JSON text)}"
+MODEL_SETTINGS = Struct(
+    {"model": STRING, "temperature": FLOAT, "top_p": FLOAT, "max_tokens": INT, "seed": INT, "extra": JSON}
+)
+AGENT_SETTINGS = Struct({"kind": STRING, "role": STRING, "model": MODEL_SETTINGS, "system_prompt_version": STRING})
+AGENT_TEXT = (
+    "{kind, role, model: {model, temperature, top_p, max_tokens, seed, extra (JSON text)}, system_prompt_version}"
+)
+USAGE = Struct(
+    {
+        "requests": INT,
+        "prompt_tokens": INT,
+        "completion_tokens": INT,
+        "cost_usd": FLOAT,
+        "cached_requests": INT,
+        "model_seconds": FLOAT,
+    }
+)
 
-STRING = pa.string()
+# ------------------------------------------------------------------------------------------ record types
 
 ENVIRONMENT = Projection(
     "environment",
     Environment,
     (
-        _scalar("schema_version", STRING, "Version of the record schema."),
-        _scalar("id", STRING, "Environment id (scenarios refer to it)."),
-        _scalar("name", STRING, "Human-readable name."),
-        _scalar("domain", STRING, "Application domain."),
-        _scalar("summary", STRING, "One-paragraph summary."),
-        _scalar("introduction", STRING, "Agent-facing description of the system and its policy."),
-        _strings("rules", "Policy rules the agent must follow."),
-        _json("state_entities", "State entities: list of {name, attributes, description}."),
-        _json(
-            "tools", "OpenAI function-calling tool schemas: list of {type, function: {name, description, parameters}}."
+        _scalar("schema_version", "Version of the record schema."),
+        _scalar("id", "Environment id (scenarios refer to it)."),
+        _scalar("name", "Human-readable name."),
+        _scalar("domain", "Application domain."),
+        _scalar("summary", "One-paragraph summary."),
+        _scalar("introduction", "Agent-facing description of the system and its policy."),
+        Column("rules", ListOf(STRING), "Policy rules the agent must follow."),
+        Column(
+            "state_entities",
+            ListOf(Struct({"name": STRING, "attributes": ListOf(STRING), "description": STRING})),
+            "State entities: list of {name, attributes, description}.",
         ),
-        _scalar("class_name", STRING, "Name of the environment class defined in `code`."),
-        _scalar("code", STRING, "Python source of the environment class, as plain text."),
-        _json(
-            "provenance",
-            "Where the record came from: {source, model, prompt_version, created_at, upstream_id, details}.",
+        Column(
+            "tools",
+            ListOf(TOOL),
+            "OpenAI function-calling tool schemas: list of {type, function: {name, description, parameters}}; "
+            "`parameters` is the JSON schema as JSON text.",
         ),
+        _scalar("class_name", "Name of the environment class defined in `code`."),
+        _scalar("code", "Python source of the environment class, as plain text."),
+        Column("provenance", PROVENANCE, PROVENANCE_TEXT),
         _scalar(
             "call_dispatcher",
-            STRING,
             "Method that receives every tool call unvalidated as (name, arguments), or null (BFCL's classes).",
         ),
     ),
@@ -123,36 +207,48 @@ SCENARIO = Projection(
     "scenario",
     Scenario,
     (
-        _scalar("schema_version", STRING, "Version of the record schema."),
-        _scalar("id", STRING, "Scenario id."),
-        _scalar("environment_id", STRING, "Id of the environment (row of the `environments` config)."),
-        _json("initial_state", "Initial state of the environment: object keyed like the environment's state."),
-        _scalar("task", STRING, "The whole request, as given to the agent in non-conversational mode."),
-        _json(
+        _scalar("schema_version", "Version of the record schema."),
+        _scalar("id", "Scenario id."),
+        _scalar("environment_id", "Id of the environment (row of the `environments` config)."),
+        Column("initial_state", JSON, "Initial state of the environment, as JSON text (free-form per environment)."),
+        _scalar("task", "The whole request, as given to the agent in non-conversational mode."),
+        Column(
             "user_profile",
-            "Simulated user for conversational mode: {persona, goal, known_info, "
-            "withheld_info, instructions}, or null.",
+            Struct(
+                {
+                    "persona": STRING,
+                    "goal": STRING,
+                    "known_info": ListOf(STRING),
+                    "withheld_info": ListOf(STRING),
+                    "instructions": STRING,
+                }
+            ),
+            "Simulated user for conversational mode: {persona, goal, known_info, withheld_info, instructions}, "
+            "or null.",
         ),
-        _json(
+        Column(
             "checks",
-            "Checklist scored on the final state: list of {id, description, source}; `source` "
-            "defines `check(initial_state, final_state)` or `check_func(final_state)`.",
+            ListOf(Struct({"id": STRING, "description": STRING, "source": STRING})),
+            "Checklist scored on the final state: list of {id, description, source}; `source` defines "
+            "`check(initial_state, final_state)` or `check_func(final_state)`.",
         ),
-        _json("reference_actions", "Reference solution: list of {name, arguments, masked_arguments}."),
-        _scalar("reference_reply", STRING, "What a correct agent tells the user at the end, or null."),
-        _json("gold_final_state", "Expected final state, or null."),
-        _scalar("difficulty", STRING, "Difficulty label, or null."),
-        _strings("tags", "Free-form tags."),
-        _json(
-            "provenance",
-            "Where the record came from: {source, model, prompt_version, created_at, upstream_id, details}.",
+        Column(
+            "reference_actions",
+            ListOf(REFERENCE_ACTION),
+            "Reference solution: list of {name, arguments (JSON text), masked_arguments}.",
         ),
-        _json(
+        _scalar("reference_reply", "What a correct agent tells the user at the end, or null."),
+        Column("gold_final_state", JSON, "Expected final state as JSON text, or null."),
+        _scalar("difficulty", "Difficulty label, or null."),
+        Column("tags", ListOf(STRING), "Free-form tags."),
+        Column("provenance", PROVENANCE, PROVENANCE_TEXT),
+        Column(
             "turns",
+            ListOf(SCRIPTED_TURN),
             "Scripted user turns in order: list of {content, tools_added, reference_actions}; empty when the "
             "user is simulated.",
         ),
-        _scalar("max_steps_per_turn", pa.int64(), "Tool-calling agent turns allowed per user turn, or null."),
+        _scalar("max_steps_per_turn", "Tool-calling agent turns allowed per user turn, or null.", INT),
     ),
 )
 
@@ -165,45 +261,95 @@ TRAJECTORY = Projection(
     "trajectory",
     Trajectory,
     (
-        _scalar("schema_version", STRING, "Version of the record schema."),
-        _scalar("episode_id", STRING, "Episode id (unique within the run)."),
-        _scalar("run_id", STRING, "Run id, or null."),
-        _scalar("scenario_id", STRING, "Scenario the agent worked."),
-        _scalar("environment_id", STRING, "Environment of the scenario."),
-        _scalar("mode", STRING, "`nonconv` (whole task up front) or `conv` (simulated user)."),
-        _scalar("trial", pa.int64(), "Trial index for repeated episodes of one scenario."),
-        _json("agent", "Agent settings: {kind, role, model: {model, temperature, ...}, system_prompt_version}."),
-        _json("user", "Simulated-user settings (same shape as `agent_json`), or null."),
-        _json("tools", "Tool schemas offered to the agent (OpenAI format)."),
-        _json("messages", "The conversation in OpenAI chat format (system, user, assistant with tool_calls, tool)."),
-        _json("steps", "Executed tool calls: list of {index, turn, call, observation, state_diff, duration_ms}."),
-        _json("final_state_diff", "Difference between initial and final state: list of {path, op, before, after}."),
-        _json("check_results", "Per-check outcome: list of {check_id, passed, value, error, passed_at_reset}."),
-        _json(
+        _scalar("schema_version", "Version of the record schema."),
+        _scalar("episode_id", "Episode id (unique within the run)."),
+        _scalar("run_id", "Run id, or null."),
+        _scalar("scenario_id", "Scenario the agent worked."),
+        _scalar("environment_id", "Environment of the scenario."),
+        _scalar("mode", "`nonconv` (whole task up front) or `conv` (simulated user)."),
+        _scalar("trial", "Trial index for repeated episodes of one scenario.", INT),
+        Column("agent", AGENT_SETTINGS, "Agent settings: " + AGENT_TEXT + "."),
+        Column("user", AGENT_SETTINGS, "Simulated-user settings (same shape as `agent`), or null."),
+        Column("tools", ListOf(TOOL), "Tool schemas offered to the agent (same shape as an environment's)."),
+        Column("messages", ListOf(MESSAGE), MESSAGES_TEXT + ", extra (any other keys, as JSON text)}."),
+        Column(
+            "steps",
+            ListOf(
+                Struct(
+                    {
+                        "index": INT,
+                        "turn": INT,
+                        "call": Struct({"id": STRING, "name": STRING, "arguments": JSON, "raw_arguments": STRING}),
+                        "observation": Struct(
+                            {"tool_call_id": STRING, "name": STRING, "kind": STRING, "content": JSON, "error": STRING}
+                        ),
+                        "state_diff": ListOf(DIFF),
+                        "duration_ms": FLOAT,
+                    }
+                )
+            ),
+            "Executed tool calls: list of {index, turn, call: {id, name, arguments (JSON text), raw_arguments}, "
+            "observation: {tool_call_id, name, kind, content (JSON text), error}, state_diff: list of "
+            + DIFF_TEXT
+            + ", duration_ms}.",
+        ),
+        Column("final_state_diff", ListOf(DIFF), "Difference between initial and final state: list of " + DIFF_TEXT),
+        Column(
+            "check_results",
+            ListOf(
+                Struct({"check_id": STRING, "passed": BOOL, "value": STRING, "error": STRING, "passed_at_reset": BOOL})
+            ),
+            "Per-check outcome: list of {check_id, passed, value (repr of a non-True result), error, passed_at_reset}.",
+        ),
+        Column(
             "reward",
-            "Reward breakdown: {state_reward, delta_reward, success, checks_passed, checks_total, ...}, or null.",
+            Struct(
+                {
+                    "state_reward": FLOAT,
+                    "delta_reward": FLOAT,
+                    "success": BOOL,
+                    "checks_passed": INT,
+                    "checks_total": INT,
+                    "trajectory_reward": FLOAT,
+                    "length_penalty": FLOAT,
+                    "gold_state_match": BOOL,
+                    "composite": FLOAT,
+                }
+            ),
+            "Reward breakdown: {state_reward, delta_reward, success, checks_passed, checks_total, "
+            "trajectory_reward, length_penalty, gold_state_match, composite}, or null when unscored.",
         ),
         _scalar(
             "termination",
-            STRING,
             "Why the episode ended (agent_done, user_stop, max_steps, context_overflow, agent_error, tool_exception, "
             "infra_error).",
         ),
-        _scalar("termination_detail", STRING, "Detail of the termination, or null."),
-        _json(
+        _scalar("termination_detail", "Detail of the termination, or null."),
+        Column(
             "usage",
-            "Token usage and cost per role: {role: {requests, prompt_tokens, completion_tokens, cost_usd, ...}}.",
+            KeyedList("role", STRING, USAGE),
+            "Token usage and cost per role: list of {role, requests, prompt_tokens, completion_tokens, cost_usd, "
+            "cached_requests, model_seconds}.",
         ),
-        _json(
-            "timings", "Timings: {started_at, ended_at, wall_seconds, model_seconds, tool_seconds, scoring_seconds}."
+        Column(
+            "timings",
+            Struct(
+                {
+                    "started_at": TIMESTAMP,
+                    "ended_at": TIMESTAMP,
+                    "wall_seconds": FLOAT,
+                    "model_seconds": FLOAT,
+                    "tool_seconds": FLOAT,
+                    "scoring_seconds": FLOAT,
+                }
+            ),
+            "Timings: {started_at, ended_at, wall_seconds, model_seconds, tool_seconds, scoring_seconds}.",
         ),
-        _strings("errors", "Errors recorded during the episode."),
-    ),
-    (
-        DerivedColumn("agent_model", STRING, "Derived: the agent's model string.", lambda t: t.agent.model.model),
-        DerivedColumn("success", pa.bool_(), "Derived: `reward.success`.", _reward_value("success")),
-        DerivedColumn("state_reward", pa.float64(), "Derived: `reward.state_reward`.", _reward_value("state_reward")),
-        DerivedColumn("num_tool_calls", pa.int64(), "Derived: number of executed tool calls.", lambda t: len(t.steps)),
+        Column("errors", ListOf(STRING), "Errors recorded during the episode."),
+        Column("agent_model", STRING, "Derived: the agent's model string.", lambda t: t.agent.model.model),
+        Column("success", BOOL, "Derived: `reward.success`.", _reward_value("success")),
+        Column("state_reward", FLOAT, "Derived: `reward.state_reward`.", _reward_value("state_reward")),
+        Column("num_tool_calls", INT, "Derived: number of executed tool calls.", lambda t: len(t.steps)),
     ),
 )
 
@@ -211,32 +357,139 @@ RUN_MANIFEST = Projection(
     "run_manifest",
     RunManifest,
     (
-        _scalar("schema_version", STRING, "Version of the record schema."),
-        _scalar("run_id", STRING, "Run id."),
-        Column("created_at", "created_at", "timestamp", pa.timestamp("us", tz="UTC"), "When the run started."),
-        _scalar("package_version", STRING, "Version of the harness that ran it."),
-        _scalar("git_revision", STRING, "Git revision of the harness, or null."),
-        _json("dataset", "Environments and scenarios used: {source, revision, fingerprint}."),
-        _json("config", "Run configuration (models, modes, trials, limits)."),
-        _json("model_resolution", "How each model alias was resolved (provider model, api base)."),
-        _scalar("episodes_planned", pa.int64(), "Number of episodes the run planned."),
+        _scalar("schema_version", "Version of the record schema."),
+        _scalar("run_id", "Run id."),
+        Column("created_at", TIMESTAMP, "When the run started (UTC)."),
+        _scalar("package_version", "Version of the harness that ran it."),
+        _scalar("git_revision", "Git revision of the harness, or null."),
+        Column(
+            "dataset",
+            Struct({"source": STRING, "revision": STRING, "fingerprint": STRING}),
+            "Environments and scenarios used: {source, revision, fingerprint}.",
+        ),
+        Column("config", JSON, "Run configuration (models, modes, trials, limits), as JSON text."),
+        Column("model_resolution", JSON, "How each model alias was resolved (provider model, api base), as JSON text."),
+        _scalar("episodes_planned", "Number of episodes the run planned.", INT),
     ),
 )
 
-PROJECTIONS: dict[str, Projection] = {p.record_type: p for p in (ENVIRONMENT, SCENARIO, TRAJECTORY, RUN_MANIFEST)}
+# -------------------------------------------------------------------------------------------- row configs
+
+
+@dataclass(frozen=True)
+class ToolsText(JsonText):
+    """Tool schemas as JSON text (what TRL and LlamaFactory read); a value that already is text is kept."""
+
+    parse: bool = True
+
+    def encode(self, value: Any) -> Any:
+        if isinstance(value, str):
+            loads(value)  # must be JSON
+            return value
+        return super().encode(value)
+
+    def decode(self, value: Any) -> Any:
+        return super().decode(value) if self.parse else value
+
+
+SFT_CHAT = Projection(
+    "sft_chat",
+    None,
+    (
+        Column("messages", ListOf(SFT_MESSAGE), MESSAGES_TEXT + "}. TRL's SFTTrainer reads this column as it is."),
+        Column(
+            "tools",
+            ToolsText(),
+            "Tool schemas offered in the conversation, as JSON text of a list of OpenAI function-calling tools "
+            "(TRL's SFTTrainer parses it and passes it to the chat template).",
+        ),
+        _scalar("episode_id", "Episode the row came from."),
+        _scalar("scenario_id", "Scenario the row came from."),
+        _scalar("environment_id", "Environment the row came from."),
+        _scalar("mode", "`nonconv` or `conv`."),
+        _scalar("state_reward", "State reward of the source episode (checks passed / total).", FLOAT),
+        _scalar("tokens", "Length of the sample in tokens (the conversation with its tools).", INT),
+    ),
+    drop_nulls=True,
+)
+
+SHAREGPT = Projection(
+    "sft_sharegpt",
+    None,
+    (
+        Column(
+            "conversations",
+            ListOf(Struct({"from": STRING, "value": STRING})),
+            "ShareGPT turns: list of {from, value}; `from` is human, gpt, function_call or observation. A "
+            "function_call turn's value is `<think>reasoning</think>` and the assistant's text, if any, "
+            "followed by the call(s) as JSON.",
+        ),
+        _scalar("system", "System prompt."),
+        Column("tools", ToolsText(parse=False), "Tool schemas as JSON text (LlamaFactory's `tools` column)."),
+        _scalar("episode_id", "Episode the row came from."),
+        _scalar("scenario_id", "Scenario the row came from."),
+        _scalar("turn", "With one sample per assistant turn: the turn's index; otherwise null.", INT),
+        _scalar("tokens", "Length of the sample in tokens.", INT),
+    ),
+    drop_nulls=True,
+)
+
+KEYED_FLOAT = KeyedList("name", STRING, FLOAT, value_field="mean_state_reward")
+LEADERBOARD = Projection(
+    "leaderboard",
+    None,
+    (
+        _scalar("rank", "Rank within its table (1 is best).", INT),
+        _scalar("model", "The agent's model."),
+        _scalar("settings", "Readable summary of the agent (and simulated-user) settings."),
+        _scalar("settings_id", "Short hash of the full settings; one row per value."),
+        Column("agent", AGENT_SETTINGS, "Agent settings: " + AGENT_TEXT + "."),
+        Column("user", AGENT_SETTINGS, "Simulated-user settings, or null."),
+        _scalar("dataset_source", "Environment set the runs were measured on (folder or Hub id)."),
+        _scalar("dataset_revision", "Revision of the environment set, or null."),
+        _scalar("dataset_fingerprint", "Content fingerprint of the environments and scenarios."),
+        Column("runs", ListOf(STRING), "Run ids aggregated into the row."),
+        _scalar("episodes", "Episodes in the row.", INT),
+        _scalar("scored", "Episodes that were scored.", INT),
+        _scalar("infra_errors", "Episodes that ended in infrastructure errors (not averaged in).", INT),
+        _scalar("unscored", "Episodes without a score for another reason.", INT),
+        _scalar("tasks", "Distinct (scenario, mode) tasks.", INT),
+        _scalar("mean_state_reward", "Mean fraction of checks passed.", FLOAT),
+        _scalar("mean_delta_reward", "Mean pass rate over the checks that were false at reset.", FLOAT),
+        _scalar("success_rate", "Fraction of scored episodes with every check passed.", FLOAT),
+        Column(
+            "reward_ci95",
+            ListOf(FLOAT),
+            "95% confidence interval [low, high] of the mean state reward (normal approximation), or null.",
+        ),
+        Column(
+            "success_ci95", ListOf(FLOAT), "95% confidence interval [low, high] of the success rate (Wilson), or null."
+        ),
+        Column(
+            "pass_hat_k",
+            KeyedList("k", INT, FLOAT, value_field="value"),
+            "pass^k (τ-bench): list of {k, value}, the chance that k trials of a task all succeed.",
+        ),
+        Column("per_domain", KEYED_FLOAT, "Mean state reward per domain: list of {name, mean_state_reward}."),
+        Column("per_mode", KEYED_FLOAT, "Mean state reward per mode: list of {name, mean_state_reward}."),
+        _scalar("mean_tokens", "Mean tokens per episode.", FLOAT),
+        _scalar("mean_cost_usd", "Mean cost per episode in US dollars.", FLOAT),
+        _scalar("total_cost_usd", "Total cost in US dollars.", FLOAT),
+        Column(
+            "terminations",
+            KeyedList("reason", STRING, INT, value_field="count"),
+            "Episodes per termination reason: list of {reason, count}.",
+        ),
+    ),
+)
+
+PROJECTIONS: dict[str, Projection] = {
+    p.record_type: p for p in (ENVIRONMENT, SCENARIO, TRAJECTORY, RUN_MANIFEST, SFT_CHAT, SHAREGPT, LEADERBOARD)
+}
+RECORD_PROJECTIONS = ("environment", "scenario", "trajectory", "run_manifest")
+ROW_PROJECTIONS = ("sft_chat", "sft_sharegpt", "leaderboard")
 GENERIC_ROW = "row"
-"""Record type of rows that are plain JSON objects (SFT rows, leaderboard rows)."""
-
-
-def _dumps(value: Any) -> str:
-    try:
-        return orjson.dumps(value).decode()
-    except orjson.JSONEncodeError:  # e.g. integers beyond 64 bits, which the json module still writes
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-
-
-def _loads(text: str) -> Any:
-    return orjson.loads(text)
+"""Record type of layout-1 rows that were plain JSON objects (SFT rows, leaderboard rows)."""
 
 
 @contextmanager
@@ -255,171 +508,97 @@ def collection_paused() -> Iterator[None]:
             gc.enable()
 
 
-# ------------------------------------------------------------------------------------------- schema records
+# ------------------------------------------------------------------------------------------------ writing
 
 
-def records_to_rows(records: Iterable[Record], record_type: str) -> list[dict[str, Any]]:
+class RowSchemaError(ValueError):
+    """A row that does not fit its config's fixed schema."""
+
+
+def records_to_rows(records: Iterable[Any], record_type: str) -> list[dict[str, Any]]:
+    """Schema records (or, for row configs, plain dicts) as rows of the config's fixed schema."""
+    projection = PROJECTIONS[record_type]
     with collection_paused():
-        return _records_to_rows(records, PROJECTIONS[record_type])
+        return [_to_row(record, projection, number) for number, record in enumerate(records, start=1)]
 
 
-def _records_to_rows(records: Iterable[Record], projection: Projection) -> list[dict[str, Any]]:
-    rows = []
-    for record in records:
+def _to_row(record: Any, projection: Projection, number: int) -> dict[str, Any]:
+    if projection.model is not None:
         if not isinstance(record, projection.model):
             raise TypeError(f"expected {projection.model.__name__}, got {type(record).__name__}")
-        data = record.model_dump(mode="json")
-        row: dict[str, Any] = {}
-        for column in projection.columns:
-            value = data[column.field]
-            if column.kind == "json":
-                row[column.name] = _dumps(value)
-            elif column.kind == "timestamp":
-                row[column.name] = getattr(record, column.field)
+        data = record.model_dump(mode="python")
+    else:
+        if isinstance(record, BaseModel):
+            record = record.model_dump(mode="python")
+        data = record
+        unknown = sorted(set(data) - {c.name for c in projection.columns})
+        if unknown:
+            raise RowSchemaError(
+                f"row {number}: {', '.join(map(repr, unknown))} not in the fixed {projection.record_type} schema "
+                f"(columns: {', '.join(c.name for c in projection.columns)})"
+            )
+    row: dict[str, Any] = {}
+    for column in projection.columns:
+        try:
+            if column.compute is not None:
+                row[column.name] = column.codec.encode(column.compute(record))
             else:
-                row[column.name] = value
-        for derived in projection.derived:
-            row[derived.name] = derived.compute(record)
-        rows.append(row)
-    return rows
+                row[column.name] = column.codec.encode(data.get(column.name))
+        except (ValueError, TypeError) as error:
+            raise RowSchemaError(f"row {number}, column {column.name!r}: {error}") from error
+    return row
 
 
-def rows_to_records(rows: Iterable[dict[str, Any]], record_type: str) -> list[Any]:
-    with collection_paused():
-        return _rows_to_records(rows, PROJECTIONS[record_type])
-
-
-def _rows_to_records(rows: Iterable[dict[str, Any]], projection: Projection) -> list[Any]:
-    records = []
-    for row in rows:
-        data: dict[str, Any] = {}
-        for column in projection.columns:
-            if column.name not in row:
-                continue
-            value = row[column.name]
-            if column.kind == "json":
-                data[column.field] = _loads(value) if value is not None else None
-            elif column.kind == "strings":
-                data[column.field] = list(value) if value is not None else []
-            else:
-                data[column.field] = value
-        records.append(projection.model.model_validate(data))
-    return records
-
-
-def records_to_table(records: Sequence[Record], record_type: str) -> pa.Table:
+def records_to_table(records: Sequence[Any], record_type: str) -> pa.Table:
     projection = PROJECTIONS[record_type]
     return pa.Table.from_pylist(records_to_rows(records, record_type), schema=projection.schema)
 
 
-# --------------------------------------------------------------------------------------------- generic rows
+# ------------------------------------------------------------------------------------------------ reading
 
 
-def _scalar_type(values: list[Any]) -> pa.DataType | None:
-    """The arrow type of a key whose non-null values are all scalars of one kind, else None."""
-    present = [v for v in values if v is not None]
-    if not present:
-        return STRING
-    if all(isinstance(v, bool) for v in present):
-        return pa.bool_()
-    if all(isinstance(v, int) and not isinstance(v, bool) for v in present):
-        if all(-(2**63) <= v < 2**63 for v in present):
-            return pa.int64()
-        return None
-    if all(isinstance(v, float) for v in present):
-        return pa.float64()
-    if all(isinstance(v, str) for v in present):
-        return STRING
-    if all(isinstance(v, datetime) for v in present):
-        return None
-    return None
+def rows_to_records(rows: Iterable[dict[str, Any]], record_type: str) -> list[Any]:
+    """Rows read back (by pyarrow or ``datasets``, layout 1 or 2) as records (or row dicts)."""
+    projection = PROJECTIONS[record_type]
+    with collection_paused():
+        return [_from_row(row, projection) for row in rows]
 
 
-@dataclass(frozen=True)
-class GenericLayout:
-    """How the keys of plain JSON rows map to columns."""
-
-    keys: tuple[str, ...]
-    scalar_types: dict[str, pa.DataType]
-
-    def column_name(self, key: str) -> str:
-        return key if key in self.scalar_types else key + JSON_SUFFIX
-
-    @property
-    def schema(self) -> pa.Schema:
-        return pa.schema([pa.field(self.column_name(k), self.scalar_types.get(k, STRING)) for k in self.keys])
-
-    def describe(self) -> list[tuple[str, str, str]]:
-        return [
-            (
-                self.column_name(k),
-                str(self.scalar_types[k]) if k in self.scalar_types else "string (JSON)",
-                GENERIC_MEANINGS.get(k, f"The rows' `{k}` value.")
-                + ("" if k in self.scalar_types else " Stored as JSON text."),
-            )
-            for k in self.keys
-        ]
-
-
-GENERIC_MEANINGS = {
-    "messages": "OpenAI-format chat messages (system, user, assistant with tool_calls, tool).",
-    "tools": "Tool schemas offered in the conversation (OpenAI function-calling format).",
-    "conversations": "ShareGPT turns: list of {from, value} (human, gpt, function_call, observation).",
-    "system": "System prompt.",
-    "scenario_id": "Scenario the row came from.",
-    "environment_id": "Environment the row came from.",
-    "episode_id": "Episode the row came from.",
-    "model": "Model.",
-    "reward": "Reward of the source episode.",
-}
-"""Meanings of keys that SFT and leaderboard rows commonly have, for the card."""
-
-
-def generic_layout(rows: Sequence[dict[str, Any]]) -> GenericLayout:
-    keys: dict[str, None] = {}
-    for row in rows:
-        for key in row:
-            keys.setdefault(key, None)
-    scalar_types: dict[str, pa.DataType] = {}
-    for key in keys:
-        # A key ending in `_json` is always JSON-encoded, so decoding column names is unambiguous.
-        if key.endswith(JSON_SUFFIX):
-            continue
-        arrow_type = _scalar_type([row.get(key) for row in rows])
-        if arrow_type is not None:
-            scalar_types[key] = arrow_type
-    return GenericLayout(tuple(keys), scalar_types)
-
-
-def generic_rows_to_table(rows: Sequence[dict[str, Any]]) -> tuple[pa.Table, GenericLayout]:
-    """Missing keys are stored as null and read back as null."""
-    layout = generic_layout(rows)
-    columns: dict[str, list[Any]] = {layout.column_name(k): [] for k in layout.keys}
-    for row in rows:
-        for key in layout.keys:
-            value = row.get(key)
-            if key in layout.scalar_types:
-                columns[layout.column_name(key)].append(value)
+def _from_row(row: dict[str, Any], projection: Projection) -> Any:
+    data: dict[str, Any] = {}
+    for column in projection.stored:
+        if column.name in row:
+            value = row[column.name]
+            if isinstance(value, str) and isinstance(column.codec, Struct | ListOf | KeyedList | OpenStruct):
+                value = loads(value)  # a nested value someone stored as JSON text
+                data[column.name] = value
             else:
-                columns[layout.column_name(key)].append(None if value is None else _dumps(value))
-    table = pa.Table.from_pydict(columns, schema=layout.schema)
-    return table, layout
+                data[column.name] = column.codec.decode(value)
+        elif column.name + JSON_SUFFIX in row:  # layout 1
+            value = row[column.name + JSON_SUFFIX]
+            data[column.name] = loads(value) if value is not None else None
+    if projection.model is None:
+        if projection.drop_nulls:
+            return {k: v for k, v in data.items() if v is not None}
+        return data
+    if "rules" in data and data["rules"] is None:
+        data["rules"] = []
+    for name in ("tags", "errors"):
+        if name in data and data[name] is None:
+            data[name] = []
+    return projection.model.model_validate(data)
 
 
 def table_rows_to_generic(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Inverse of ``generic_rows_to_table`` for rows read back (by pyarrow or ``datasets``)."""
+    """Rows of an unknown config as dicts; layout-1 ``k_json`` columns are decoded back to ``k``."""
     with collection_paused():
-        return _table_rows_to_generic(rows)
-
-
-def _table_rows_to_generic(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    result = []
-    for row in rows:
-        record: dict[str, Any] = {}
-        for name, value in row.items():
-            if name.endswith(JSON_SUFFIX):
-                record[name[: -len(JSON_SUFFIX)]] = _loads(value) if value is not None else None
-            else:
-                record[name] = value
-        result.append(record)
-    return result
+        result = []
+        for row in rows:
+            record: dict[str, Any] = {}
+            for name, value in row.items():
+                if name.endswith(JSON_SUFFIX):
+                    record[name[: -len(JSON_SUFFIX)]] = loads(value) if value is not None else None
+                else:
+                    record[name] = value
+            result.append(record)
+        return result

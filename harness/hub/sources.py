@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from harness.schema import Environment, RunManifest, Scenario, Trajectory
+from harness.schema import DatasetRef, Environment, RunManifest, Scenario, Trajectory
 
 CONFIG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -22,6 +22,22 @@ class SourceError(ValueError):
 class RunRecords:
     trajectories: list[Trajectory]
     manifest: RunManifest | None
+
+
+@dataclass
+class LibrarySource:
+    environments: list[Environment]
+    scenarios: list[Scenario]
+    ref: DatasetRef
+    license: str | None
+    """The license the source's card declares, when it has a card."""
+
+
+@dataclass
+class SftSource:
+    files: dict[str, list[dict[str, Any]]]
+    source: DatasetRef | None
+    """The environments the teacher ran on, from ``rollouts/manifest.json`` when it is there."""
 
 
 @dataclass
@@ -48,12 +64,16 @@ def _require_folder(source: Path) -> Path:
     return source
 
 
-def read_library(source: str | Path) -> tuple[list[Environment], list[Scenario]]:
-    """Environments and scenarios from anything ``harness.library.load_library`` reads."""
+def read_library(source: str | Path) -> LibrarySource:
+    """Environments and scenarios from anything ``harness.library.load_library`` reads, with the license of
+    the source's card (a Hub dataset or a Hub-format folder)."""
+    from harness.hub.load import card_license
     from harness.library import load_library
 
     library = load_library(source)
-    return list(library.environments.values()), list(library.scenarios)
+    return LibrarySource(
+        list(library.environments.values()), list(library.scenarios), library.source, card_license(library.source)
+    )
 
 
 def read_run(source: Path) -> RunRecords:
@@ -81,7 +101,7 @@ def _is_chat_row(row: Any) -> bool:
     )
 
 
-def read_sft(source: Path) -> dict[str, list[dict[str, Any]]]:
+def read_sft(source: Path) -> SftSource:
     """One list of rows per ``*.jsonl`` file: chat rows (``messages``, ``tools``) or ShareGPT rows."""
     folder = _require_folder(source)
     files = sorted(folder.glob("*.jsonl"))
@@ -99,7 +119,14 @@ def read_sft(source: Path) -> dict[str, list[dict[str, Any]]]:
                     "`conversations` list"
                 )
         configs[path.stem] = rows
-    return configs
+    manifest_path = folder / "rollouts" / "manifest.json"
+    ref = None
+    if manifest_path.exists():
+        try:
+            ref = RunManifest.model_validate_json(manifest_path.read_bytes()).dataset
+        except ValueError as error:
+            raise SourceError(f"{manifest_path}: not a run manifest ({error})") from error
+    return SftSource(configs, ref)
 
 
 def read_leaderboard(source: Path) -> LeaderboardRecords:

@@ -16,7 +16,9 @@ if TYPE_CHECKING:
     from harness.mcp.client import McpConnectionError as McpConnectionError
     from harness.mcp.client import McpTarget as McpTarget
     from harness.mcp.client import McpToolSession as McpToolSession
+    from harness.mcp.evaluation import EnvironmentMismatch as EnvironmentMismatch
     from harness.mcp.evaluation import McpEpisode as McpEpisode
+    from harness.mcp.evaluation import check_served_environment as check_served_environment
     from harness.mcp.evaluation import run_mcp_episode as run_mcp_episode
     from harness.mcp.server import EnvironmentServer as EnvironmentServer
     from harness.mcp.server import running_http_server as running_http_server
@@ -26,6 +28,7 @@ if TYPE_CHECKING:
 
 _EXPORTS = {
     "ADMIN_EXTENSION": "harness.mcp.admin",
+    "EnvironmentMismatch": "harness.mcp.evaluation",
     "EnvironmentServer": "harness.mcp.server",
     "McpAdminError": "harness.mcp.client",
     "McpConnectionError": "harness.mcp.client",
@@ -34,6 +37,7 @@ _EXPORTS = {
     "McpToolSession": "harness.mcp.client",
     "SessionExpired": "harness.mcp.sessions",
     "SessionRegistry": "harness.mcp.sessions",
+    "check_served_environment": "harness.mcp.evaluation",
     "run_mcp_episode": "harness.mcp.evaluation",
     "running_http_server": "harness.mcp.server",
     "server_instructions": "harness.mcp.server",

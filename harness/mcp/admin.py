@@ -30,8 +30,24 @@ asked for it, ``"diff"`` (the state changes of the call)."""
 DIFF_META_KEY = "io.github.envharness/diff"
 """Request ``_meta`` flag: include the call's state diff in the result's observation metadata."""
 
+DESCRIBE = "envharness/describe"
 
-class LoadStateParams(RequestParams):
+START_TOOL = "start_episode"
+"""Tool that mints an episode handle (listed to 2026-07-28 clients only)."""
+END_TOOL = "end_episode"
+"""Tool that releases an episode handle's instance (listed to 2026-07-28 clients only)."""
+HANDLE_ARGUMENT = "episode_handle"
+"""Optional argument of every environment tool, as listed to 2026-07-28 clients: the handle from
+:data:`START_TOOL`. The protocol's way to carry state across sessionless calls."""
+
+
+class HandleParams(RequestParams):
+    """Parameters of an administrative request; ``handle`` picks the episode when the caller has one."""
+
+    handle: str | None = None
+
+
+class LoadStateParams(HandleParams):
     """Replace this session's environment instance with one built from ``state`` (or, when ``state`` is
     None, from the initial state of ``scenario_id`` in the server's library, or the server's default state)."""
 
@@ -57,11 +73,26 @@ class LoadStateRequest(Request[LoadStateParams, Literal["envharness/load_state"]
     method: Literal["envharness/load_state"] = "envharness/load_state"
 
 
-class ReadStateRequest(Request[RequestParams, Literal["envharness/read_state"]]):
+class DescribeResult(Result):
+    """What the server serves: the environment id (so a client can refuse scenarios of another environment)
+    and the names of the handle pattern's tool and argument."""
+
+    environment_id: str
+    start_tool: str = START_TOOL
+    end_tool: str = END_TOOL
+    handle_argument: str = HANDLE_ARGUMENT
+
+
+class ReadStateRequest(Request[HandleParams, Literal["envharness/read_state"]]):
     method: Literal["envharness/read_state"] = "envharness/read_state"
-    params: RequestParams = RequestParams()
+    params: HandleParams = HandleParams()
 
 
-class CloseSessionRequest(Request[RequestParams, Literal["envharness/close_session"]]):
+class CloseSessionRequest(Request[HandleParams, Literal["envharness/close_session"]]):
     method: Literal["envharness/close_session"] = "envharness/close_session"
+    params: HandleParams = HandleParams()
+
+
+class DescribeRequest(Request[RequestParams, Literal["envharness/describe"]]):
+    method: Literal["envharness/describe"] = "envharness/describe"
     params: RequestParams = RequestParams()

@@ -23,16 +23,22 @@ from typing import Any, Literal
 from fastmcp import Client
 from fastmcp.client.transports import StdioTransport, StreamableHttpTransport
 from mcp.shared.exceptions import MCPError
-from mcp_types import CallToolResult, RequestParams
+from mcp_types import CallToolResult
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from harness.mcp.admin import (
     ADMIN_EXTENSION,
     DIFF_META_KEY,
+    END_TOOL,
+    HANDLE_ARGUMENT,
     OBSERVATION_META_KEY,
     SESSION_META_KEY,
+    START_TOOL,
     ClosedResult,
     CloseSessionRequest,
+    DescribeRequest,
+    DescribeResult,
+    HandleParams,
     LoadStateParams,
     LoadStateRequest,
     LoadStateResult,
@@ -108,17 +114,20 @@ class McpTarget:
 class McpToolSession:
     """One environment instance on an MCP server, used like :class:`harness.sandbox.EnvSession`.
 
-    ``mode`` is the fastmcp connection mode: ``"legacy"`` (the default) negotiates a handshake-era protocol
-    whose MCP session identifies the instance; with a 2026-07-28 mode a random session key travels in each
-    request's ``_meta`` instead. ``record_diffs`` asks for each call's state diff (from the server when it
-    offers them, else by reading the state before and after).
+    ``mode`` is the fastmcp connection mode: ``"auto"`` (the default) speaks the sessionless 2026-07-28
+    protocol when the server does, ``"legacy"`` pins a handshake-era protocol whose MCP session identifies the
+    instance. On a sessionless connection to a server that offers the handle pattern (``start_episode``), the
+    session starts an episode, keeps the handle and adds it to every call; the handle's tools and argument
+    are removed from :attr:`tools`, so the agent never sees them. Against other sessionless servers a random
+    session key travels in each request's ``_meta``. ``record_diffs`` asks for each call's state diff (from the
+    server when it offers them, else by reading the state before and after).
     """
 
     def __init__(
         self,
         target: McpTarget | str,
         *,
-        mode: str = "legacy",
+        mode: str = "auto",
         admin: AdminStyle = "auto",
         load_tool: str = "load_scenario",
         save_tool: str = "save_scenario",
@@ -140,6 +149,8 @@ class McpToolSession:
         self._client: Client[Any] | None = None
         self._session_key = uuid.uuid4().hex
         self._sessionless = False
+        self._uses_handles = False
+        self._handle: str | None = None
         self._last_state: dict[str, Any] | None = None
         self._closed = False
 
@@ -176,6 +187,11 @@ class McpToolSession:
         ]
         self.admin = self._settle_admin_style(client, {spec.name for spec in specs})
         hidden = {self.load_tool, self.save_tool} if self.admin == "tools" else set()
+        names = {spec.name for spec in specs}
+        self._uses_handles = self._sessionless and self.admin == "extension" and START_TOOL in names
+        if self._uses_handles:
+            hidden |= {START_TOOL, END_TOOL}
+            specs = [_without_handle(spec) for spec in specs]
         self._admin_tools = {spec.name: spec for spec in specs if spec.name in hidden}
         self.tools = [spec for spec in specs if spec.name not in hidden]
         self._tool_index = {spec.name: spec for spec in self.tools}
@@ -199,10 +215,7 @@ class McpToolSession:
         self._closed = True
         if self._client is not None and self.admin == "extension":
             try:
-                await self._client.session.send_request(
-                    CloseSessionRequest(params=RequestParams.model_validate({"_meta": self._request_meta()})),
-                    ClosedResult,
-                )
+                await self._client.session.send_request(CloseSessionRequest(params=self._handle_params()), ClosedResult)
             except Exception as exc:
                 logger.debug("releasing the MCP session on %s failed: %s", self.target, exc)
         await self._disconnect()
@@ -239,7 +252,27 @@ class McpToolSession:
             provenance=Provenance(source="mcp", details={"target": str(self.target), "admin": self.admin}),
         )
 
+    async def served_environment_id(self) -> str | None:
+        """The environment id the server says it serves (None when it does not say: not ``harness serve``)."""
+        client = self._require_client()
+        if self.admin != "extension":
+            return None
+        try:
+            result = await client.session.send_request(DescribeRequest(), DescribeResult)
+        except Exception as exc:
+            logger.debug("%s does not describe itself: %s", self.target, exc)
+            return None
+        return result.environment_id
+
     # ------------------------------------------------------------------------------------- admin state
+
+    async def _start_episode(self) -> None:
+        """Start an episode the 2026-07-28 way and keep its handle."""
+        payload = await self._admin_tool(START_TOOL, {})
+        handle = payload.get(HANDLE_ARGUMENT) if isinstance(payload, dict) else None
+        if not isinstance(handle, str):
+            raise McpAdminError(f"{START_TOOL!r} on {self.target} returned no {HANDLE_ARGUMENT}: {payload!r:.200}")
+        self._handle = handle
 
     async def load_state(self, state: dict[str, Any], *, seed: int = 0) -> None:
         """Make this session's instance a fresh one built from ``state``."""
@@ -248,7 +281,11 @@ class McpToolSession:
             if self.admin == "tools":
                 await self._admin_tool(self.load_tool, self._load_arguments(state))
             else:
-                params = LoadStateParams.model_validate({"state": state, "seed": seed, "_meta": self._request_meta()})
+                if self._uses_handles and self._handle is None:
+                    await self._start_episode()
+                params = LoadStateParams.model_validate(
+                    {"state": state, "seed": seed, "handle": self._handle, "_meta": self._request_meta()}
+                )
                 await client.session.send_request(LoadStateRequest(params=params), LoadStateResult)
         except McpAdminError:
             raise
@@ -265,8 +302,7 @@ class McpToolSession:
                 if not isinstance(value, dict):
                     raise McpAdminError(f"{self.save_tool!r} did not return a state object: {value!r:.200}")
                 return value
-            params = RequestParams.model_validate({"_meta": self._request_meta()})
-            result = await client.session.send_request(ReadStateRequest(params=params), StateResult)
+            result = await client.session.send_request(ReadStateRequest(params=self._handle_params()), StateResult)
         except McpAdminError:
             raise
         except Exception as exc:
@@ -307,13 +343,18 @@ class McpToolSession:
         assert call.arguments is not None
         server_diffs = self.record_diffs and self.admin == "extension"
         meta = self._request_meta()
+        arguments = dict(call.arguments)
+        if self._uses_handles:
+            if self._handle is None:
+                await self._start_episode()
+            arguments[HANDLE_ARGUMENT] = self._handle
         if server_diffs:
             meta[DIFF_META_KEY] = True
         before = self._last_state
         if self.record_diffs and not server_diffs and before is None:
             before = await self.state()
         try:
-            result = await client.call_tool_mcp(call.name, call.arguments, meta=meta, timeout=self.timeout_s)
+            result = await client.call_tool_mcp(call.name, arguments, meta=meta, timeout=self.timeout_s)
         except MCPError as exc:
             raise McpConnectionError(f"tool call {call.name!r} failed at the protocol level: {exc}") from exc
         except Exception as exc:
@@ -328,7 +369,10 @@ class McpToolSession:
     # -------------------------------------------------------------------------------------------- helpers
 
     def _request_meta(self) -> dict[str, Any]:
-        return {SESSION_META_KEY: self._session_key} if self._sessionless else {}
+        return {SESSION_META_KEY: self._session_key} if self._sessionless and not self._uses_handles else {}
+
+    def _handle_params(self) -> HandleParams:
+        return HandleParams.model_validate({"handle": self._handle, "_meta": self._request_meta()})
 
     def _require_client(self) -> Client[Any]:
         if self._closed:
@@ -336,6 +380,19 @@ class McpToolSession:
         if self._client is None:
             raise McpConnectionError("the MCP session is not connected (call connect() first)")
         return self._client
+
+
+def _without_handle(spec: ToolSpec) -> ToolSpec:
+    """The tool as the agent should see it: without the episode handle argument."""
+    parameters = dict(spec.function.parameters or {})
+    properties = dict(parameters.get("properties") or {})
+    if HANDLE_ARGUMENT not in properties:
+        return spec
+    properties.pop(HANDLE_ARGUMENT)
+    parameters["properties"] = properties
+    if isinstance(parameters.get("required"), list):
+        parameters["required"] = [name for name in parameters["required"] if name != HANDLE_ARGUMENT]
+    return spec.model_copy(update={"function": spec.function.model_copy(update={"parameters": parameters})})
 
 
 def observation_from_result(call: ToolCall, result: CallToolResult) -> tuple[Observation, list[DiffEntry] | None]:

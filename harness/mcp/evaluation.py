@@ -55,7 +55,7 @@ async def run_mcp_episode(
     episode_id: str,
     user: UserPolicy | None = None,
     environment: Environment | None = None,
-    mode: str = "legacy",
+    mode: str = "auto",
     admin: AdminStyle = "auto",
     timeout_s: float = 60.0,
 ) -> Trajectory:
@@ -69,6 +69,11 @@ async def run_mcp_episode(
     session = McpToolSession(target, mode=mode, admin=admin, timeout_s=timeout_s)
     try:
         await session.connect()
+        served = await session.served_environment_id()
+        if served is not None and served != scenario.environment_id:
+            raise EnvironmentMismatch(
+                f"{session.target} serves environment {served!r}, not {scenario.environment_id!r}"
+            )
         record = environment_for(session, scenario, environment)
     except Exception as exc:
         logger.warning("episode %s: MCP server %s unusable: %s", episode_id, session.target, exc)
@@ -85,6 +90,33 @@ async def run_mcp_episode(
         user=user,
     )
     return await drive(episode, agent)
+
+
+class EnvironmentMismatch(ValueError):
+    """Scenarios of one environment sent to a server of another."""
+
+
+async def check_served_environment(
+    target: McpTarget | str, environment_ids: set[str], *, timeout_s: float = 60.0
+) -> str | None:
+    """The environment id the server at TARGET serves, after checking that every scenario's environment is it.
+
+    Raises :class:`EnvironmentMismatch` naming both when they differ; returns None (nothing to check) for a
+    server that does not say what it serves. A server that cannot be reached raises ``McpConnectionError``.
+    """
+    session = McpToolSession(target, timeout_s=timeout_s)
+    try:
+        await session.connect()
+        served = await session.served_environment_id()
+    finally:
+        await session.close()
+    others = sorted(environment_ids - {served}) if served is not None else []
+    if others:
+        raise EnvironmentMismatch(
+            f"{session.target} serves environment {served!r}, but the selected scenarios are of "
+            f"{', '.join(map(repr, others))}: select its scenarios with --env {served}"
+        )
+    return served
 
 
 def _unreachable(

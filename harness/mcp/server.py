@@ -12,8 +12,16 @@ session:
    ``Mcp-Session-Id`` over streamable HTTP, the connection itself over stdio);
 3. otherwise, over stdio, the server process (a stdio server serves exactly one client).
 
-A 2026-07-28 (sessionless) request over HTTP without the ``_meta`` key has nothing that identifies its
-client, so it is refused rather than given a shared instance.
+A 2026-07-28 (sessionless) HTTP connection carries state the protocol's way: a server-minted handle passed
+back as an ordinary tool argument. Such clients are listed a ``start_episode`` tool (it returns an
+``episode_handle``), an ``end_episode`` tool, and an optional ``episode_handle`` argument on every environment
+tool; handshake-era clients see the environment's tools exactly as declared. A sessionless request over HTTP
+with neither a handle nor the ``_meta`` key identifies no client, so it is refused rather than given a shared
+instance.
+
+States loaded into a session (by the administrative method or ``start_episode``) are validated against the
+environment: an object whose top-level keys and value types match the served scenarios' initial states, and
+one the environment class accepts.
 
 Administrative operations are request methods of the :data:`~harness.mcp.admin.ADMIN_EXTENSION` extension,
 outside the tool listing.
@@ -25,6 +33,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import secrets
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
@@ -34,6 +43,7 @@ from fastmcp import FastMCP
 from fastmcp.server.context import Context
 from fastmcp.server.dependencies import get_context
 from fastmcp.server.extensions import MethodBinding, ServerExtension
+from fastmcp.server.middleware import Middleware, MiddlewareContext
 from fastmcp.tools.base import Tool, ToolResult
 from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, RequestParams, TextContent
@@ -43,12 +53,18 @@ from pydantic import PrivateAttr
 from harness.mcp.admin import (
     ADMIN_EXTENSION,
     CLOSE_SESSION,
+    DESCRIBE,
     DIFF_META_KEY,
+    END_TOOL,
+    HANDLE_ARGUMENT,
     LOAD_STATE,
     OBSERVATION_META_KEY,
     READ_STATE,
     SESSION_META_KEY,
+    START_TOOL,
     ClosedResult,
+    DescribeResult,
+    HandleParams,
     LoadStateParams,
     LoadStateResult,
     StateResult,
@@ -90,8 +106,21 @@ class _SessionKeys:
 
     def __init__(self, registry: SessionRegistry):
         self.registry = registry
+        self.handles: set[str] = set()
 
-    def key(self, ctx: Context) -> str:
+    def mint(self) -> tuple[str, str]:
+        """A new episode handle and its session key."""
+        handle = secrets.token_urlsafe(18)
+        self.handles.add(handle)
+        return handle, f"handle:{handle}"
+
+    def key(self, ctx: Context, handle: str | None = None) -> str:
+        if handle is not None:
+            if handle not in self.handles:
+                raise NoSessionError(
+                    f"unknown or released {HANDLE_ARGUMENT} {handle!r}: call {START_TOOL} for a new episode"
+                )
+            return f"handle:{handle}"
         request_context = ctx.request_context
         if request_context is None:
             raise NoSessionError("no MCP request is in progress")
@@ -106,10 +135,11 @@ class _SessionKeys:
         if ctx.transport == "stdio":
             return "stdio"
         raise NoSessionError(
-            "this server keeps one environment instance per MCP session, and a sessionless (2026-07-28) "
-            "request over HTTP does not identify one: connect with a session-bearing protocol version "
-            "(2025-11-25; fastmcp: Client(url, mode='legacy')) or send a session key of your choice in "
-            f"the request _meta under {SESSION_META_KEY!r}"
+            "this server keeps one environment instance per episode, and a sessionless (2026-07-28) request "
+            f"over HTTP does not name one: call {START_TOOL} and pass the {HANDLE_ARGUMENT} it returns to "
+            "every tool call, or connect with a session-bearing protocol version (2025-11-25; fastmcp: "
+            f"Client(url, mode='legacy')), or send a session key of your choice in the request _meta under "
+            f"{SESSION_META_KEY!r}"
         )
 
     def _close_with_connection(self, ctx: Context, key: str) -> None:
@@ -142,6 +172,95 @@ class EnvironmentTool(Tool):
     async def run(self, arguments: dict[str, Any]) -> ToolResult:
         assert self._dispatch is not None, "EnvironmentTool used without a dispatcher"
         return await self._dispatch(self.name, arguments)
+
+
+class EpisodeTool(EnvironmentTool):
+    """``start_episode`` / ``end_episode``: the handle pattern's tools, listed to 2026-07-28 clients only."""
+
+
+HANDLE_SCHEMA = {
+    "type": "string",
+    "description": f"The episode handle returned by {START_TOOL}; it selects your environment instance.",
+}
+START_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "scenario_id": {"type": "string", "description": "Start from this scenario's initial state."},
+        "seed": {"type": "integer", "description": "Seed of the frozen clock, uuid and random generators."},
+    },
+    "required": [],
+}
+END_SCHEMA = {"type": "object", "properties": {HANDLE_ARGUMENT: HANDLE_SCHEMA}, "required": [HANDLE_ARGUMENT]}
+
+
+def with_handle(parameters: dict[str, Any]) -> dict[str, Any]:
+    """A tool's schema with the optional episode handle added (for 2026-07-28 listings)."""
+    schema = dict(parameters or {"type": "object"})
+    schema["properties"] = {**(schema.get("properties") or {}), HANDLE_ARGUMENT: HANDLE_SCHEMA}
+    return schema
+
+
+def is_sessionless_http(ctx: Context | None) -> bool:
+    """A 2026-07-28 request over HTTP: nothing but a handle (or a _meta key) can tie it to an episode."""
+    request_context = ctx.request_context if ctx is not None else None
+    if request_context is None or ctx is None or ctx.transport == "stdio":
+        return False
+    return request_context.protocol_version in MODERN_PROTOCOL_VERSIONS
+
+
+class _ProtocolListing(Middleware):
+    """Lists the handle pattern only to sessionless HTTP clients; handshake-era clients and stdio (one client
+    per server process) see the declared tools."""
+
+    async def on_list_tools(self, context: MiddlewareContext[Any], call_next: Any) -> Sequence[Tool]:
+        tools: Sequence[Tool] = await call_next(context)
+        if not is_sessionless_http(context.fastmcp_context):
+            return [tool for tool in tools if not isinstance(tool, EpisodeTool)]
+        listed: list[Tool] = []
+        for tool in tools:
+            if isinstance(tool, EpisodeTool):
+                listed.append(tool)
+            else:
+                listed.append(tool.model_copy(update={"parameters": with_handle(tool.parameters)}))
+        return listed
+
+
+def state_problems(state: Any, references: Sequence[dict[str, Any]]) -> list[str]:
+    """Why STATE cannot be this environment's state, judged against the known states (default, scenarios)."""
+    if not isinstance(state, dict):
+        return [f"a state is a JSON object, not {type(state).__name__}"]
+    references = [r for r in references if r]
+    if not references:
+        return []
+    known = {key for reference in references for key in reference}
+    required = set.intersection(*(set(reference) for reference in references))
+    problems = []
+    unknown = sorted(set(state) - known)
+    if unknown:
+        problems.append(f"unknown keys {unknown} (this environment's states have {sorted(known)})")
+    missing = sorted(required - set(state))
+    if missing:
+        problems.append(f"missing keys {missing}")
+    for key in sorted(set(state) & known):
+        expected = {_json_kind(r[key]) for r in references if key in r and r[key] is not None}
+        kind = _json_kind(state[key])
+        if state[key] is not None and expected and kind not in expected:
+            problems.append(f"{key!r} is {kind}, expected {' or '.join(sorted(expected))}")
+    return problems
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return "null"
 
 
 def observation_text(observation: Observation) -> str:
@@ -278,17 +397,75 @@ class EnvironmentServer:
             )
             tool._dispatch = self._call_tool
             server.add_tool(tool)
+        start = EpisodeTool(
+            name=START_TOOL,
+            description=(
+                f"Start an episode on {self.environment.name or self.environment.id}: a fresh environment instance "
+                f"(from a scenario's initial state, or the default one). Returns the {HANDLE_ARGUMENT} to pass "
+                "to every other tool."
+            ),
+            parameters=START_SCHEMA,
+        )
+        start._dispatch = self._start_episode
+        end = EpisodeTool(
+            name=END_TOOL, description="End an episode and release its environment instance.", parameters=END_SCHEMA
+        )
+        end._dispatch = self._end_episode
+        server.add_tool(start)
+        server.add_tool(end)
+        server.add_middleware(_ProtocolListing())
         server.add_extension(_AdminExtension(self))
         return server
+
+    def check_state(self, state: Any) -> dict[str, Any]:
+        """STATE if it fits this environment (see :func:`state_problems`), else ``ValueError``."""
+        references = [self.registry.default_state, *(s.initial_state for s in self.scenarios.values())]
+        problems = state_problems(state, references)
+        if problems:
+            raise ValueError(f"not a state of {self.environment.id}: " + "; ".join(problems))
+        return dict(state)
+
+    async def _start_episode(self, _name: str, arguments: dict[str, Any]) -> ToolResult:
+        scenario_id = arguments.get("scenario_id")
+        seed = arguments.get("seed", self.registry.seed)
+        call = ToolCall(id="start", name=START_TOOL, arguments=arguments)
+        if scenario_id is not None and scenario_id not in self.scenarios:
+            known = ", ".join(sorted(self.scenarios)) or "none"
+            message = f"unknown scenario {scenario_id!r} (known: {known})"
+            return tool_result(_error(call, ObservationKind.INVALID_ARGUMENTS, message))
+        if not isinstance(seed, int) or isinstance(seed, bool):
+            return tool_result(_error(call, ObservationKind.INVALID_ARGUMENTS, "seed must be an integer"))
+        state = self.scenarios[scenario_id].initial_state if scenario_id is not None else self.registry.default_state
+        handle, key = self._keys.mint()
+        try:
+            await self.registry.load(key, state, seed=seed)
+        except (SandboxError, EnvironmentLoadError) as exc:
+            self._keys.handles.discard(handle)
+            return tool_result(_error(call, ObservationKind.SANDBOX_ERROR, str(exc)))
+        payload = {HANDLE_ARGUMENT: handle, "environment_id": self.environment.id, "scenario_id": scenario_id}
+        return tool_result(Observation(tool_call_id=call.id, name=START_TOOL, content=payload))
+
+    async def _end_episode(self, _name: str, arguments: dict[str, Any]) -> ToolResult:
+        handle = arguments.get(HANDLE_ARGUMENT)
+        call = ToolCall(id="end", name=END_TOOL, arguments=arguments)
+        if not isinstance(handle, str) or handle not in self._keys.handles:
+            return tool_result(_error(call, ObservationKind.INVALID_ARGUMENTS, f"unknown {HANDLE_ARGUMENT}"))
+        self._keys.handles.discard(handle)
+        closed = await self.registry.close(f"handle:{handle}")
+        return tool_result(Observation(tool_call_id=call.id, name=END_TOOL, content={"closed": closed}))
 
     async def _call_tool(self, name: str, arguments: dict[str, Any]) -> ToolResult:
         ctx = get_context()
         call_id = f"mcp_{ctx.request_id}" if ctx.request_context is not None else "mcp_call"
+        arguments = dict(arguments)
+        handle = arguments.pop(HANDLE_ARGUMENT, None)
         call = ToolCall(id=call_id, name=name, arguments=arguments)
         meta = (ctx.request_context.meta if ctx.request_context is not None else None) or {}
         want_diff = bool(meta.get(DIFF_META_KEY))
         try:
-            key = self._keys.key(ctx)
+            if handle is not None and not isinstance(handle, str):
+                raise NoSessionError(f"{HANDLE_ARGUMENT} must be the string {START_TOOL} returned")
+            key = self._keys.key(ctx, handle)
             async with self.registry.use(key) as session:
                 observation, diff = await session.call(call)
         except (NoSessionError, SessionExpired) as exc:
@@ -301,7 +478,7 @@ class EnvironmentServer:
     # --------------------------------------------------------------------------------------- admin calls
 
     async def load_state(self, params: LoadStateParams) -> LoadStateResult:
-        key = self._keys.key(get_context())
+        key = self._keys.key(get_context(), params.handle)
         scenario_id = params.scenario_id
         if params.state is not None:
             state = params.state
@@ -313,6 +490,10 @@ class EnvironmentServer:
         else:
             state = self.registry.default_state
         try:
+            state = self.check_state(state)
+        except ValueError as exc:
+            raise MCPError(code=INVALID_PARAMS, message=str(exc)) from exc
+        try:
             await self.registry.load(key, state, seed=params.seed)
         except EnvironmentLoadError as exc:
             raise MCPError(code=INVALID_PARAMS, message=str(exc)) from exc
@@ -320,8 +501,8 @@ class EnvironmentServer:
             raise MCPError(code=INTERNAL_ERROR, message=str(exc)) from exc
         return LoadStateResult(environment_id=self.environment.id, scenario_id=scenario_id)
 
-    async def read_state(self) -> StateResult:
-        key = self._keys.key(get_context())
+    async def read_state(self, params: HandleParams | None = None) -> StateResult:
+        key = self._keys.key(get_context(), params.handle if params else None)
         try:
             async with self.registry.use(key) as session:
                 return StateResult(state=await session.state())
@@ -330,9 +511,15 @@ class EnvironmentServer:
         except (SandboxError, EnvironmentLoadError) as exc:
             raise MCPError(code=INTERNAL_ERROR, message=str(exc)) from exc
 
-    async def close_session(self) -> ClosedResult:
-        key = self._keys.key(get_context())
+    async def close_session(self, params: HandleParams | None = None) -> ClosedResult:
+        handle = params.handle if params else None
+        key = self._keys.key(get_context(), handle)
+        if handle is not None:
+            self._keys.handles.discard(handle)
         return ClosedResult(closed=await self.registry.close(key))
+
+    def describe(self) -> DescribeResult:
+        return DescribeResult(environment_id=self.environment.id)
 
 
 def _error(call: ToolCall, kind: ObservationKind, message: str) -> Observation:
@@ -351,7 +538,12 @@ class _AdminExtension(ServerExtension):
         return _AdminExtension(self._owner)
 
     def settings(self) -> dict[str, Any]:
-        return {"methods": [LOAD_STATE, READ_STATE, CLOSE_SESSION], "environment_id": self._owner.environment.id}
+        return {
+            "methods": [LOAD_STATE, READ_STATE, CLOSE_SESSION, DESCRIBE],
+            "environment_id": self._owner.environment.id,
+            "start_tool": START_TOOL,
+            "handle_argument": HANDLE_ARGUMENT,
+        }
 
     def methods(self) -> Sequence[MethodBinding]:
         owner = self._owner
@@ -359,16 +551,20 @@ class _AdminExtension(ServerExtension):
         async def load(_ctx: Any, params: LoadStateParams) -> LoadStateResult:
             return await _admin_call(owner.load_state(params))
 
-        async def read(_ctx: Any, _params: RequestParams) -> StateResult:
-            return await _admin_call(owner.read_state())
+        async def read(_ctx: Any, params: HandleParams) -> StateResult:
+            return await _admin_call(owner.read_state(params))
 
-        async def close(_ctx: Any, _params: RequestParams) -> ClosedResult:
-            return await _admin_call(owner.close_session())
+        async def close(_ctx: Any, params: HandleParams) -> ClosedResult:
+            return await _admin_call(owner.close_session(params))
+
+        async def describe(_ctx: Any, _params: RequestParams) -> DescribeResult:
+            return owner.describe()
 
         return (
             MethodBinding(LOAD_STATE, LoadStateParams, load),
-            MethodBinding(READ_STATE, RequestParams, read),
-            MethodBinding(CLOSE_SESSION, RequestParams, close),
+            MethodBinding(READ_STATE, HandleParams, read),
+            MethodBinding(CLOSE_SESSION, HandleParams, close),
+            MethodBinding(DESCRIBE, RequestParams, describe),
         )
 
 

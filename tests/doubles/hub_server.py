@@ -442,6 +442,7 @@ class HubServer:
             ("branch", "POST"): ("create_branch", self._create_branch),
             ("branch", "DELETE"): ("delete_branch", self._delete_branch),
             ("tag", "POST"): ("create_tag", self._create_tag),
+            ("settings", "PUT"): ("update_settings", self._update_settings),
         }
         route = routes.get((action, method))
         if route is None:
@@ -562,6 +563,21 @@ class HubServer:
         repo_id = f"{payload.get('organization') or 'tester'}/{payload.get('name')}"
         self.store.get_repo(repo_type, repo_id)
         del self.store.repos[(repo_type, repo_id)]
+        return web.json_response({})
+
+    def _update_settings(
+        self, request: web.Request, repo_type: str, repo_id: str, _rest: list[str], _q: dict[str, str], body: bytes
+    ) -> web.Response:
+        self._require_write(request)
+        repo = self._readable_repo(request, repo_type, repo_id)
+        payload = self._json_body(body)
+        visibility = payload.get("visibility")
+        if "private" in payload:
+            repo.private = bool(payload["private"])
+        elif visibility in ("private", "public"):
+            repo.private = visibility == "private"
+        elif visibility is not None:
+            raise HubError(400, f"Invalid visibility {visibility!r}")
         return web.json_response({})
 
     def _validate_yaml(self, request: web.Request, _s: list[str], _q: dict[str, str], body: bytes) -> web.Response:
