@@ -64,17 +64,17 @@ def validate(
     ] = False,
 ) -> None:
     """Check that environments load and that scenarios are sound (solvable, not solved at reset)."""
+    from harness.errors import BadInput
     from harness.library import load_library
     from harness.sandbox import SandboxPool
     from harness.validate import validate_library
 
     try:
         library = load_library(path or None)
-    except (OSError, ValueError) as error:  # a bad folder, Hub id or revision: one line, no traceback
-        from rich.text import Text
-
-        err_console.print(Text.assemble((f"Cannot load {path or 'the seed library'}:", "red"), " ", str(error)))
-        raise typer.Exit(2) from None
+    except BadInput:
+        raise
+    except (OSError, ValueError) as error:  # a bad folder, Hub id or revision: one line (--debug: traceback)
+        raise BadInput(f"cannot load {path or 'the seed library'}: {error}") from error
 
     async def run() -> object:
         async with SandboxPool(
@@ -271,7 +271,8 @@ def _check_choices(*, mode: str, agent: str, models: dict[str, str | None]) -> N
     if agent not in AGENT_KINDS:
         problems.append(f"--agent {agent!r}: use one of {', '.join(AGENT_KINDS)}")
     for flag, name in models.items():
-        if name in AGENT_KINDS:
+        # With --agent oracle the agent's model is never called, so naming it "oracle" confuses nobody.
+        if name in AGENT_KINDS and not (flag in ("--model", "--teacher") and name == agent):
             problems.append(f"{flag} {name!r}: {name} is an agent, not a model: use --agent {name}")
     if problems:
         raise BadInput(*problems)
