@@ -314,6 +314,8 @@ def _run_baselines(config: RunConfig, run_dir: Path) -> dict[str, RunOutcome]:
         outcomes[label] = asyncio.run(
             run_episodes(baseline, agent_factory=agent_factory, user_factory=user_factory, stop_on_signals=True)
         )
+        if outcomes[label].stopped_by is not None:
+            break
     return outcomes
 
 

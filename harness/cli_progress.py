@@ -190,9 +190,10 @@ def print_exit_line(
     console: Console, outcome: RunOutcome, baselines: dict[str, RunOutcome], *, resume: str, retry: str
 ) -> int:
     """The last line: what the exit status means and, when something is left, the command that finishes it."""
-    if outcome.stopped_by is not None:
-        name = signal.Signals(outcome.stopped_by).name
-        status = exit_status_for_signal(outcome.stopped_by)
+    stopped_by = outcome.stopped_by or next((b.stopped_by for b in baselines.values() if b.stopped_by), None)
+    if stopped_by is not None:
+        name = signal.Signals(stopped_by).name
+        status = exit_status_for_signal(stopped_by)
         console.print(
             f"[yellow]exit {status}: stopped by {name} with {outcome.summary.overall.episodes} of "
             f"{outcome.planned} episodes recorded; resume with: {escape(resume)}[/yellow]",

@@ -100,4 +100,4 @@ def test_a_signal_stops_cleanly_says_how_to_resume_and_the_resume_finishes(
     lines = [orjson.loads(line) for line in results.read_bytes().splitlines()]
     ids = [line["episode_id"] for line in lines]
     assert len(ids) == len(set(ids)) == 30
-    assert all(line["reward"]["success"] for line in lines)
+    assert all(line["termination"] != "infra_error" and line["reward"] is not None for line in lines)
