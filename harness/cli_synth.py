@@ -32,6 +32,9 @@ def envs_command(
     column: Annotated[str | None, typer.Option(help="Field or column holding the task text.")] = None,
     rounds: Annotated[int, typer.Option(help="Dual-agent assessment rounds per environment.")] = 100,
     threshold: Annotated[float, typer.Option(help="Share of Pass + Warning rounds an environment needs.")] = 0.85,
+    tests_per_tool: Annotated[
+        int, typer.Option(help="Assessment rounds per tool at most; every tool must be exercised at least once.")
+    ] = 10,
     similarity: Annotated[float, typer.Option(help="Cosine similarity at which descriptions are merged.")] = 0.9,
     max_envs: Annotated[int | None, typer.Option(help="Build at most this many environments (themes).")] = None,
     max_tasks: Annotated[int | None, typer.Option(help="Read at most this many tasks.")] = None,
@@ -59,6 +62,7 @@ def envs_command(
         column=column,
         rounds=rounds,
         threshold=threshold,
+        tests_per_tool=tests_per_tool,
         similarity=similarity,
         max_envs=max_envs,
         max_tasks=max_tasks,

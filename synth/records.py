@@ -256,12 +256,44 @@ class AssessmentRound(BaseModel):
     reason: str
 
 
+class ToolCoverage(BaseModel):
+    """How one tool was exercised by the assessment: rounds judged, split by what the tester expected."""
+
+    total: int = 0
+    positive: int = Field(default=0, description="Rounds where the tester expected success.")
+    negative: int = Field(default=0, description="Rounds where the tester expected a refusal.")
+    passed: int = Field(default=0, description="Rounds judged pass or warning.")
+
+    @property
+    def exercised(self) -> bool:
+        return self.total > 0
+
+
+def tool_coverage(tools: list[str], rounds: list[AssessmentRound]) -> dict[str, ToolCoverage]:
+    coverage = {name: ToolCoverage() for name in tools}
+    for item in rounds:
+        entry = coverage.setdefault(item.tool, ToolCoverage())
+        entry.total += 1
+        entry.positive += item.expect == "success"
+        entry.negative += item.expect == "refusal"
+        entry.passed += item.verdict != "fail"
+    return coverage
+
+
 class AssessmentReport(BaseModel):
     attempt: int = Field(description="0 for the first assessment, n for the assessment after repair n.")
     rounds: list[AssessmentRound]
     score: float
     threshold: float
     passed: bool
+    tests_per_tool: int | None = Field(default=None, description="The per-tool cap on test rounds.")
+    coverage: dict[str, ToolCoverage] = Field(default_factory=dict, description="Per tool of the environment.")
+    unusable: int = Field(default=0, description="Rounds with no usable test call or judgement.")
+    problems: list[str] = Field(default_factory=list, description="Why the assessment did not pass.")
+
+    @property
+    def unexercised(self) -> list[str]:
+        return [name for name, entry in self.coverage.items() if not entry.exercised]
 
     @property
     def counts(self) -> dict[str, int]:
@@ -282,7 +314,16 @@ class AssessmentReport(BaseModel):
         return reasons
 
     def summary(self) -> dict[str, Any]:
-        return {"attempt": self.attempt, "score": round(self.score, 4), **self.counts, "rounds": len(self.rounds)}
+        return {
+            "attempt": self.attempt,
+            "score": round(self.score, 4),
+            **self.counts,
+            "rounds": len(self.rounds),
+            "tools_exercised": sum(entry.exercised for entry in self.coverage.values()),
+            "tools": len(self.coverage),
+            "unexercised": self.unexercised,
+            "problems": self.problems,
+        }
 
 
 class Rejection(BaseModel):

@@ -211,13 +211,16 @@ INITIAL_STATE = {
 class ScriptedSynthModel:
     """``method_faults``: operation -> fault written on first attempts; ``fault_attempts``: how many attempts
     of that method carry the fault (a large number means every attempt); ``repairable``: whether a repair
-    request (checker's reasons) gets the correct method; ``broken_roles``: roles that answer with prose only; ``raising_roles``: roles whose calls raise (an outage)."""
+    request (checker's reasons) gets the correct method; ``broken_roles``: roles that answer with prose only;
+    ``raising_roles``: roles whose calls raise (an outage); ``narrow_tester``: the tester only ever calls the two
+    read tools, whatever it is asked."""
 
     method_faults: dict[str, Fault] = field(default_factory=dict)
     fault_attempts: int = 1_000
     repairable: bool = True
     broken_roles: frozenset[str] = frozenset()
     raising_roles: frozenset[str] = frozenset()
+    narrow_tester: bool = False
     calls: Counter[str] = field(default_factory=Counter)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _method_attempts: Counter[str] = field(default_factory=Counter)
@@ -313,6 +316,12 @@ class ScriptedSynthModel:
             probes.append(("issue_permit", {"holder": "Sam Roe", "plate": active[-1]["plate"], "zone": "B"}, "refusal"))
         if cancelled:
             probes.append(("cancel_permit", {"permit_id": cancelled[0]["permit_id"]}, "refusal"))
+        if self.narrow_tester:
+            probes = [p for p in probes if p[0] in ("get_permit", "list_permits_by_holder")]
+        else:
+            allowed = re.search(r"Tools allowed this round: (.*)", user)
+            names = set(allowed.group(1).split(", ")) if allowed else set()
+            probes = [p for p in probes if p[0] in names] or probes
         tool, arguments, expect = probes[(number - 1) % len(probes)]
         return json.dumps({"tool": tool, "arguments": arguments, "expect": expect, "intent": f"probe {tool}"})
 
