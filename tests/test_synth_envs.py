@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -104,7 +105,8 @@ async def test_end_to_end_an_accepted_environment_validates_and_runs_an_episode(
     assert environment.provenance.source == "synth.envs"
     assert environment.provenance.model == model_name
     assert set(details["prompt_versions"]) >= {"filter_task", "plan_environment", "write_method", "check_call"}
-    assert all(v.startswith("1+") for v in details["prompt_versions"].values())
+    assert all(re.match(r"^\d+\+[0-9a-f]{8}$", v) for v in details["prompt_versions"].values())
+    assert details["prompt_versions"]["test_call"].startswith("2+")
     [report] = details["assessment"]["reports"]
     assert report["passed"] and len(report["rounds"]) == 18 and report["score"] >= 0.85
     assert {r["tool"] for r in report["rounds"]} == set(environment.tool_names)
