@@ -160,8 +160,12 @@ def test_a_correct_shorter_trajectory_with_other_free_text_gets_full_reward():
     shorter = calls(("refund", {"order_id": "O-1", "amount": 12.5, "note": "arrived two weeks late"}))
     with_checks = scenario(gold_final_state=GOLD, checks=[REFUND_CHECK])
     trajectory = _refund_trajectory(shorter, "arrived two weeks late", 1.0)
-    result = composite(with_checks, shorter, trajectory.reward, {"orders": {"O-1": {"status": "refunded",
-                                                                                   "note": "arrived two weeks late"}}})
+    result = composite(
+        with_checks,
+        shorter,
+        trajectory.reward,
+        {"orders": {"O-1": {"status": "refunded", "note": "arrived two weeks late"}}},
+    )
     assert result.trajectory_reward == 1.0 and result.length_penalty == 0.0
     assert result.gold_state_match is True  # the note is masked free text
     assert trajectory_reward(with_checks, trajectory) == pytest.approx(1.0)

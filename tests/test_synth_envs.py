@@ -348,4 +348,4 @@ async def test_the_tester_sees_a_per_tool_summary_and_every_tool_is_capped(tmp_p
     assert all(entry["positive"] + entry["negative"] == entry["total"] for entry in coverage.values())
     assert coverage["cancel_permit"]["negative"] >= 1 and coverage["issue_permit"]["positive"] >= 1
     # Capped: the assessment stops when every tool has had its share, well before 40 rounds.
-    assert len(report["rounds"]) == 4 * 3 and report["unusable"] == 0
+    assert len(report["rounds"]) == 4 * 3 and report["unusable"] == 0 and model.calls["tester"] == 4 * 3

@@ -10,6 +10,7 @@ import pytest
 from harness.library import load_library
 from harness.sandbox import SandboxPool
 from harness.schema import ToolCall
+from synth.mentions import gate_mentions, required_mentions
 from synth.queries import ExecutedCall, checks_from_gold, is_free_text, refine_contexts, split_turns
 from synth.refine import RULES, RefineContext, applies, problems
 
@@ -88,12 +89,20 @@ def test_turns_cover_the_chain_in_order_with_at_most_k_calls() -> None:
         assert all(1 <= len(turn) <= 5 for turn in turns)
 
 
+RETAIL_STATE = LIBRARY.scenarios_for("retail_orders")[0].initial_state
+MARIA = RETAIL_STATE["users"]["U-101"]
+MARIA_ORDERS = [o for o in RETAIL_STATE["orders"].values() if o["user_id"] == "U-101"]
+
+
 def _executed() -> list[ExecutedCall]:
     return [
         ExecutedCall(
-            name="find_user_by_email", arguments={"email": "maria.garcia@example.com"}, user_arguments=["email"]
+            name="find_user_by_email",
+            arguments={"email": "maria.garcia@example.com"},
+            result=MARIA,
+            user_arguments=["email"],
         ),
-        ExecutedCall(name="list_user_orders", arguments={"user_id": "U-101"}),
+        ExecutedCall(name="list_user_orders", arguments={"user_id": "U-101"}, result=MARIA_ORDERS),
         ExecutedCall(
             name="cancel_order",
             arguments={"order_id": "O-1002", "reason": "changed my mind"},
@@ -110,15 +119,48 @@ def _executed() -> list[ExecutedCall]:
     ]
 
 
-def test_refine_contexts_keep_user_values_once_and_make_earlier_values_referable() -> None:
-    contexts = refine_contexts(_executed(), [[0, 1, 2], [3]], RETAIL.tool_names)
+def test_refine_contexts_keep_user_values_and_the_records_acted_on() -> None:
+    assert len(MARIA_ORDERS) > 1  # which order to cancel is the person's choice, not something to look up
+    contexts = refine_contexts(_executed(), [[0, 1, 2], [3]], RETAIL.tool_names, RETAIL_STATE)
     first, second = contexts
-    assert first.must_keep == ["maria.garcia@example.com"]
-    assert {"U-101", "O-1002"} <= set(first.lookup_values)
+    assert first.must_keep == ["maria.garcia@example.com", "O-1002"]
+    assert "U-101" in first.lookup_values and "O-1002" not in first.lookup_values
     assert "changed my mind" not in first.must_keep  # free text is masked, not kept verbatim
+    # U-101 is pinned down by the lookup by email: the request need not say it.
     assert second.must_keep == ["9 Bay St, Austin, TX"]
     assert "maria.garcia@example.com" in second.referable and "U-101" in second.referable
     assert is_free_text("reason", "changed my mind") and not is_free_text("email", "a@b.c")
+
+
+def test_the_maria_garcia_request_is_rejected() -> None:
+    """'Please place order for Maria Garcia.' while the checks demand product P-201 and payment PM-1."""
+    maria_by_name = [u for u in RETAIL_STATE["users"].values() if "Maria Garcia" in u["name"]]
+    payment_methods = [p for p in RETAIL_STATE["payment_methods"].values() if p["user_id"] == "U-101"]
+    executed = [
+        ExecutedCall(
+            name="find_users_by_name", arguments={"name": "Maria Garcia"}, result=maria_by_name, user_arguments=["name"]
+        ),
+        ExecutedCall(
+            name="get_user_details", arguments={"user_id": "U-101"}, result={"payment_methods": payment_methods}
+        ),
+        ExecutedCall(
+            name="place_order",
+            arguments={"user_id": "U-101", "items": {"P-201": 2}, "payment_method_id": "PM-1"},
+            result={"order_id": "O-1013"},
+            user_arguments=["items"],
+            changed_state=True,
+        ),
+    ]
+    required = required_mentions(executed, RETAIL_STATE)
+    # The product inside the items dict, and the card among Maria's two; U-101 is the one user found by name.
+    assert required == [["Maria Garcia"], [], ["P-201", "PM-1"]]
+    flat = [value for values in required for value in values]
+    gate = gate_mentions("Please place order for Maria Garcia.", flat)
+    assert not gate.passed and gate.gate == "mentions"
+    assert gate.details["missing"] == ["P-201", "PM-1"]
+    assert "P-201" in gate.reason
+    fixed = gate_mentions("Please order two P-201 mice for Maria Garcia and pay with card PM-1.", flat)
+    assert fixed.passed
 
 
 def _context(**overrides) -> RefineContext:
