@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 console = Console()
 err_console = Console(stderr=True)
 
+DEFAULT_SIMILARITY = 0.92  # synth.dedup.DEFAULT_SIMILARITY, without importing synth at CLI start-up
+
 EnvsOption = Annotated[
     str | None, typer.Option("--envs", help="Environments: a folder or Hub id (default: seed library).")
 ]
@@ -60,6 +62,7 @@ def print_report(report: SynthesisReport, out: Path, what: str) -> None:
     console.print(table)
     if report.rejected_by:
         console.print("rejected by: " + ", ".join(f"{g} {n}" for g, n in sorted(report.rejected_by.items())))
+    console.print(f"duplicates dropped: {report.duplicates} (by {report.dedup})")
     per = f"${report.usd_per_accepted:.4f}" if report.usd_per_accepted is not None else "n/a (none accepted)"
     console.print(
         f"[green]{report.accepted} {what} accepted[/green] of {report.attempted}; "
@@ -89,6 +92,12 @@ def register(synth_app: typer.Typer) -> None:
         tpm: Annotated[int | None, typer.Option(help="Model tokens per minute.")] = None,
         temperature: Annotated[float | None, typer.Option(help="Sampling temperature.")] = None,
         price_model: Annotated[str, typer.Option(help="Price table row for the dollar figures.")] = "gpt-4.1",
+        dedup_similarity: Annotated[
+            float, typer.Option(help="Embedding similarity at which tasks are duplicates (0: exact text only).")
+        ] = DEFAULT_SIMILARITY,
+        embedding_model: Annotated[
+            str | None, typer.Option(help="litellm embedding model (default: bundled all-MiniLM-L6-v2).")
+        ] = None,
         workers: Annotated[int, typer.Option(help="Sandbox worker processes (default: one per core).")] = 0,
         no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not cache model answers under OUT.")] = False,
     ) -> None:
@@ -106,6 +115,8 @@ def register(synth_app: typer.Typer) -> None:
             concurrency=concurrency,
             temperature=temperature,
             price_model=price_model,
+            dedup_similarity=dedup_similarity or None,
+            embedding_model=embedding_model,
         )
 
         async def run() -> SynthesisReport:
@@ -207,6 +218,12 @@ def register(synth_app: typer.Typer) -> None:
         tpm: Annotated[int | None, typer.Option(help="Model tokens per minute.")] = None,
         temperature: Annotated[float | None, typer.Option(help="Sampling temperature.")] = None,
         price_model: Annotated[str, typer.Option(help="Price table row for the dollar figures.")] = "gpt-4.1",
+        dedup_similarity: Annotated[
+            float, typer.Option(help="Embedding similarity at which tasks are duplicates (0: exact text only).")
+        ] = DEFAULT_SIMILARITY,
+        embedding_model: Annotated[
+            str | None, typer.Option(help="litellm embedding model (default: bundled all-MiniLM-L6-v2).")
+        ] = None,
         workers: Annotated[int, typer.Option(help="Sandbox worker processes (default: one per core).")] = 0,
         no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not cache model answers under OUT.")] = False,
     ) -> None:
@@ -228,6 +245,8 @@ def register(synth_app: typer.Typer) -> None:
             concurrency=concurrency,
             temperature=temperature,
             price_model=price_model,
+            dedup_similarity=dedup_similarity or None,
+            embedding_model=embedding_model,
             sampling=SamplingParams(
                 max_tools=max_tools,
                 max_environments=1,

@@ -39,6 +39,7 @@ from harness.schema import (
 from harness.statediff import diff_values
 from synth.answers import AnswerError, Asker
 from synth.costs import DEFAULT_PRICE_MODEL
+from synth.dedup import DEFAULT_SIMILARITY
 from synth.gates import GateOutcome, gate_checks_run, gate_false_at_reset, gate_reference
 from synth.graph import ToolGraph, is_identifier_name
 from synth.mentions import gate_mentions, required_mentions, scalar_texts
@@ -50,12 +51,11 @@ from synth.scenarios import (
     Journal,
     SynthesisReport,
     content_key,
+    finish_synthesis,
     prepare_state,
     rules_text,
     state_text,
-    summarize_attempts,
     template_versions,
-    write_outputs,
 )
 from synth.templates import load_template
 from synth.verification import minimize_reference, verify_by_rollouts
@@ -125,6 +125,10 @@ class QueryConfig(BaseModel):
     )
     rollouts: int = Field(default=3, ge=1, description="Solver rollouts per scenario (k); the solve rate is recorded.")
     solver_temperature: float | None = Field(default=1.0, description="Sampling temperature of the solver rollouts.")
+    dedup_similarity: float | None = Field(
+        default=DEFAULT_SIMILARITY, gt=0, le=1, description="Embedding similarity of duplicate tasks; None: text only."
+    )
+    embedding_model: str | None = Field(default=None, description="Embedding model (None: offline all-MiniLM-L6-v2).")
     sampling: SamplingParams = Field(default_factory=lambda: SamplingParams(max_tools=6, max_environments=1))
 
 
@@ -613,7 +617,6 @@ async def synthesize_queries(
 
     await asyncio.gather(*(run(seed) for seed, key in keys.items() if key not in journal))
     records = [journal.records[k] for k in keys.values() if k in journal]
-    write_outputs(out, environments, records)
-    report = summarize_attempts(records, config.price_model)
-    (out / "report.json").write_bytes(orjson.dumps(report.model_dump(mode="json"), option=orjson.OPT_INDENT_2))
-    return report
+    return await finish_synthesis(
+        out, environments, records, config.price_model, config.dedup_similarity, config.embedding_model
+    )
