@@ -141,9 +141,12 @@ def register(synth_app: typer.Typer) -> None:
         embedding_model: Annotated[
             str | None, typer.Option(help="litellm embedding model (default: bundled all-MiniLM-L6-v2).")
         ] = None,
-        cross_environment: Annotated[
-            bool, typer.Option("--cross-environment/--within-environment", help="Edges between environments.")
-        ] = True,
+        cross_env: Annotated[
+            bool, typer.Option("--cross-env", help="Also add edges between environments (default: within each).")
+        ] = False,
+        prune: Annotated[
+            bool, typer.Option("--prune", help="Let --model prune spurious embedding edges (needs --model).")
+        ] = False,
         match_names: Annotated[
             bool, typer.Option("--match-names/--no-match-names", help="Also link same-name identifiers.")
         ] = True,
@@ -155,6 +158,9 @@ def register(synth_app: typer.Typer) -> None:
         from synth.graph import GraphModel, build_graph, draw_graph, model_graph_passes
 
         environments, samples = _environments(envs, env)
+        if prune and not model:
+            err_console.print(Text.assemble(("error:", "bold red"), " --prune needs --model"))
+            raise typer.Exit(2)
 
         async def run() -> Any:
             passes = GraphModel()
@@ -162,13 +168,15 @@ def register(synth_app: typer.Typer) -> None:
             usage = Usage()
             if model:
                 client = _client(out.parent, 8, None, None, True)
-                passes = model_graph_passes(Asker(client, ModelSettings(model=model, temperature=0.0)), usage)
+                passes = model_graph_passes(
+                    Asker(client, ModelSettings(model=model, temperature=0.0)), usage, prune=prune
+                )
             try:
                 return await build_graph(
                     environments,
                     embedding_model=embedding_model,
                     threshold=threshold,
-                    cross_environment=cross_environment,
+                    cross_environment=cross_env,
                     sample_states=samples,
                     model=passes,
                     match_names=match_names,
@@ -189,6 +197,8 @@ def register(synth_app: typer.Typer) -> None:
         )
         if model:
             console.print(f"model passes: {usage.requests} calls ({usage.cached_requests} cached)")
+        if prune:
+            console.print(f"pruned {len(details['pruned'])} spurious embedding edges")
         console.print(f"written to {out}")
         if picture is not None:
             draw_graph(graph, picture)
