@@ -202,6 +202,8 @@ async def assess_environment(
                     diff=diff_dicts,
                     verdict=judgement.verdict,
                     reason=judgement.reason,
+                    tester_analysis=proposal.analysis,
+                    checker_analysis=judgement.analysis,
                 )
             )
     finally:

@@ -1017,7 +1017,7 @@ def model_graph_passes(asker: Any, usage: Any, *, prune: bool = False) -> GraphM
     """The model-backed passes (output listing, input classing, edge proposals, and with ``prune`` the pruning
     of spurious embedding edges), asked through a :class:`synth.answers.Asker` (answers are validated and
     cached by the model client, so each tool's outputs are asked for once)."""
-    from synth.records import Answer
+    from synth.records import Answer, Reasoned
     from synth.templates import load_template
 
     class OutputItem(Answer):
@@ -1025,10 +1025,10 @@ def model_graph_passes(asker: Any, usage: Any, *, prune: bool = False) -> GraphM
         type: str = "string"
         description: str = ""
 
-    class OutputsAnswer(Answer):
+    class OutputsAnswer(Reasoned):
         outputs: list[OutputItem] = Field(default_factory=list)
 
-    class SourcesAnswer(Answer):
+    class SourcesAnswer(Reasoned):
         sources: dict[str, Literal["user", "tool"]] = Field(default_factory=dict)
 
     class EdgeItem(Answer):
@@ -1037,7 +1037,7 @@ def model_graph_passes(asker: Any, usage: Any, *, prune: bool = False) -> GraphM
         input: str | None = None
         reason: str = ""
 
-    class EdgesAnswer(Answer):
+    class EdgesAnswer(Reasoned):
         edges: list[EdgeItem] = Field(default_factory=list)
 
     class SpuriousItem(Answer):
@@ -1047,7 +1047,7 @@ def model_graph_passes(asker: Any, usage: Any, *, prune: bool = False) -> GraphM
         input: str | None = None
         reason: str = ""
 
-    class PruneAnswer(Answer):
+    class PruneAnswer(Reasoned):
         spurious: list[SpuriousItem] = Field(default_factory=list)
 
     async def list_outputs(environment: Environment, tool_name: str) -> list[OutputField] | None:

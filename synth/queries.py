@@ -43,7 +43,7 @@ from synth.dedup import DEFAULT_SIMILARITY
 from synth.gates import GateOutcome, gate_checks_run, gate_false_at_reset, gate_reference
 from synth.graph import ToolGraph, is_identifier_name
 from synth.mentions import gate_mentions, required_mentions, scalar_texts
-from synth.records import Answer
+from synth.records import Reasoned
 from synth.refine import RULES, RefineContext, RefinementStep, refine_request
 from synth.sampling import ChainSampler, ChainSamplingError, SamplingParams, ToolChain
 from synth.scenarios import (
@@ -76,11 +76,11 @@ RESULT_TEXT_LIMIT = 1500
 OPTIONAL_BINDING = "optional: leave it out unless the call cannot succeed without it"
 
 
-class ArgumentsAnswer(Answer):
+class ArgumentsAnswer(Reasoned):
     arguments: dict[str, Any] = Field(default_factory=dict)
 
 
-class TurnAnswer(Answer):
+class TurnAnswer(Reasoned):
     subgoals: list[str] = Field(default_factory=list)
     request: str = Field(min_length=3)
 
@@ -100,6 +100,7 @@ class Turn(BaseModel):
     subgoals: list[str] = Field(default_factory=list)
     logical_request: str
     request: str
+    analysis: str = Field(default="", description="The query writer's reasoning before its answer.")
     refinements: list[RefinementStep] = Field(default_factory=list)
 
 
@@ -536,6 +537,7 @@ class QuerySynthesizer:
                     subgoals=answer.subgoals,
                     logical_request=answer.request,
                     request=refined,
+                    analysis=answer.analysis,
                     refinements=steps_done,
                 )
             )

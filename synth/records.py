@@ -24,6 +24,13 @@ class Answer(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
 
+class Reasoned(Answer):
+    """A whole answer: ``analysis`` holds the reasoning the model wrote before its JSON (see
+    :mod:`synth.answers`), kept in provenance."""
+
+    analysis: str = ""
+
+
 def _identifier(value: str, what: str) -> str:
     if not IDENTIFIER.match(value) or keyword.iskeyword(value):
         raise ValueError(f"{what} {value!r} must be a snake_case Python identifier")
@@ -33,12 +40,12 @@ def _identifier(value: str, what: str) -> str:
 # ----------------------------------------------------------------------------------------------- discovery
 
 
-class TaskVerdict(Answer):
+class TaskVerdict(Reasoned):
     keep: bool
     reason: str = Field(min_length=3)
 
 
-class InferredEnvironment(Answer):
+class InferredEnvironment(Reasoned):
     description: str = Field(min_length=20)
 
 
@@ -156,7 +163,7 @@ class OperationPlan(Answer):
         return self
 
 
-class EnvironmentPlan(Answer):
+class EnvironmentPlan(Reasoned):
     name: str = Field(min_length=3)
     class_name: str
     domain: str = Field(min_length=2)
@@ -225,14 +232,14 @@ class ModelingResult(BaseModel):
 # ---------------------------------------------------------------------------------------------- assessment
 
 
-class ProposedCall(Answer):
+class ProposedCall(Reasoned):
     tool: str = Field(min_length=1)
     arguments: dict[str, Any] = Field(default_factory=dict)
     expect: Literal["success", "refusal"]
     intent: str = ""
 
 
-class Judgement(Answer):
+class Judgement(Reasoned):
     verdict: Literal["pass", "warning", "fail"]
     reason: str = Field(min_length=3)
 
@@ -254,6 +261,8 @@ class AssessmentRound(BaseModel):
     diff: list[dict[str, Any]] = Field(default_factory=list)
     verdict: Literal["pass", "warning", "fail"]
     reason: str
+    tester_analysis: str = ""
+    checker_analysis: str = ""
 
 
 class ToolCoverage(BaseModel):

@@ -47,7 +47,7 @@ from synth.gates import (
     gate_teacher,
 )
 from synth.graph import state_keys
-from synth.records import Answer
+from synth.records import Answer, Reasoned
 from synth.templates import allowed_modules_text, load_template
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ CODE_TEXT_LIMIT = 12_000
 # ------------------------------------------------------------------------------------------ model answers
 
 
-class StateAnswer(Answer):
+class StateAnswer(Reasoned):
     initial_state: dict[str, Any]
 
 
@@ -77,7 +77,7 @@ class ProfileAnswer(Answer):
     instructions: str = ""
 
 
-class TaskAnswer(Answer):
+class TaskAnswer(Reasoned):
     task: str = Field(min_length=10)
     user_profile: ProfileAnswer
     checklist: list[str] = Field(min_length=1)
@@ -88,7 +88,7 @@ class CheckAnswer(Answer):
     source: str = Field(min_length=10)
 
 
-class ChecksAnswer(Answer):
+class ChecksAnswer(Reasoned):
     checks: list[CheckAnswer] = Field(min_length=1)
 
 
@@ -427,7 +427,11 @@ class ScenarioSynthesizer:
                 model=self.config.model,
                 prompt_version=",".join(f"{k}@{v}" for k, v in self.versions.items()),
                 created_at=utc_now(),
-                details={"index": index, "teacher": self.config.solve_with},
+                details={
+                    "index": index,
+                    "teacher": self.config.solve_with,
+                    "analysis": {"task": task.analysis, "checks": answer.analysis},
+                },
             ),
         )
 

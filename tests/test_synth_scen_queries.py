@@ -243,3 +243,33 @@ def test_the_journal_drops_a_torn_last_line_and_keeps_the_rest(tmp_path) -> None
     assert path.read_bytes().endswith(b"\n")
     report = summarize_attempts(list(reopened.records.values()))
     assert (report.attempted, report.accepted, report.rejected_by) == (2, 1, {"single_call": 1})
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_each_refinement_rule_accepts_the_worked_example_its_prompt_shows(rule) -> None:
+    """The example a refinement prompt shows the model is one the rule applies to and whose rewrite it keeps."""
+    import json
+    import re
+
+    from synth.answers import extract_analysis, extract_json
+    from synth.templates import load_template
+
+    system = load_template(f"query_refine_{rule}").render(request="x", context="{}")[0]["content"]
+    example = re.search(r"Worked example\.\nRequest: (.*)\nContext: (.*)\nAnswer:\n(.*)", system, re.DOTALL)
+    assert example is not None
+    before, payload, answer = example.group(1), json.loads(example.group(2)), example.group(3)
+    after = extract_json(answer)["request"]
+    assert extract_analysis(answer).startswith(("the ", "finding", "U-101", "a changed"))
+    context = RefineContext(
+        turn=len(payload["previous_requests"]),
+        tool_names=RETAIL.tool_names,
+        must_keep=payload["must_keep"],
+        referable=payload.get("refer_to_implicitly", []),
+        lookup_values=payload.get("may_be_vague", []),
+        calls=[{"name": s["name"], "changed_state": s["changes_state"]} for s in payload.get("steps", [])],
+        previous_requests=payload["previous_requests"],
+    )
+    assert applies(rule, before, context)
+    assert problems(rule, before, after, context) == []
+    # The rule's own check still refuses the unrewritten request.
+    assert problems(rule, before, before, context)
