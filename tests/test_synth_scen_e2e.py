@@ -303,7 +303,7 @@ async def test_scenarios_end_to_end_pass_validation_and_the_oracle_solves_them(
     assert len(built.scenarios) == report.accepted
     for scenario in built.scenarios:
         assert scenario.reference_actions and scenario.user_profile is not None
-        assert scenario.provenance.prompt_version and "scen_task@1+" in scenario.provenance.prompt_version
+        assert scenario.provenance.prompt_version and "scen_task@2+" in scenario.provenance.prompt_version
     validation = await validate_library(built, pool)
     assert validation.ok, [r.problems for r in validation.invalid]
     await _oracle_solves(built.scenarios, pool, built)

@@ -40,6 +40,13 @@ GET_PERMIT = '''def get_permit(self, permit_id: str) -> dict:
 
     Args:
         permit_id: The permit's id, e.g. "P-1".
+
+    Returns:
+        permit_id (string): The permit's id.
+        holder (string): The holder's full name.
+        plate (string): The vehicle plate.
+        zone (string): A, B or C.
+        status (string): active, suspended or cancelled.
     """
     permit = self.permits.get(permit_id)
     if permit is None:
@@ -52,6 +59,10 @@ LIST_PERMITS = '''def list_permits_by_holder(self, holder: str) -> dict:
 
     Args:
         holder: The holder's full name.
+
+    Returns:
+        permit_id (string): The id of each of the holder's permits.
+        status (string): Each permit's status.
     """
     wanted = holder.strip().lower()
     matches = [p for p in self.permits.values() if p["holder"].lower() == wanted]
@@ -65,6 +76,9 @@ ISSUE_PERMIT = '''def issue_permit(self, holder: str, plate: str, zone: str) -> 
         holder: The holder's full name.
         plate: The vehicle plate, e.g. "KL-204".
         zone: The zone: A, B or C.
+
+    Returns:
+        permit_id (string): The new permit's id.
     """
     if zone not in ("A", "B", "C"):
         return {"success": False, "error": f"Unknown zone {zone}; permits are for zones A, B or C."}
@@ -87,6 +101,9 @@ CANCEL_PERMIT = '''def cancel_permit(self, permit_id: str, reason: Optional[str]
     Args:
         permit_id: The permit to cancel.
         reason: Why it is cancelled (optional).
+
+    Returns:
+        message (string): A confirmation.
     """
     permit = self.permits.get(permit_id)
     if permit is None:
@@ -112,6 +129,9 @@ FAULTY_CANCEL: dict[str, str] = {
     Args:
         permit_id: The permit to cancel.
         reason: Why it is cancelled (optional).
+
+    Returns:
+        message (string): A confirmation.
     """
     permit = self.permits[permit_id]
     permit["status"] = "cancelled"
