@@ -412,7 +412,8 @@ class QuerySynthesizer:
     def key(self, seed: int, environments: dict[str, Environment]) -> str:
         codes = {e: hashlib.sha256(env.code.encode()).hexdigest() for e, env in sorted(environments.items())}
         graph_hash = hashlib.sha256(orjson.dumps(self.graph.model_dump(mode="json"))).hexdigest()
-        return content_key("query", seed, codes, graph_hash, self.config.model_dump(mode="json"), self.versions)
+        settings = self.config.model_dump(mode="json", exclude={"dedup_similarity", "embedding_model"})
+        return content_key("query", seed, codes, graph_hash, settings, self.versions)
 
     async def attempt(self, seed: int, environments: dict[str, Environment], key: str) -> AttemptRecord:
         usage = Usage()

@@ -129,7 +129,9 @@ async def verify_by_rollouts(
     from harness.episode import EpisodeConfig, run_episode
 
     async def rollout(number: int) -> Trajectory:
-        agent = build_agent("function_calling", solver, client, role=SOLVER_ROLE)
+        # A seed per rollout: k distinct samples, and k distinct entries in the response cache (not one, k times).
+        settings = solver.model_copy(update={"seed": (solver.seed or 0) + number})
+        agent = build_agent("function_calling", settings, client, role=SOLVER_ROLE)
         return await run_episode(
             scenario,
             environment,
