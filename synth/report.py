@@ -62,6 +62,7 @@ class SynthReportPage(BaseModel):
     solve_rates: list[float] = Field(default_factory=list)
     difficulty: dict[str, int] = Field(default_factory=dict)
     rollout_verified: int = 0
+    accepted_without_repair: int | None = None
     duplicates: int | None = None
     dedup: str = ""
     price_model: str
@@ -106,6 +107,11 @@ def _environments_page(folder: Path) -> SynthReportPage:
         stages.append(StageRow(stage=stage, evaluated=remaining, passed=remaining - stopped[stage]))
         remaining -= stopped[stage]
     coverage = []
+    first_try = sum(
+        1
+        for meta in accepted
+        if not ((meta.get("provenance") or {}).get("details") or {}).get("assessment", {}).get("repairs_used")
+    )
     for meta in accepted:
         reports = ((meta.get("provenance") or {}).get("details") or {}).get("assessment", {}).get("reports") or []
         last = reports[-1] if reports else {}
@@ -141,6 +147,7 @@ def _environments_page(folder: Path) -> SynthReportPage:
         stages=stages,
         reasons=_reasons([(r["stage"], r["reason"]) for r in rejected]),
         coverage=coverage,
+        accepted_without_repair=first_try,
         price_model=costs.price_model,
         usd_total=costs.total.usd,
         usd_per_accepted=costs.usd_per_accepted,
@@ -214,6 +221,18 @@ def _tables(page: SynthReportPage) -> list[tuple[str, list[str], list[list[str]]
                 [f"cost at {page.price_model} prices", f"${page.usd_total:.4f}"],
                 [f"cost per accepted {what[:-1]}", per],
                 [page.reference_label, f"${page.reference_usd:.2f}"],
+                *(
+                    [
+                        [
+                            "accepted on first assessment / after repair",
+                            f"{_rate(page.accepted_without_repair, page.attempted)} / "
+                            f"{_rate(page.accepted, page.attempted)}",
+                        ],
+                        ["EnvFactory, first try / after revision", "about 55% / about 80%"],
+                    ]
+                    if page.accepted_without_repair is not None
+                    else []
+                ),
             ],
         ),
         (

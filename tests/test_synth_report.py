@@ -41,6 +41,8 @@ async def test_environment_report_shows_stages_reasons_coverage_and_cost(tmp_pat
     assert "## Acceptance per stage" in text and "| assessment | 1 | 1 | 100% |" in text
     assert "## Coverage per tool: parking_permits" in text and "| cancel_permit |" in text
     assert "| EnvScaler, per environment | $1.02 |" in text
+    assert "| accepted on first assessment / after repair | 100% / 100% |" in text
+    assert "| EnvFactory, first try / after revision | about 55% / about 80% |" in text
     assert (tmp_path / "kept" / "out" / "synth_report.html").read_text().startswith("<!doctype html>")
 
     narrow = report(tmp_path / "narrow" / "out")

@@ -238,8 +238,10 @@ class ScriptedSolver:
     def __init__(self, query_model: ScriptedQueryModel, gives_up: bool = False):
         self.query_model = query_model
         self.gives_up = gives_up
+        self.seeds: set[Any] = set()
 
     def __call__(self, request: dict[str, Any]) -> dict[str, Any]:
+        self.seeds.add(request.get("seed"))
         done = sum(1 for m in request["messages"] if m["role"] == "assistant" and m.get("tool_calls"))
         steps = [] if self.gives_up else self.query_model.chain_steps
         if done < len(steps):
@@ -367,7 +369,8 @@ async def _queries_with_solver(
     pool: SandboxPool, graph: ToolGraph, out: Path, gives_up: bool
 ) -> tuple[Any, ScriptedQueryModel]:
     writer = ScriptedQueryModel(["retail_orders"])
-    solver = scripted(ScriptedSolver(writer, gives_up=gives_up))
+    solving = ScriptedSolver(writer, gives_up=gives_up)
+    solver = scripted(solving)
     config = QueryConfig(
         model=scripted(writer),
         chains=6,
@@ -384,6 +387,7 @@ async def _queries_with_solver(
         )
     finally:
         await client.aclose()
+    assert solving.seeds == {0, 1}  # each rollout samples with its own seed
     return report, writer
 
 
