@@ -80,6 +80,10 @@ async def minimize_reference(
         ):
             continue
         candidate = [i for i in kept if i != index]
+        if not calls[index].changed_state:
+            # A read changes nothing, so the state without it is the same; the reference gate replays the result.
+            kept = candidate
+            continue
         final = await replay(pool, environment, scenario.initial_state, [actions[i] for i in candidate])
         if final is None:
             continue

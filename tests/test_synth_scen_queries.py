@@ -273,3 +273,63 @@ def test_each_refinement_rule_accepts_the_worked_example_its_prompt_shows(rule) 
     assert problems(rule, before, after, context) == []
     # The rule's own check still refuses the unrewritten request.
     assert problems(rule, before, before, context)
+
+
+async def test_the_reference_keeps_only_the_calls_it_needs(pool: SandboxPool) -> None:
+    from harness.schema import ReferenceAction, Scenario
+    from synth.verification import minimize_reference
+
+    state = RETAIL_STATE
+    executed = [
+        # A lookup before a change in the same turn, whose result no later call uses.
+        ExecutedCall(
+            name="get_product", arguments={"product_id": "P-201"}, result={"data": state["products"]["P-201"]}
+        ),
+        ExecutedCall(
+            name="cancel_order",
+            arguments={"order_id": "O-1002", "reason": "changed my mind"},
+            masked_arguments=["reason"],
+            changed_state=True,
+        ),
+        # A lookup whose result (the user id) the next call uses, and the request does not say.
+        ExecutedCall(name="find_user_by_email", arguments={"email": "maria.garcia@example.com"}, result=MARIA),
+        # Two writes of the same field: the first is overwritten.
+        ExecutedCall(
+            name="update_default_address",
+            arguments={"user_id": "U-101", "address": "1 First St, Austin, TX"},
+            changed_state=True,
+        ),
+        ExecutedCall(
+            name="update_default_address",
+            arguments={"user_id": "U-101", "address": "9 Bay St, Austin, TX"},
+            changed_state=True,
+        ),
+    ]
+    actions = [(c.name, c.arguments) for c in executed]
+    gold = await _final_state(pool, state, actions)
+    scenario = Scenario(
+        id="retail-min",
+        environment_id="retail_orders",
+        initial_state=state,
+        task="Cancel order O-1002. I'm maria.garcia@example.com; my address is now 9 Bay St, Austin, TX.",
+        checks=checks_from_gold(state, gold, {"changed my mind"}),
+        reference_actions=[
+            ReferenceAction(name=c.name, arguments=c.arguments, masked_arguments=c.masked_arguments) for c in executed
+        ],
+        gold_final_state=gold,
+        tags=["calls:5"],
+    )
+    shorter = await minimize_reference(pool, RETAIL, scenario, executed, [[0, 1], [2, 3, 4]])
+    assert [(a.name, a.arguments.get("address")) for a in shorter.reference_actions] == [
+        ("cancel_order", None),
+        ("find_user_by_email", None),
+        ("update_default_address", "9 Bay St, Austin, TX"),
+    ]
+    assert [d["index"] for d in shorter.provenance.details["dropped_calls"]] == [0, 3]
+    assert shorter.tags == ["calls:3"] and shorter.gold_final_state == gold
+    results = await pool.run_checks(
+        shorter.checks,
+        state,
+        await _final_state(pool, state, [(a.name, a.arguments) for a in shorter.reference_actions]),
+    )
+    assert all(r.passed for r in results)
