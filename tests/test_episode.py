@@ -567,12 +567,8 @@ async def test_every_trajectory_carries_the_composite_reward():
     scenario = library.scenarios[0]
     async with SandboxPool(workers=1) as pool:
         trajectory = await run_episode(
-            scenario,
-            library.environments[scenario.environment_id],
-            pool=pool,
-            agent=OracleAgent(scenario),
-            config=EpisodeConfig(mode="nonconv"),
-            episode_id="composite",
+            scenario, library.environments[scenario.environment_id], pool=pool, agent=OracleAgent(scenario),
+            config=EpisodeConfig(mode="nonconv"), episode_id="composite",
         )
     reward = trajectory.reward
     assert reward is not None and reward.success

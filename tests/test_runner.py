@@ -219,10 +219,8 @@ def test_an_alias_bounds_the_episodes_in_flight():
     from harness.runner import episodes_in_flight
 
     aliases = AliasTable(
-        {
-            "serial": AliasEntry(model="hosted_vllm/x", api_base="http://127.0.0.1:9/v1", max_episodes=1),
-            "wide": AliasEntry(model="hosted_vllm/y", api_base="http://127.0.0.1:9/v1"),
-        },
+        {"serial": AliasEntry(model="hosted_vllm/x", api_base="http://127.0.0.1:9/v1", max_episodes=1),
+         "wide": AliasEntry(model="hosted_vllm/y", api_base="http://127.0.0.1:9/v1")},
         environ={},
     )
     client = LLMClient(aliases=aliases)
