@@ -1,10 +1,15 @@
-"""Scenario synthesis figures: acceptance rate per gate and cost per accepted scenario on the seed library with
-scripted models (both pipelines), and tool-graph build time and memory for 1,000 tools.
+"""Scenario synthesis figures: acceptance rate per gate, cost per accepted scenario and the share of wall time
+spent outside model calls on the seed library with scripted models answering after a simulated latency (both
+pipelines; queries verified by solver rollouts), and tool-graph build time and memory for 1,000 tools.
 
-    python bench/synth_scenarios.py [--per-env N] [--chains N] [--tools 1000] [--skip-graph]
+    python bench/synth_scenarios.py [--per-env N] [--chains N] [--rollouts K] [--latency-ms 100] [--tools 1000]
+                                    [--skip-graph]
 
 Costs are token counts priced at the gpt-4.1 list price (the scripted models report 1,200 prompt and 400
 completion tokens per answer), so the figure is comparable with EnvScaler's $0.06 per scenario only in method.
+"Inside model calls" is the union of the intervals during which at least one scripted answer was being produced
+(its latency included); everything else (litellm, sandbox, checks, rollouts' episode loop, persistence,
+embedding for dedup) counts as outside.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import tempfile
 import time
 import tracemalloc
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -29,15 +35,56 @@ from synth.graph import build_graph
 from synth.queries import QueryConfig, synthesize_queries
 from synth.sampling import SamplingParams
 from synth.scenarios import ScenarioSynthesisConfig, SynthesisReport, synthesize_scenarios
-from tests.test_synth_scen_e2e import ScriptedQueryModel, ScriptedScenarioWriter, ScriptedTeacher, scripted
+from tests.test_synth_scen_e2e import (
+    ScriptedQueryModel,
+    ScriptedScenarioWriter,
+    ScriptedSolver,
+    ScriptedTeacher,
+    scripted,
+)
 
 
-def print_report(title: str, report: SynthesisReport, seconds: float) -> None:
+class Latency:
+    """A scripted handler that answers after ``seconds`` (awaited, as a remote endpoint would) and records when
+    each answer was being produced."""
+
+    def __init__(self, handler: Any, seconds: float, intervals: list[tuple[float, float]]):
+        self.handler = handler
+        self.seconds = seconds
+        self.intervals = intervals
+
+    async def __call__(self, request: dict[str, Any]) -> dict[str, Any]:
+        started = time.perf_counter()
+        try:
+            if self.seconds:
+                await asyncio.sleep(self.seconds)
+            answer: dict[str, Any] = self.handler(request)
+            return answer
+        finally:
+            self.intervals.append((started, time.perf_counter()))
+
+
+def covered(intervals: list[tuple[float, float]]) -> float:
+    total, end = 0.0, float("-inf")
+    for start, stop in sorted(intervals):
+        if stop <= end:
+            continue
+        total += stop - max(start, end)
+        end = stop
+    return total
+
+
+def print_report(
+    title: str, report: SynthesisReport, seconds: float, intervals: list[tuple[float, float]] | None = None
+) -> None:
     print(f"\n== {title}: {report.accepted}/{report.attempted} accepted in {seconds:.1f}s")
+    if intervals:
+        outside = 1 - covered(intervals) / seconds
+        print(f"   {len(intervals)} model answers; share of wall time outside model calls: {outside:.1%}")
     for gate, tally in report.gates.items():
         rate = f"{tally.rate:.0%}" if tally.rate is not None else "n/a"
         print(f"   gate {gate:16s} {tally.passed:4d}/{tally.evaluated:<4d} {rate}")
-    print(f"   rejected by: {dict(sorted(report.rejected_by.items()))}")
+    print(f"   rejected by: {dict(sorted(report.rejected_by.items()))}; duplicates dropped: {report.duplicates}")
     per = f"${report.usd_per_accepted:.4f}" if report.usd_per_accepted is not None else "n/a"
     print(
         f"   {report.usage.requests} model calls, {report.usage.prompt_tokens:,} + {report.usage.completion_tokens:,}"
@@ -46,19 +93,21 @@ def print_report(title: str, report: SynthesisReport, seconds: float) -> None:
     )
 
 
-async def scenarios_run(per_env: int, chains: int) -> None:
+async def scenarios_run(per_env: int, chains: int, rollouts: int, latency: float) -> None:
     library = load_library()
     environments = list(library.environments.values())
     ids = [e.id for e in environments]
+    await embed(["warm up the embedding model (dedup) before the clock starts"])
     async with SandboxPool() as pool:
         with tempfile.TemporaryDirectory() as folder:
+            intervals: list[tuple[float, float]] = []
             client = LLMClient(cache_dir=None)
             config = ScenarioSynthesisConfig(
-                model=scripted(ScriptedScenarioWriter(ids)),
-                solve_with=scripted(ScriptedTeacher()),
+                model=scripted(Latency(ScriptedScenarioWriter(ids), latency, intervals)),
+                solve_with=scripted(Latency(ScriptedTeacher(), latency, intervals)),
                 per_env=per_env,
                 attempts=2,
-                concurrency=1,
+                concurrency=16,
             )
             started = time.perf_counter()
             report = await synthesize_scenarios(environments, config, Path(folder) / "scen", client=client, pool=pool)
@@ -66,16 +115,21 @@ async def scenarios_run(per_env: int, chains: int) -> None:
                 "harness synth scenarios (seed library, scripted writer and teacher)",
                 report,
                 time.perf_counter() - started,
+                intervals,
             )
             await client.aclose()
 
             samples = {s.environment_id: s.initial_state for s in library.scenarios}
-            graph = await build_graph(environments, sample_states=samples, cross_environment=False)
+            graph = await build_graph(environments, sample_states=samples)
+            intervals = []
             client = LLMClient(cache_dir=None)
+            writer = ScriptedQueryModel(ids)
             query_config = QueryConfig(
-                model=scripted(ScriptedQueryModel(ids)),
+                model=scripted(Latency(writer, latency, intervals)),
+                solve_with=scripted(Latency(ScriptedSolver(writer), latency, intervals)),
+                rollouts=rollouts,
                 chains=chains,
-                concurrency=4,
+                concurrency=1,  # the scripted solver replays the chain the writer last wrote up
                 sampling=SamplingParams(max_tools=6, max_environments=1),
             )
             started = time.perf_counter()
@@ -83,7 +137,10 @@ async def scenarios_run(per_env: int, chains: int) -> None:
                 environments, graph, query_config, Path(folder) / "q", client=client, pool=pool
             )
             print_report(
-                "harness synth queries (seed library graph, scripted model)", report, time.perf_counter() - started
+                f"harness synth queries (seed library graph, scripted model, {rollouts} solver rollouts each)",
+                report,
+                time.perf_counter() - started,
+                intervals,
             )
             await client.aclose()
 
@@ -161,11 +218,13 @@ async def graph_run(tools: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--per-env", type=int, default=11)
-    parser.add_argument("--chains", type=int, default=40)
+    parser.add_argument("--chains", type=int, default=24)
+    parser.add_argument("--rollouts", type=int, default=3)
+    parser.add_argument("--latency-ms", type=float, default=100.0, help="simulated model latency per answer")
     parser.add_argument("--tools", type=int, default=1000)
     parser.add_argument("--skip-graph", action="store_true")
     args = parser.parse_args()
-    asyncio.run(scenarios_run(args.per_env, args.chains))
+    asyncio.run(scenarios_run(args.per_env, args.chains, args.rollouts, args.latency_ms / 1000))
     if not args.skip_graph:
         asyncio.run(graph_run(args.tools))
 

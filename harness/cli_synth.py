@@ -32,6 +32,9 @@ def envs_command(
     column: Annotated[str | None, typer.Option(help="Field or column holding the task text.")] = None,
     rounds: Annotated[int, typer.Option(help="Dual-agent assessment rounds per environment.")] = 100,
     threshold: Annotated[float, typer.Option(help="Share of Pass + Warning rounds an environment needs.")] = 0.85,
+    tests_per_tool: Annotated[
+        int, typer.Option(help="Assessment rounds per tool at most; every tool must be exercised at least once.")
+    ] = 10,
     similarity: Annotated[float, typer.Option(help="Cosine similarity at which descriptions are merged.")] = 0.9,
     max_envs: Annotated[int | None, typer.Option(help="Build at most this many environments (themes).")] = None,
     max_tasks: Annotated[int | None, typer.Option(help="Read at most this many tasks.")] = None,
@@ -60,6 +63,7 @@ def envs_command(
         column=column,
         rounds=rounds,
         threshold=threshold,
+        tests_per_tool=tests_per_tool,
         similarity=similarity,
         max_envs=max_envs,
         max_tasks=max_tasks,
@@ -80,6 +84,41 @@ def envs_command(
         err_console.print(Text.assemble(("error:", "bold red"), " ", str(exc)), soft_wrap=True)
         raise typer.Exit(2) from None
     print_envs_result(result, out)
+
+
+@synth_app.command("report")
+def report_command(
+    folder: Annotated[Path, typer.Argument(help="Output folder of 'harness synth envs', 'scenarios' or 'queries'.")],
+    out: Annotated[Path | None, typer.Option(help="Folder for the report files (default: FOLDER).")] = None,
+) -> None:
+    """One page (Markdown and HTML) on a synthesis run: acceptance per stage, rejection reasons, coverage,
+    solve rates, duplicates and cost per accepted item against the papers' figures."""
+    from synth.report import ReportError, write_report
+
+    if not folder.is_dir():
+        err_console.print(Text.assemble(("error:", "bold red"), f" {folder} is not a folder"), soft_wrap=True)
+        raise typer.Exit(2)
+    try:
+        page, markdown, page_html = write_report(folder, out)
+    except ReportError as exc:
+        err_console.print(Text.assemble(("error:", "bold red"), f" {exc}"), soft_wrap=True)
+        raise typer.Exit(2) from None
+    except (ValueError, KeyError) as exc:
+        problem = " ".join(str(exc).split())
+        err_console.print(Text.assemble(("error:", "bold red"), f" cannot read {folder}: {problem}"), soft_wrap=True)
+        raise typer.Exit(2) from None
+    table = Table(title=f"Synthesis report ({page.kind})")
+    for name in ("stage", "evaluated", "passed"):
+        table.add_column(name, justify="left" if name == "stage" else "right")
+    for stage in page.stages:
+        table.add_row(stage.stage, str(stage.evaluated), str(stage.passed))
+    console.print(table)
+    per = f"${page.usd_per_accepted:.4f}" if page.usd_per_accepted is not None else "n/a"
+    console.print(
+        f"{page.accepted} of {page.attempted} accepted; {per} per accepted item at {page.price_model} prices "
+        f"({page.reference_label}: ${page.reference_usd:.2f})"
+    )
+    console.print(f"written to {markdown} and {page_html}")
 
 
 def print_envs_result(result: SynthEnvsResult, out: Path) -> None:

@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 console = Console()
 err_console = Console(stderr=True)
 
+DEFAULT_SIMILARITY = 0.92  # synth.dedup.DEFAULT_SIMILARITY, without importing synth at CLI start-up
+
 EnvsOption = Annotated[
     str | None, typer.Option("--envs", help="Environments: a folder or Hub id (default: seed library).")
 ]
@@ -63,6 +65,7 @@ def print_report(report: SynthesisReport, out: Path, what: str) -> None:
     console.print(table)
     if report.rejected_by:
         console.print("rejected by: " + ", ".join(f"{g} {n}" for g, n in sorted(report.rejected_by.items())))
+    console.print(f"duplicates dropped: {report.duplicates} (by {report.dedup})")
     per = f"${report.usd_per_accepted:.4f}" if report.usd_per_accepted is not None else "n/a (none accepted)"
     console.print(
         f"[green]{report.accepted} {what} accepted[/green] of {report.attempted}; "
@@ -92,6 +95,12 @@ def register(synth_app: typer.Typer) -> None:
         tpm: Annotated[int | None, typer.Option(help="Model tokens per minute.")] = None,
         temperature: Annotated[float | None, typer.Option(help="Sampling temperature.")] = None,
         price_model: Annotated[str, typer.Option(help="Price table row for the dollar figures.")] = "gpt-4.1",
+        dedup_similarity: Annotated[
+            float, typer.Option(help="Embedding similarity at which tasks are duplicates (0: exact text only).")
+        ] = DEFAULT_SIMILARITY,
+        embedding_model: Annotated[
+            str | None, typer.Option(help="litellm embedding model (default: bundled all-MiniLM-L6-v2).")
+        ] = None,
         workers: Annotated[int, typer.Option(help="Sandbox zygotes (fork servers; default 1).")] = 0,
         no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not cache model answers under OUT.")] = False,
         timeout: Annotated[float, typer.Option(help="Seconds one model request may take.", min=0.001)] = 120.0,
@@ -110,6 +119,8 @@ def register(synth_app: typer.Typer) -> None:
             concurrency=concurrency,
             temperature=temperature,
             price_model=price_model,
+            dedup_similarity=dedup_similarity or None,
+            embedding_model=embedding_model,
         )
 
         async def run() -> SynthesisReport:
@@ -134,9 +145,12 @@ def register(synth_app: typer.Typer) -> None:
         embedding_model: Annotated[
             str | None, typer.Option(help="litellm embedding model (default: bundled all-MiniLM-L6-v2).")
         ] = None,
-        cross_environment: Annotated[
-            bool, typer.Option("--cross-environment/--within-environment", help="Edges between environments.")
-        ] = True,
+        cross_env: Annotated[
+            bool, typer.Option("--cross-env", help="Also add edges between environments (default: within each).")
+        ] = False,
+        prune: Annotated[
+            bool, typer.Option("--prune", help="Let --model prune spurious embedding edges (needs --model).")
+        ] = False,
         match_names: Annotated[
             bool, typer.Option("--match-names/--no-match-names", help="Also link same-name identifiers.")
         ] = True,
@@ -149,6 +163,9 @@ def register(synth_app: typer.Typer) -> None:
         from synth.graph import GraphModel, build_graph, draw_graph, model_graph_passes
 
         environments, samples = _environments(envs, env)
+        if prune and not model:
+            err_console.print(Text.assemble(("error:", "bold red"), " --prune needs --model"))
+            raise typer.Exit(2)
 
         async def run() -> Any:
             passes = GraphModel()
@@ -156,13 +173,15 @@ def register(synth_app: typer.Typer) -> None:
             usage = Usage()
             if model:
                 client = _client(out.parent, 8, None, None, True, timeout)
-                passes = model_graph_passes(Asker(client, ModelSettings(model=model, temperature=0.0)), usage)
+                passes = model_graph_passes(
+                    Asker(client, ModelSettings(model=model, temperature=0.0)), usage, prune=prune
+                )
             try:
                 return await build_graph(
                     environments,
                     embedding_model=embedding_model,
                     threshold=threshold,
-                    cross_environment=cross_environment,
+                    cross_environment=cross_env,
                     sample_states=samples,
                     model=passes,
                     match_names=match_names,
@@ -183,6 +202,8 @@ def register(synth_app: typer.Typer) -> None:
         )
         if model:
             console.print(f"model passes: {usage.requests} calls ({usage.cached_requests} cached)")
+        if prune:
+            console.print(f"pruned {len(details['pruned'])} spurious embedding edges")
         console.print(f"written to {out}")
         if picture is not None:
             draw_graph(graph, picture)
@@ -201,12 +222,23 @@ def register(synth_app: typer.Typer) -> None:
         p_skip_optional: Annotated[float, typer.Option(help="Chance an optional input is skipped.")] = 0.6,
         p_skip_satisfied: Annotated[float, typer.Option(help="Chance a satisfiable input gets no producer.")] = 0.9,
         max_depth: Annotated[int, typer.Option(help="Depth of producer resolution.")] = 5,
+        solve_with: Annotated[
+            str | None,
+            typer.Option("--solve-with", help="Solver model: keep a scenario only if a rollout reaches its gold."),
+        ] = None,
+        rollouts: Annotated[int, typer.Option(help="Solver rollouts per scenario; the solve rate is recorded.")] = 3,
         env: Annotated[list[str] | None, typer.Option(help="Only this environment id; repeatable.")] = None,
         concurrency: Annotated[int, typer.Option(help="Chains and model calls in flight.")] = 4,
         rpm: Annotated[int | None, typer.Option(help="Model requests per minute.")] = None,
         tpm: Annotated[int | None, typer.Option(help="Model tokens per minute.")] = None,
         temperature: Annotated[float | None, typer.Option(help="Sampling temperature.")] = None,
         price_model: Annotated[str, typer.Option(help="Price table row for the dollar figures.")] = "gpt-4.1",
+        dedup_similarity: Annotated[
+            float, typer.Option(help="Embedding similarity at which tasks are duplicates (0: exact text only).")
+        ] = DEFAULT_SIMILARITY,
+        embedding_model: Annotated[
+            str | None, typer.Option(help="litellm embedding model (default: bundled all-MiniLM-L6-v2).")
+        ] = None,
         workers: Annotated[int, typer.Option(help="Sandbox zygotes (fork servers; default 1).")] = 0,
         no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not cache model answers under OUT.")] = False,
         timeout: Annotated[float, typer.Option(help="Seconds one model request may take.", min=0.001)] = 120.0,
@@ -224,9 +256,13 @@ def register(synth_app: typer.Typer) -> None:
             chains=chains,
             seed=seed,
             turn_max_tools=turn_max_tools,
+            solve_with=solve_with,
+            rollouts=rollouts,
             concurrency=concurrency,
             temperature=temperature,
             price_model=price_model,
+            dedup_similarity=dedup_similarity or None,
+            embedding_model=embedding_model,
             sampling=SamplingParams(
                 max_tools=max_tools,
                 max_environments=1,

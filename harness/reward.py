@@ -1,9 +1,12 @@
 """EnvFactory's composite reward: ``R = α·R_traj + (1−α)·R_state − γ·P_length``.
 
+- ``R_state``: the scenario's check pass rate when it has checks (the checks are the definition of done, and
+  they already ignore free text and the ids of records the agent creates). Without checks, equality with the
+  gold final state, where any value equal to a masked (free-text) reference argument is not compared.
 - ``R_traj``: the reference calls matched as a multiset by the agent's calls (name equal, masked arguments
-  skipped, numbers equal within a relative tolerance), as the fraction of reference calls matched; it is 1.0
-  exactly when every reference call was made.
-- ``R_state``: equality with the scenario's gold final state when it has one, else the check pass rate.
+  skipped, numbers equal within a relative tolerance), as the fraction of reference calls matched. A
+  trajectory whose final state is fully correct took a valid path, so it gets full path credit: a shorter or
+  different valid path is never marked down, only longer ones, by the length term.
 - ``P_length``: ``per_extra_call`` for every call beyond the reference's length, capped at ``cap``.
 """
 
@@ -70,6 +73,32 @@ def length_penalty(references: list[ReferenceAction], calls: list[ToolCall], wei
     return min(weights.cap, extra * weights.per_extra_call)
 
 
+def _masked_values(references: list[ReferenceAction]) -> set[str]:
+    return {
+        value
+        for reference in references
+        for name, value in reference.arguments.items()
+        if name in reference.masked_arguments and isinstance(value, str)
+    }
+
+
+def state_matches_gold(
+    gold: Any, actual: Any, masked_values: set[str] | frozenset[str] = frozenset(), rel_tol: float = 1e-6
+) -> bool:
+    """``actual`` equals ``gold`` except where the gold value is masked free text (any value is accepted there)."""
+    if isinstance(gold, str) and gold in masked_values:
+        return True
+    if isinstance(gold, dict) and isinstance(actual, dict):
+        return gold.keys() == actual.keys() and all(
+            state_matches_gold(gold[k], actual[k], masked_values, rel_tol) for k in gold
+        )
+    if isinstance(gold, list) and isinstance(actual, list):
+        return len(gold) == len(actual) and all(
+            state_matches_gold(g, a, masked_values, rel_tol) for g, a in zip(gold, actual, strict=True)
+        )
+    return values_match(gold, actual, rel_tol)
+
+
 def composite(
     scenario: Scenario,
     calls: list[ToolCall],
@@ -82,12 +111,14 @@ def composite(
     gold_match: bool | None = None
     r_state = reward.state_reward
     if scenario.gold_final_state is not None and final_state is not None:
-        gold_match = values_match(scenario.gold_final_state, final_state, weights.rel_tol)
-        r_state = 1.0 if gold_match else 0.0
+        masked = _masked_values(scenario.reference_actions)
+        gold_match = state_matches_gold(scenario.gold_final_state, final_state, masked, weights.rel_tol)
+        if not scenario.checks:
+            r_state = 1.0 if gold_match else 0.0
     if not scenario.reference_actions:
         # Without a reference there is nothing to match or to measure length against: R is R_state.
         return reward.model_copy(update={"gold_state_match": gold_match, "composite": r_state})
-    r_traj = trajectory_match(scenario.reference_actions, calls, weights.rel_tol)
+    r_traj = 1.0 if r_state == 1.0 else trajectory_match(scenario.reference_actions, calls, weights.rel_tol)
     penalty = length_penalty(scenario.reference_actions, calls, weights)
     value = weights.alpha * r_traj + (1 - weights.alpha) * r_state - weights.gamma * penalty
     return reward.model_copy(

@@ -2,6 +2,8 @@
 
 Every answer is untrusted: JSON is extracted and validated against a pydantic model, and a bad answer is
 sent back with the error for a bounded number of retries before the caller gets an ``AnswerError``.
+Prompts ask for a short analysis before the JSON (as the papers' prompts do); that text is parsed out and put
+in the answer's ``analysis`` field when its model has one, so stages can keep it in provenance.
 """
 
 from __future__ import annotations
@@ -44,6 +46,15 @@ def extract_json(text: str) -> Any:
         except json.JSONDecodeError as exc:
             error = error or exc
     raise ValueError(f"the answer is not JSON ({error.msg if error else 'empty answer'})")
+
+
+def extract_analysis(text: str) -> str:
+    """The reasoning written before the JSON answer (a leading ``Analysis:`` label removed), or ''."""
+    fence = text.find("```")
+    brace = text.find("{")
+    cut = min(i for i in (fence, brace, len(text)) if i >= 0)
+    analysis = text[:cut].strip()
+    return re.sub(r"^\**\s*analysis\s*\**\s*:?\s*", "", analysis, flags=re.IGNORECASE).strip()
 
 
 def extract_python(text: str) -> str:
@@ -90,7 +101,10 @@ class Asker:
         for _attempt in range(self.retries + 1):
             reply = await self.text(conversation, role, usage)
             try:
-                return answer_model.model_validate(extract_json(reply))
+                answer = answer_model.model_validate(extract_json(reply))
+                if "analysis" in type(answer).model_fields and not getattr(answer, "analysis", ""):
+                    answer = answer.model_copy(update={"analysis": extract_analysis(reply)})
+                return answer
             except ValidationError as exc:
                 problem = _describe(exc)
             except ValueError as exc:
@@ -99,6 +113,10 @@ class Asker:
             conversation = [
                 *messages,
                 {"role": "assistant", "content": reply},
-                {"role": "user", "content": f"That answer is unusable: {problem}. Answer again with the JSON alone."},
+                {
+                    "role": "user",
+                    "content": f"That answer is unusable: {problem}. Answer again: a short analysis, then the "
+                    "JSON in one ```json block.",
+                },
             ]
         raise AnswerError(f"no valid {role} answer after {self.retries + 1} tries: {problem}")

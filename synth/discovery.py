@@ -19,7 +19,7 @@ from harness.llm.embeddings import cosine, embed
 from harness.schema import Usage
 from synth.answers import AnswerError, Asker
 from synth.records import InferredEnvironment, TaskOutcome, TaskVerdict, Theme
-from synth.templates import load_template, worked_example
+from synth.templates import load_template, similar_examples
 
 logger = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ def load_tasks(source: str, column: str | None = None, limit: int | None = None,
 
 async def judge_task(asker: Asker, task: str, usage: Usage) -> TaskOutcome:
     """Keep or drop one task and, when kept, infer the environment it implies."""
-    example = worked_example()
+    example = similar_examples(task)
     try:
         verdict = await asker.json(
             load_template("filter_task").render(task=task, example_name=example.name, example_summary=example.summary),

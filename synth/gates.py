@@ -9,6 +9,9 @@
 - ``teacher``: a teacher model reaches success within K attempts; its calls become the reference actions.
 - ``reference``: ``harness.validate.validate_scenario`` accepts the scenario (its reference actions replay
   to success and its read-only calls alone do not).
+
+Chain-made scenarios (:mod:`synth.queries`) also pass ``mentions`` (:mod:`synth.mentions`: the request names
+every value the agent cannot find itself) and, with a solver model, ``rollouts`` (:mod:`synth.verification`).
 """
 
 from __future__ import annotations
@@ -31,11 +34,14 @@ logger = logging.getLogger(__name__)
 GATES: tuple[str, ...] = (
     "state_conforms",
     "state_loads",
+    "chain_execution",
+    "mentions",
     "checks_run",
     "false_at_reset",
     "single_call",
     "teacher",
     "reference",
+    "rollouts",
 )
 
 

@@ -5,9 +5,11 @@ Every input and output parameter is embedded as ``"name (type): description"``; 
 similarity of an output of A and an input of B is above a threshold. A tool's outputs come, in order of
 preference, from a ``Returns:`` section of its docstring, from a model asked once per tool to list them, or from
 reading the method's source: what its ``"data"`` holds (records of a state collection, the keys of a dict
-literal, an id it creates). An optional model pass may add edges within one environment (tools without
-parameters get their logical predecessors this way). Each input is classed as given by the user or produced by
-a tool, by a model or by the rule that an identifier some tool outputs is internal.
+literal, an id it creates). Edges stay within one environment unless cross-environment edges are asked for
+(an airline's ``customer_id`` does not feed a food-delivery order). An optional model pass prunes spurious
+embedding edges, another may add edges within one environment (tools without parameters get their logical
+predecessors this way). Each input is classed as given by the user or produced by a tool, by a model or by the
+rule that an identifier some tool outputs is internal.
 """
 
 from __future__ import annotations
@@ -94,7 +96,7 @@ class ToolGraph(BaseModel):
     schema_version: str = GRAPH_SCHEMA_VERSION
     embedding_model: str = ""
     threshold: float = DEFAULT_THRESHOLD
-    cross_environment: bool = True
+    cross_environment: bool = False
     tools: list[ToolNode] = Field(default_factory=list)
     parameters: list[ParameterNode] = Field(default_factory=list)
     edges: list[ToolEdge] = Field(default_factory=list)
@@ -160,6 +162,10 @@ class ToolGraph(BaseModel):
 
     def add_edges(self, edges: Iterable[ToolEdge]) -> None:
         self.edges.extend(edges)
+        self._index()
+
+    def replace_edges(self, edges: Iterable[ToolEdge]) -> None:
+        self.edges = list(edges)
         self._index()
 
     def save(self, path: Path) -> None:
@@ -613,6 +619,7 @@ def read_tools(environment: Environment, sample_state: dict[str, Any] | None = N
 OutputLister = Callable[[Environment, str], Awaitable[list[OutputField] | None]]
 SourceClassifier = Callable[[Environment, list[ParameterNode]], Awaitable[dict[str, InputSource] | None]]
 EdgeProposer = Callable[[Environment, ToolGraph], Awaitable[list[ToolEdge]]]
+EdgePruner = Callable[[Environment, ToolGraph, list[ToolEdge]], Awaitable[list[ToolEdge]]]
 
 
 @dataclass
@@ -622,6 +629,7 @@ class GraphModel:
     list_outputs: OutputLister | None = None
     classify_inputs: SourceClassifier | None = None
     propose_edges: EdgeProposer | None = None
+    prune_edges: EdgePruner | None = None  # given the embedding edges into one environment: the spurious ones
 
 
 def _nodes_for(environment: Environment, sources: dict[str, ToolSource]) -> tuple[list[ToolNode], list[ParameterNode]]:
@@ -790,7 +798,7 @@ async def build_graph(
     embed: EmbedFunction | None = None,
     embedding_model: str | None = None,
     threshold: float = DEFAULT_THRESHOLD,
-    cross_environment: bool = True,
+    cross_environment: bool = False,
     sample_states: dict[str, dict[str, Any]] | None = None,
     model: GraphModel | None = None,
     match_names: bool = True,
@@ -832,9 +840,19 @@ async def build_graph(
         parameters=parameters,
         edges=similarity_edges(tools, parameters, vectors, threshold, cross_environment),
     )
+    by_id = {e.id: e for e in environments}
+    pruned: list[ToolEdge] = []
+    if model.prune_edges is not None:
+        for environment in environments:
+            into = [e for e in graph.edges if graph.tool(e.target).environment_id == environment.id]
+            if not into:
+                continue
+            spurious = {_edge_key(e) for e in await model.prune_edges(environment, graph, into)}
+            pruned += [e for e in into if _edge_key(e) in spurious]
+        dropped = {_edge_key(e) for e in pruned}
+        graph.replace_edges(e for e in graph.edges if _edge_key(e) not in dropped)
     if match_names:
         graph.add_edges(name_edges(tools, parameters, graph.edges))
-    by_id = {e.id: e for e in environments}
     if model.propose_edges is not None:
         added: list[ToolEdge] = []
         for environment in environments:
@@ -860,11 +878,19 @@ async def build_graph(
         "parameters": len(parameters),
         "edges": len(graph.edges),
         "edges_by_rule": {via: sum(e.via == via for e in graph.edges) for via in ("embedding", "name", "model")},
+        "cross_environment_edges": sum(
+            graph.tool(e.source).environment_id != graph.tool(e.target).environment_id for e in graph.edges
+        ),
+        "pruned": [e.model_dump(mode="json") for e in pruned],
         "outputs_from": {
             origin: sum(t.outputs_from == origin for t in tools) for origin in ("docstring", "model", "source", "none")
         },
     }
     return graph
+
+
+def _edge_key(edge: ToolEdge) -> tuple[str, str, str | None, str | None]:
+    return (edge.source, edge.target, edge.output, edge.input)
 
 
 def _valid_model_edge(graph: ToolGraph, edge: ToolEdge, environment_id: str) -> bool:
@@ -880,46 +906,105 @@ def _valid_model_edge(graph: ToolGraph, edge: ToolEdge, environment_id: str) -> 
 # ---------------------------------------------------------------------------------------------- picture
 
 
+EDGE_STYLES: dict[str, tuple[str, Literal["solid", "dashed", "dotted"], str]] = {
+    "embedding": ("tab:gray", "solid", "embedding similarity"),
+    "name": ("tab:green", "dashed", "same identifier name"),
+    "model": ("tab:purple", "dotted", "added by the model"),
+}
+PANEL_SIZE = (6.4, 4.8)
+
+
+COLUMN_NAMES = ("entry points", "lookups", "state changes")
+
+
+def _columns(graph: ToolGraph, environment_id: str) -> dict[str, int]:
+    """Each tool's column: 0 for tools nothing in their environment feeds (where chains start), 1 for the
+    other read tools, 2 for state-changing tools (where chains end)."""
+    members = graph.tools_of(environment_id)
+    inside = {t.id for t in members}
+    fed = {e.target for e in graph.edges if e.source in inside and e.source != e.target}
+    return {t.id: 2 if t.state_changing else (1 if t.id in fed else 0) for t in members}
+
+
 def draw_graph(graph: ToolGraph, path: Path, *, environments: Sequence[str] | None = None) -> None:
-    """A PNG of the tool nodes (state-changing tools in orange) and their edges, one circle per environment."""
+    """A PNG with one panel per environment: tools in three columns (entry points, lookups, state changes; read
+    tools blue, state-changing tools orange), edges styled by how they were found, and a legend. Edges between
+    environments cannot be drawn across panels; each panel's title counts those that leave it."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
     chosen = list(environments) if environments else graph.environment_ids
     columns = max(1, math.ceil(math.sqrt(len(chosen))))
-    positions: dict[str, tuple[float, float]] = {}
-    for index, environment_id in enumerate(chosen):
-        center_x, center_y = (index % columns) * 3.2, -(index // columns) * 3.2
-        members = graph.tools_of(environment_id)
-        for position, tool in enumerate(members):
-            angle = 2 * math.pi * position / max(1, len(members))
-            positions[tool.id] = (center_x + math.cos(angle), center_y + math.sin(angle))
-    size = max(6.0, 4.0 * columns)
-    figure, axes = plt.subplots(figsize=(size, size))
-    for edge in graph.edges:
-        if edge.source in positions and edge.target in positions:
-            (x0, y0), (x1, y1) = positions[edge.source], positions[edge.target]
+    rows = max(1, math.ceil(len(chosen) / columns))
+    figure, grid = plt.subplots(
+        rows, columns, figsize=(PANEL_SIZE[0] * columns, PANEL_SIZE[1] * rows + 0.8), squeeze=False
+    )
+    for axes in grid.flat:
+        axes.set_axis_off()
+    for axes, environment_id in zip(grid.flat, chosen, strict=False):
+        column_of = _columns(graph, environment_id)
+        by_column: dict[int, list[str]] = {}
+        for tool_key in sorted(column_of):
+            by_column.setdefault(column_of[tool_key], []).append(tool_key)
+        tallest = max((len(m) for m in by_column.values()), default=1)
+        positions: dict[str, tuple[float, float]] = {}
+        for column, members in by_column.items():
+            step = tallest / max(1, len(members))
+            for row, tool_key in enumerate(members):
+                positions[tool_key] = (float(column), -(row + 0.5) * step)
+        leaving = 0
+        for edge in graph.edges:
+            if (edge.source in positions) != (edge.target in positions):
+                leaving += 1
+                continue
+            if edge.source not in positions or edge.source == edge.target:
+                continue
+            color, style, _ = EDGE_STYLES[edge.via]
             axes.annotate(
                 "",
-                xy=(x1, y1),
-                xytext=(x0, y0),
+                xy=positions[edge.target],
+                xytext=positions[edge.source],
                 arrowprops={
-                    "arrowstyle": "->",
-                    "color": "tab:purple" if edge.via == "model" else "tab:gray",
-                    "alpha": 0.5,
-                    "lw": 0.6,
+                    "arrowstyle": "-|>",
+                    "color": color,
+                    "linestyle": style,
+                    "lw": 0.9,
+                    "alpha": 0.7,
+                    "shrinkA": 7,
+                    "shrinkB": 7,
+                    "connectionstyle": "arc3,rad=0.12",
                 },
             )
-    for tool_key, (x, y) in positions.items():
-        tool = graph.tool(tool_key)
-        axes.scatter([x], [y], s=40, color="tab:orange" if tool.state_changing else "tab:blue", zorder=3)
-        axes.text(x, y + 0.06, tool.name, fontsize=5, ha="center", zorder=4)
-    for index, environment_id in enumerate(chosen):
-        axes.text((index % columns) * 3.2, -(index // columns) * 3.2 + 1.35, environment_id, ha="center", fontsize=8)
-    axes.set_axis_off()
-    axes.set_title(f"Tool dependency graph: {len(positions)} tools, threshold {graph.threshold}")
+        for tool_key, (x, y) in positions.items():
+            tool = graph.tool(tool_key)
+            axes.scatter([x], [y], s=60, color="tab:orange" if tool.state_changing else "tab:blue", zorder=3)
+            side = {0: ("right", -0.06), 1: ("center", 0.0), 2: ("left", 0.06)}[column_of[tool_key]]
+            offset = 0.0 if column_of[tool_key] != 1 else 0.25
+            axes.text(x + side[1], y + offset, tool.name, fontsize=7, ha=side[0], va="center", zorder=4)
+        for column, label in enumerate(COLUMN_NAMES):
+            if column in by_column:
+                axes.text(column, 0.45, label, fontsize=7, ha="center", color="dimgray", style="italic")
+        title = f"{environment_id}: {len(positions)} tools"
+        if leaving:
+            title += f", {leaving} cross-environment edges (not drawn)"
+        axes.set_title(title, fontsize=9)
+        axes.set_xlim(-1.1, 3.1)
+        axes.set_ylim(-tallest - 0.3, 0.8)
+    handles = [
+        Line2D([], [], marker="o", linestyle="", color="tab:blue", label="read tool"),
+        Line2D([], [], marker="o", linestyle="", color="tab:orange", label="state-changing tool"),
+        *(Line2D([], [], color=c, linestyle=ls, label=f"edge: {label}") for c, ls, label in EDGE_STYLES.values()),
+    ]
+    figure.legend(handles=handles, loc="lower center", ncol=3, fontsize=8, frameon=False)
+    figure.suptitle(
+        f"Tool dependency graph: {sum(len(graph.tools_of(e)) for e in chosen)} tools, "
+        f"embedding threshold {graph.threshold}",
+        fontsize=10,
+    )
+    figure.tight_layout(rect=(0, 0.07, 1, 0.97))
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=150, bbox_inches="tight")
     plt.close(figure)
@@ -928,10 +1013,11 @@ def draw_graph(graph: ToolGraph, path: Path, *, environments: Sequence[str] | No
 # ------------------------------------------------------------------------------------------- model passes
 
 
-def model_graph_passes(asker: Any, usage: Any) -> GraphModel:
-    """The three model-backed passes, asked through a :class:`synth.answers.Asker` (answers are validated and
+def model_graph_passes(asker: Any, usage: Any, *, prune: bool = False) -> GraphModel:
+    """The model-backed passes (output listing, input classing, edge proposals, and with ``prune`` the pruning
+    of spurious embedding edges), asked through a :class:`synth.answers.Asker` (answers are validated and
     cached by the model client, so each tool's outputs are asked for once)."""
-    from synth.records import Answer
+    from synth.records import Answer, Reasoned
     from synth.templates import load_template
 
     class OutputItem(Answer):
@@ -939,10 +1025,10 @@ def model_graph_passes(asker: Any, usage: Any) -> GraphModel:
         type: str = "string"
         description: str = ""
 
-    class OutputsAnswer(Answer):
+    class OutputsAnswer(Reasoned):
         outputs: list[OutputItem] = Field(default_factory=list)
 
-    class SourcesAnswer(Answer):
+    class SourcesAnswer(Reasoned):
         sources: dict[str, Literal["user", "tool"]] = Field(default_factory=dict)
 
     class EdgeItem(Answer):
@@ -951,8 +1037,18 @@ def model_graph_passes(asker: Any, usage: Any) -> GraphModel:
         input: str | None = None
         reason: str = ""
 
-    class EdgesAnswer(Answer):
+    class EdgesAnswer(Reasoned):
         edges: list[EdgeItem] = Field(default_factory=list)
+
+    class SpuriousItem(Answer):
+        source: str
+        target: str
+        output: str | None = None
+        input: str | None = None
+        reason: str = ""
+
+    class PruneAnswer(Reasoned):
+        spurious: list[SpuriousItem] = Field(default_factory=list)
 
     async def list_outputs(environment: Environment, tool_name: str) -> list[OutputField] | None:
         class_node = find_class(ast.parse(environment.code), environment.class_name)
@@ -994,4 +1090,30 @@ def model_graph_passes(asker: Any, usage: Any) -> GraphModel:
             for e in answer.edges
         ]
 
-    return GraphModel(list_outputs=list_outputs, classify_inputs=classify_inputs, propose_edges=propose_edges)
+    def short(node_id: str) -> str:
+        return node_id.split(".", 1)[1]
+
+    async def prune_edges(environment: Environment, graph: ToolGraph, edges: list[ToolEdge]) -> list[ToolEdge]:
+        tools = graph.tools_of(environment.id)
+        listing = "\n".join(f"- {t.name}(inputs: {t.inputs}; outputs: {t.outputs}): {t.description}" for t in tools)
+        lines = "\n".join(
+            f"- {e.source if graph.tool(e.source).environment_id != environment.id else short(e.source)}.{e.output}"
+            f" -> {short(e.target)}.{e.input} ({e.similarity})"
+            for e in edges
+        )
+        messages = load_template("query_graph_prune").render(environment=environment.name, tools=listing, edges=lines)
+        answer = await asker.json(messages, PruneAnswer, "graph_prune", usage)
+        named = {(s.source, s.output, s.target, s.input) for s in answer.spurious}
+        return [
+            e
+            for e in edges
+            if (short(e.source), e.output, short(e.target), e.input) in named
+            or (e.source, e.output, short(e.target), e.input) in named
+        ]
+
+    return GraphModel(
+        list_outputs=list_outputs,
+        classify_inputs=classify_inputs,
+        propose_edges=propose_edges,
+        prune_edges=prune_edges if prune else None,
+    )

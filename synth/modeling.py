@@ -23,8 +23,9 @@ from harness.sandbox import EnvironmentLoadError, SandboxPool, find_problems
 from harness.schema import Environment, Usage
 from harness.toolspec import ToolDerivationError, derive_tools, parse_docstring
 from synth.answers import AnswerError, Asker, extract_json, extract_python
+from synth.graph import docstring_outputs
 from synth.records import EnvironmentPlan, MethodAttempt, OperationPlan
-from synth.templates import allowed_modules_text, load_template, worked_example
+from synth.templates import allowed_modules_text, load_template, similar_examples
 
 logger = logging.getLogger(__name__)
 
@@ -243,6 +244,10 @@ def check_method(
         missing = [p.name for p in operation.parameters if p.name not in documented]
         if missing:
             problems.append(f"docstring: the Args: section must describe every parameter (missing: {missing})")
+        if not docstring_outputs(docstring):
+            problems.append(
+                'docstring: add a Returns: section, one "name (type): description" line per field it returns'
+            )
     problems += _return_problems(function)
     problems += _attribute_problems(function, plan)
     if problems:
@@ -252,6 +257,10 @@ def check_method(
 
 
 # ------------------------------------------------------------------------------------ method generation
+
+
+def operation_list(plan: EnvironmentPlan) -> str:
+    return "\n".join(f"- {o.name} ({o.kind}): {o.description}" for o in plan.operations)
 
 
 def describe_operation(operation: OperationPlan) -> str:
@@ -267,11 +276,13 @@ async def write_method(
     feedback: str = "",
 ) -> tuple[CheckedMethod | None, list[MethodAttempt]]:
     """Ask for one method until it passes its checks or ``attempts`` run out."""
-    example = worked_example()
+    example = similar_examples(f"{plan.name} {plan.domain} {plan.summary}")
     skeleton = build_skeleton(plan)
     history: list[MethodAttempt] = []
     for number in range(1, attempts + 1):
         messages = load_template("write_method").render(
+            introduction=plan.introduction,
+            operations=operation_list(plan),
             skeleton=skeleton,
             rules="\n".join(f"- {rule}" for rule in plan.rules),
             operation=describe_operation(operation),

@@ -62,6 +62,7 @@ class SynthEnvsConfig(BaseModel):
     column: str | None = None
     rounds: int = Field(default=100, ge=1)
     threshold: float = Field(default=0.85, ge=0.0, le=1.0)
+    tests_per_tool: int = Field(default=10, ge=1, description="Cap on assessment rounds per tool.")
     similarity: float = Field(default=0.9, gt=0.0, le=1.0)
     max_envs: int | None = Field(default=None, ge=1, description="At most this many themes are built.")
     max_tasks: int | None = Field(default=None, ge=1)
@@ -258,6 +259,7 @@ class _Run:
             self.config.temperature,
             self.config.rounds,
             self.config.threshold,
+            self.config.tests_per_tool,
             self.config.repairs,
             self.config.method_attempts,
             self._versions("test_call", "check_call", "write_method"),
@@ -297,6 +299,7 @@ class _Run:
                     threshold=self.config.threshold,
                     attempt=attempt,
                     usage=usage,
+                    tests_per_tool=self.config.tests_per_tool,
                 )
             except AssessmentInconclusive as exc:
                 outcome.update(stage="assessment", reason=f"assessment could not run: {exc}")
@@ -306,10 +309,11 @@ class _Run:
                 outcome = {"accepted": True}
                 break
             failing = {name: reasons for name, reasons in report.failing_methods().items() if name in methods}
-            below = f"score {report.score:.2f} below threshold {self.config.threshold:.2f}"
+            below = "; ".join(report.problems)
             if attempt == self.config.repairs or not failing:
                 if attempt == 0:
-                    reason = f"assessment below threshold: {below}"
+                    heading = "below threshold" if report.score < self.config.threshold else "incomplete"
+                    reason = f"assessment {heading}: {below}"
                 else:
                     reason = f"repair exhausted: {below} after {attempt} repair round(s)"
                 if not failing:
@@ -394,6 +398,7 @@ class _Run:
                 "assessment": {
                     "rounds": self.config.rounds,
                     "threshold": self.config.threshold,
+                    "tests_per_tool": self.config.tests_per_tool,
                     "repairs_used": max(0, len(reports) - 1),
                     "reports": reports,
                 },

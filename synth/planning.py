@@ -5,15 +5,15 @@ from __future__ import annotations
 from harness.schema import Usage
 from synth.answers import Asker
 from synth.records import ATTRIBUTE_TYPES, PARAMETER_TYPES, EnvironmentPlan, Theme
-from synth.templates import load_template, worked_example
+from synth.templates import load_template, similar_examples
 
 MAX_TASKS_SHOWN = 8
 
 
 async def plan_environment(asker: Asker, theme: Theme, usage: Usage) -> EnvironmentPlan:
     """The validated plan for one theme (``AnswerError`` when the model gives none)."""
-    example = worked_example()
     tasks = "\n".join(f"- {task}" for task in theme.tasks[:MAX_TASKS_SHOWN])
+    example = similar_examples(theme.description + "\n" + tasks)
     messages = load_template("plan_environment").render(
         description=theme.description,
         tasks=tasks,

@@ -39,9 +39,11 @@ from harness.schema import (
 from harness.statediff import diff_values
 from synth.answers import AnswerError, Asker
 from synth.costs import DEFAULT_PRICE_MODEL
+from synth.dedup import DEFAULT_SIMILARITY
 from synth.gates import GateOutcome, gate_checks_run, gate_false_at_reset, gate_reference
 from synth.graph import ToolGraph, is_identifier_name
-from synth.records import Answer
+from synth.mentions import gate_mentions, required_mentions, scalar_texts
+from synth.records import Reasoned
 from synth.refine import RULES, RefineContext, RefinementStep, refine_request
 from synth.sampling import ChainSampler, ChainSamplingError, SamplingParams, ToolChain
 from synth.scenarios import (
@@ -49,14 +51,14 @@ from synth.scenarios import (
     Journal,
     SynthesisReport,
     content_key,
+    finish_synthesis,
     prepare_state,
     rules_text,
     state_text,
-    summarize_attempts,
     template_versions,
-    write_outputs,
 )
 from synth.templates import load_template
+from synth.verification import minimize_reference, verify_by_rollouts
 
 if TYPE_CHECKING:
     from harness.llm import LLMClient
@@ -74,11 +76,11 @@ RESULT_TEXT_LIMIT = 1500
 OPTIONAL_BINDING = "optional: leave it out unless the call cannot succeed without it"
 
 
-class ArgumentsAnswer(Answer):
+class ArgumentsAnswer(Reasoned):
     arguments: dict[str, Any] = Field(default_factory=dict)
 
 
-class TurnAnswer(Answer):
+class TurnAnswer(Reasoned):
     subgoals: list[str] = Field(default_factory=list)
     request: str = Field(min_length=3)
 
@@ -98,6 +100,7 @@ class Turn(BaseModel):
     subgoals: list[str] = Field(default_factory=list)
     logical_request: str
     request: str
+    analysis: str = Field(default="", description="The query writer's reasoning before its answer.")
     refinements: list[RefinementStep] = Field(default_factory=list)
 
 
@@ -118,6 +121,15 @@ class QueryConfig(BaseModel):
     price_model: str = DEFAULT_PRICE_MODEL
     retries: int = Field(default=2, ge=0)
     argument_tries: int = Field(default=3, ge=1, description="Argument choices per call before the chain fails.")
+    solve_with: str | None = Field(
+        default=None, description="Solver model: a scenario is kept only if one of its rollouts reaches the gold state."
+    )
+    rollouts: int = Field(default=3, ge=1, description="Solver rollouts per scenario (k); the solve rate is recorded.")
+    solver_temperature: float | None = Field(default=1.0, description="Sampling temperature of the solver rollouts.")
+    dedup_similarity: float | None = Field(
+        default=DEFAULT_SIMILARITY, gt=0, le=1, description="Embedding similarity of duplicate tasks; None: text only."
+    )
+    embedding_model: str | None = Field(default=None, description="Embedding model (None: offline all-MiniLM-L6-v2).")
     sampling: SamplingParams = Field(default_factory=lambda: SamplingParams(max_tools=6, max_environments=1))
 
 
@@ -220,44 +232,29 @@ def split_turns(count: int, max_per_turn: int, rng: random.Random) -> list[list[
     return turns
 
 
-def _scalar_values(value: Any) -> list[str]:
-    if isinstance(value, bool) or value is None:
-        return []
-    if isinstance(value, str | int | float):
-        return [str(value)]
-    if isinstance(value, dict):
-        return [v for item in value.values() for v in _scalar_values(item)]
-    if isinstance(value, list):
-        return [v for item in value for v in _scalar_values(item)]
-    return []
-
-
-def refine_contexts(executed: list[ExecutedCall], turns: list[list[int]], tool_names: list[str]) -> list[RefineContext]:
-    """Per turn: the user values to keep (first said in this turn), the values earlier turns established, and
-    the identifiers the agent can look up."""
+def refine_contexts(
+    executed: list[ExecutedCall], turns: list[list[int]], tool_names: list[str], initial_state: dict[str, Any]
+) -> list[RefineContext]:
+    """Per turn: the values the request must keep (first said in this turn; see :mod:`synth.mentions`), the
+    values earlier turns established, and the identifiers the agent can look up."""
+    required = required_mentions(executed, initial_state)
     contexts: list[RefineContext] = []
     said: list[str] = []
     for number, indices in enumerate(turns):
         calls = [executed[i] for i in indices]
-        must_keep: list[str] = []
+        must_keep = [v for i in indices for v in required[i] if v not in said]
+        must_keep = [v for n, v in enumerate(must_keep) if v not in must_keep[:n]]
         lookup: list[str] = []
         for call in calls:
             for name, value in call.arguments.items():
-                if name in call.masked_arguments:
+                if name in call.masked_arguments or name in call.user_arguments or not is_identifier_name(name):
                     continue
-                for text in _scalar_values(value):
-                    if name in call.user_arguments and text not in said and text not in must_keep and len(text) > 1:
-                        must_keep.append(text)
-                    elif (
-                        name not in call.user_arguments
-                        and is_identifier_name(name)
-                        and text not in lookup
-                        and len(text) >= 3
-                    ):
+                for text in scalar_texts(value):
+                    if text not in lookup and text not in must_keep and len(text) >= 3:
                         lookup.append(text)
         referable = [v for v in said if v not in must_keep and len(v) >= 3]
         for call in calls:
-            for text in _scalar_values(call.arguments):
+            for text in scalar_texts(call.arguments):
                 if text not in said:
                     said.append(text)
         contexts.append(
@@ -415,7 +412,8 @@ class QuerySynthesizer:
     def key(self, seed: int, environments: dict[str, Environment]) -> str:
         codes = {e: hashlib.sha256(env.code.encode()).hexdigest() for e, env in sorted(environments.items())}
         graph_hash = hashlib.sha256(orjson.dumps(self.graph.model_dump(mode="json"))).hexdigest()
-        return content_key("query", seed, codes, graph_hash, self.config.model_dump(mode="json"), self.versions)
+        settings = self.config.model_dump(mode="json", exclude={"dedup_similarity", "embedding_model"})
+        return content_key("query", seed, codes, graph_hash, settings, self.versions)
 
     async def attempt(self, seed: int, environments: dict[str, Environment], key: str) -> AttemptRecord:
         usage = Usage()
@@ -453,9 +451,12 @@ class QuerySynthesizer:
                 self.pool, self.asker, environment, self.graph, chain, state, usage, self.config.argument_tries
             )
             gates.append(GateOutcome(gate="chain_execution", passed=True, details={"calls": len(executed)}))
-            turns = await self._turns(environment, executed, random.Random(seed), usage)
+            turns = await self._turns(environment, executed, state, random.Random(seed), usage)
             masked = {str(c.arguments[k]) for c in executed for k in c.masked_arguments}
             scenario = self._scenario(environment, seed, chain, state, gold, executed, turns, masked)
+            gates.append(gate_mentions(scenario.task, [v for vs in required_mentions(executed, state) for v in vs]))
+            if not gates[-1].passed:
+                return rejected()
             outcome, reset_results = await gate_checks_run(self.pool, scenario.checks, state)
             gates.append(outcome)
             if not outcome.passed:
@@ -463,9 +464,17 @@ class QuerySynthesizer:
             gates.append(gate_false_at_reset(reset_results))
             if not gates[-1].passed:
                 return rejected()
+            scenario = await minimize_reference(self.pool, environment, scenario, executed, [t.calls for t in turns])
             gates.append(await gate_reference(self.pool, scenario, environment))
             if not gates[-1].passed:
                 return rejected()
+            if self.config.solve_with:
+                outcome, scenario = await verify_by_rollouts(
+                    self.pool, self.client, environment, scenario, self._solver(), self.config.rollouts, usage
+                )
+                gates.append(outcome)
+                if not outcome.passed:
+                    return rejected()
         except ChainRejected as exc:
             gates.append(GateOutcome(gate=exc.gate, passed=False, reason=exc.reason))
             return rejected()
@@ -488,11 +497,20 @@ class QuerySynthesizer:
             usage=usage,
         )
 
+    def _solver(self) -> ModelSettings:
+        assert self.config.solve_with is not None
+        return ModelSettings(model=self.config.solve_with, temperature=self.config.solver_temperature)
+
     async def _turns(
-        self, environment: Environment, executed: list[ExecutedCall], rng: random.Random, usage: Usage
+        self,
+        environment: Environment,
+        executed: list[ExecutedCall],
+        initial_state: dict[str, Any],
+        rng: random.Random,
+        usage: Usage,
     ) -> list[Turn]:
         groups = split_turns(len(executed), self.config.turn_max_tools, rng)
-        contexts = refine_contexts(executed, groups, environment.tool_names)
+        contexts = refine_contexts(executed, groups, environment.tool_names, initial_state)
         turns: list[Turn] = []
         previous: list[str] = []
         for number, (indices, context) in enumerate(zip(groups, contexts, strict=True)):
@@ -520,6 +538,7 @@ class QuerySynthesizer:
                     subgoals=answer.subgoals,
                     logical_request=answer.request,
                     request=refined,
+                    analysis=answer.analysis,
                     refinements=steps_done,
                 )
             )
@@ -538,7 +557,7 @@ class QuerySynthesizer:
         masked: set[str],
     ) -> Scenario:
         requests = [t.request for t in turns]
-        must_keep = [str(c.arguments[k]) for c in executed for k in c.user_arguments if k not in c.masked_arguments]
+        must_keep = [value for values in required_mentions(executed, state) for value in values]
         profile = UserProfile(
             persona=f"A person who uses {environment.name}.",
             goal=" ".join(requests),
@@ -601,7 +620,6 @@ async def synthesize_queries(
 
     await asyncio.gather(*(run(seed) for seed, key in keys.items() if key not in journal))
     records = [journal.records[k] for k in keys.values() if k in journal]
-    write_outputs(out, environments, records)
-    report = summarize_attempts(records, config.price_model)
-    (out / "report.json").write_bytes(orjson.dumps(report.model_dump(mode="json"), option=orjson.OPT_INDENT_2))
-    return report
+    return await finish_synthesis(
+        out, environments, records, config.price_model, config.dedup_similarity, config.embedding_model
+    )

@@ -24,6 +24,13 @@ class Answer(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
 
+class Reasoned(Answer):
+    """A whole answer: ``analysis`` holds the reasoning the model wrote before its JSON (see
+    :mod:`synth.answers`), kept in provenance."""
+
+    analysis: str = ""
+
+
 def _identifier(value: str, what: str) -> str:
     if not IDENTIFIER.match(value) or keyword.iskeyword(value):
         raise ValueError(f"{what} {value!r} must be a snake_case Python identifier")
@@ -33,12 +40,12 @@ def _identifier(value: str, what: str) -> str:
 # ----------------------------------------------------------------------------------------------- discovery
 
 
-class TaskVerdict(Answer):
+class TaskVerdict(Reasoned):
     keep: bool
     reason: str = Field(min_length=3)
 
 
-class InferredEnvironment(Answer):
+class InferredEnvironment(Reasoned):
     description: str = Field(min_length=20)
 
 
@@ -156,7 +163,7 @@ class OperationPlan(Answer):
         return self
 
 
-class EnvironmentPlan(Answer):
+class EnvironmentPlan(Reasoned):
     name: str = Field(min_length=3)
     class_name: str
     domain: str = Field(min_length=2)
@@ -225,14 +232,14 @@ class ModelingResult(BaseModel):
 # ---------------------------------------------------------------------------------------------- assessment
 
 
-class ProposedCall(Answer):
+class ProposedCall(Reasoned):
     tool: str = Field(min_length=1)
     arguments: dict[str, Any] = Field(default_factory=dict)
     expect: Literal["success", "refusal"]
     intent: str = ""
 
 
-class Judgement(Answer):
+class Judgement(Reasoned):
     verdict: Literal["pass", "warning", "fail"]
     reason: str = Field(min_length=3)
 
@@ -254,6 +261,32 @@ class AssessmentRound(BaseModel):
     diff: list[dict[str, Any]] = Field(default_factory=list)
     verdict: Literal["pass", "warning", "fail"]
     reason: str
+    tester_analysis: str = ""
+    checker_analysis: str = ""
+
+
+class ToolCoverage(BaseModel):
+    """How one tool was exercised by the assessment: rounds judged, split by what the tester expected."""
+
+    total: int = 0
+    positive: int = Field(default=0, description="Rounds where the tester expected success.")
+    negative: int = Field(default=0, description="Rounds where the tester expected a refusal.")
+    passed: int = Field(default=0, description="Rounds judged pass or warning.")
+
+    @property
+    def exercised(self) -> bool:
+        return self.total > 0
+
+
+def tool_coverage(tools: list[str], rounds: list[AssessmentRound]) -> dict[str, ToolCoverage]:
+    coverage = {name: ToolCoverage() for name in tools}
+    for item in rounds:
+        entry = coverage.setdefault(item.tool, ToolCoverage())
+        entry.total += 1
+        entry.positive += item.expect == "success"
+        entry.negative += item.expect == "refusal"
+        entry.passed += item.verdict != "fail"
+    return coverage
 
 
 class AssessmentReport(BaseModel):
@@ -262,6 +295,14 @@ class AssessmentReport(BaseModel):
     score: float
     threshold: float
     passed: bool
+    tests_per_tool: int | None = Field(default=None, description="The per-tool cap on test rounds.")
+    coverage: dict[str, ToolCoverage] = Field(default_factory=dict, description="Per tool of the environment.")
+    unusable: int = Field(default=0, description="Rounds with no usable test call or judgement.")
+    problems: list[str] = Field(default_factory=list, description="Why the assessment did not pass.")
+
+    @property
+    def unexercised(self) -> list[str]:
+        return [name for name, entry in self.coverage.items() if not entry.exercised]
 
     @property
     def counts(self) -> dict[str, int]:
@@ -282,7 +323,16 @@ class AssessmentReport(BaseModel):
         return reasons
 
     def summary(self) -> dict[str, Any]:
-        return {"attempt": self.attempt, "score": round(self.score, 4), **self.counts, "rounds": len(self.rounds)}
+        return {
+            "attempt": self.attempt,
+            "score": round(self.score, 4),
+            **self.counts,
+            "rounds": len(self.rounds),
+            "tools_exercised": sum(entry.exercised for entry in self.coverage.values()),
+            "tools": len(self.coverage),
+            "unexercised": self.unexercised,
+            "problems": self.problems,
+        }
 
 
 class Rejection(BaseModel):

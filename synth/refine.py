@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 
 from harness.schema import Usage
 from synth.answers import AnswerError, Asker
-from synth.records import Answer
+from synth.records import Reasoned
 from synth.templates import load_template
 
 Rule = Literal["implicit_reference", "action_compression", "ambiguity_injection", "goal_expansion"]
@@ -48,9 +48,10 @@ class RefinementStep(BaseModel):
     before: str
     after: str
     reason: str = ""
+    analysis: str = ""
 
 
-class RewriteAnswer(Answer):
+class RewriteAnswer(Reasoned):
     request: str = Field(min_length=3)
 
 
@@ -115,7 +116,7 @@ async def refine_step(rule: Rule, asker: Asker, text: str, context: RefineContex
     found = problems(rule, text, answer.request, context)
     if found:
         return RefinementStep(rule=rule, applied=False, before=text, after=text, reason="; ".join(found))
-    return RefinementStep(rule=rule, applied=True, before=text, after=answer.request.strip())
+    return RefinementStep(rule=rule, applied=True, before=text, after=answer.request.strip(), analysis=answer.analysis)
 
 
 def _context_payload(rule: Rule, context: RefineContext) -> dict[str, Any]:

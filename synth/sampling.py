@@ -162,6 +162,8 @@ class ChainSampler:
             if depth < self.params.max_depth:
                 for candidate in candidates[:3]:
                     resolved = self._resolve(work, candidate, depth + 1, rng, stack)
+                    if resolved is not None and len(resolved.steps) >= self.params.max_tools:
+                        resolved = None  # a producer that leaves no room for this tool is no use to it
                     if resolved is not None:
                         break
             if resolved is not None:

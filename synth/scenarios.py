@@ -34,6 +34,7 @@ from harness.schema import (
 )
 from synth.answers import AnswerError, Asker
 from synth.costs import DEFAULT_PRICE_MODEL, dollars
+from synth.dedup import DEFAULT_SIMILARITY, find_duplicates, mark_duplicates
 from synth.gates import (
     GATES,
     GateOutcome,
@@ -46,7 +47,7 @@ from synth.gates import (
     gate_teacher,
 )
 from synth.graph import state_keys
-from synth.records import Answer
+from synth.records import Answer, Reasoned
 from synth.templates import allowed_modules_text, load_template
 
 if TYPE_CHECKING:
@@ -64,7 +65,7 @@ CODE_TEXT_LIMIT = 12_000
 # ------------------------------------------------------------------------------------------ model answers
 
 
-class StateAnswer(Answer):
+class StateAnswer(Reasoned):
     initial_state: dict[str, Any]
 
 
@@ -76,7 +77,7 @@ class ProfileAnswer(Answer):
     instructions: str = ""
 
 
-class TaskAnswer(Answer):
+class TaskAnswer(Reasoned):
     task: str = Field(min_length=10)
     user_profile: ProfileAnswer
     checklist: list[str] = Field(min_length=1)
@@ -87,7 +88,7 @@ class CheckAnswer(Answer):
     source: str = Field(min_length=10)
 
 
-class ChecksAnswer(Answer):
+class ChecksAnswer(Reasoned):
     checks: list[CheckAnswer] = Field(min_length=1)
 
 
@@ -165,6 +166,8 @@ class SynthesisReport(BaseModel):
     usd_per_accepted: float | None
     billed_usd_total: float
     reference_usd_per_scenario: float = ENVSCALER_USD_PER_SCENARIO
+    duplicates: int = Field(default=0, description="Accepted candidates dropped as duplicates of earlier ones.")
+    dedup: str = Field(default="", description="How duplicates were found.")
 
 
 def summarize_attempts(records: Sequence[dict[str, Any]], price_model: str = DEFAULT_PRICE_MODEL) -> SynthesisReport:
@@ -201,13 +204,8 @@ def write_outputs(out: Path, environments: Sequence[Environment], records: Seque
 
     accepted = [Scenario.model_validate(r["scenario"]) for r in records if r.get("accepted") and r.get("scenario")]
     write_seed_layout(list(environments), accepted, out)
-    rejected = [
-        orjson.dumps(
-            {k: r.get(k) for k in ("key", "environment_id", "index", "rejected_by", "reason", "scenario", "gates")}
-        )
-        for r in records
-        if not r.get("accepted")
-    ]
+    fields = ("key", "environment_id", "index", "rejected_by", "reason", "duplicate_of", "scenario", "gates")
+    rejected = [orjson.dumps({k: r.get(k) for k in fields}) for r in records if not r.get("accepted")]
     (out / "rejected.jsonl").write_bytes(b"".join(line + b"\n" for line in rejected))
     return accepted
 
@@ -256,6 +254,10 @@ class ScenarioSynthesisConfig(BaseModel):
     temperature: float | None = None
     price_model: str = DEFAULT_PRICE_MODEL
     retries: int = Field(default=2, ge=0, description="Re-asks per model answer that does not parse.")
+    dedup_similarity: float | None = Field(
+        default=DEFAULT_SIMILARITY, gt=0, le=1, description="Embedding similarity of duplicate tasks; None: text only."
+    )
+    embedding_model: str | None = Field(default=None, description="Embedding model (None: offline all-MiniLM-L6-v2).")
 
 
 async def generate_initial_state(
@@ -425,7 +427,11 @@ class ScenarioSynthesizer:
                 model=self.config.model,
                 prompt_version=",".join(f"{k}@{v}" for k, v in self.versions.items()),
                 created_at=utc_now(),
-                details={"index": index, "teacher": self.config.solve_with},
+                details={
+                    "index": index,
+                    "teacher": self.config.solve_with,
+                    "analysis": {"task": task.analysis, "checks": answer.analysis},
+                },
             ),
         )
 
@@ -487,7 +493,33 @@ async def synthesize_scenarios(
 
     await asyncio.gather(*(run(environment, index) for environment, index in jobs))
     records = [journal.records[k] for k in keys if k in journal]
+    return await finish_synthesis(
+        out, environments, records, config.price_model, config.dedup_similarity, config.embedding_model
+    )
+
+
+async def finish_synthesis(
+    out: Path,
+    environments: Sequence[Environment],
+    records: list[dict[str, Any]],
+    price_model: str,
+    dedup_similarity: float | None,
+    embedding_model: str | None,
+) -> SynthesisReport:
+    """Drop duplicates, write the outputs and ``report.json``; returns the report."""
+    from harness.llm.embeddings import EmbeddingsUnavailable
+
+    how = f"normalized text, and embeddings at similarity >= {dedup_similarity}" if dedup_similarity else "text"
+    try:
+        duplicates = await find_duplicates(records, threshold=dedup_similarity, embedding_model=embedding_model)
+    except EmbeddingsUnavailable as exc:
+        logger.warning("duplicates are found by normalized text only: %s", exc)
+        how = f"normalized text only ({exc})"
+        duplicates = await find_duplicates(records, threshold=None)
+    records = mark_duplicates(records, duplicates)
     write_outputs(out, environments, records)
-    report = summarize_attempts(records, config.price_model)
+    report = summarize_attempts(records, price_model)
+    report.duplicates = len(duplicates)
+    report.dedup = how
     (out / "report.json").write_bytes(orjson.dumps(report.model_dump(mode="json"), option=orjson.OPT_INDENT_2))
     return report

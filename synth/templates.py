@@ -11,8 +11,10 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import math
 import re
 import string
+from collections import Counter
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -105,6 +107,64 @@ class WorkedExample:
     methods: str
 
 
+QUERY_PREFIXES = ("get_", "list_", "find_", "search_", "check_", "count_", "quote_")
+EXAMPLES_SHOWN = 2
+_WORD = re.compile(r"[a-z]{3,}")
+
+
+def _example_methods(class_node: ast.ClassDef, environment_id: str) -> tuple[str, ...]:
+    """A lookup and a state change of the environment (the retail example keeps its two chosen methods)."""
+    if environment_id == EXAMPLE_ENVIRONMENT:
+        return EXAMPLE_METHODS
+    names = [n.name for n in class_node.body if isinstance(n, ast.FunctionDef) and not n.name.startswith("_")]
+    lookup = next((n for n in names if n.startswith(QUERY_PREFIXES)), None)
+    change = next((n for n in names if not n.startswith(QUERY_PREFIXES)), None)
+    return tuple(n for n in (lookup, change) if n)
+
+
+def _words(text: str) -> Counter[str]:
+    """Word counts, plural s dropped ("cars" and "car" count as one word)."""
+    return Counter(w[:-1] if w.endswith("s") and len(w) > 4 else w for w in _WORD.findall(text.lower()))
+
+
+@cache
+def _seed_profiles() -> dict[str, Counter[str]]:
+    """Word counts of each seed environment's name, domain and summary."""
+    profiles = {}
+    for path in sorted((SEED_LIBRARY / "environments").glob("*.json")):
+        meta = json.loads(path.read_text())
+        text = " ".join(str(meta.get(key, "")) for key in ("name", "domain", "summary", "introduction"))
+        profiles[path.stem] = _words(text)
+    return profiles
+
+
+def similar_environments(text: str, count: int = EXAMPLES_SHOWN) -> list[str]:
+    """The seed environments whose descriptions share the most words with ``text`` (cosine of word counts);
+    ties, and a text sharing nothing, fall back to the retail example first."""
+    words = _words(text)
+    norm = math.sqrt(sum(v * v for v in words.values())) or 1.0
+
+    def score(environment_id: str) -> float:
+        profile = _seed_profiles()[environment_id]
+        dot = sum(words[w] * profile[w] for w in words)
+        return dot / (norm * (math.sqrt(sum(v * v for v in profile.values())) or 1.0))
+
+    ranked = sorted(_seed_profiles(), key=lambda e: (-score(e), e != EXAMPLE_ENVIRONMENT, e))
+    return ranked[:count]
+
+
+def similar_examples(text: str, count: int = EXAMPLES_SHOWN) -> WorkedExample:
+    """Worked examples from the ``count`` seed environments most like ``text``, joined into one."""
+    examples = [worked_example(environment_id) for environment_id in similar_environments(text, count)]
+    return WorkedExample(
+        name=" and ".join(e.name for e in examples),
+        summary="\n".join(f"- {e.name}: {e.summary}" for e in examples),
+        metadata="\n".join(f"{e.name}:\n{e.metadata}" for e in examples),
+        tools="\n".join(f"{e.name}:\n{e.tools}" for e in examples),
+        methods="\n\n".join(f"# from {e.name}\n{e.methods}" for e in examples),
+    )
+
+
 @cache
 def worked_example(environment_id: str = EXAMPLE_ENVIRONMENT) -> WorkedExample:
     """Excerpts of a seed-library environment (metadata, tool schemas, method sources) to show in prompts."""
@@ -112,9 +172,10 @@ def worked_example(environment_id: str = EXAMPLE_ENVIRONMENT) -> WorkedExample:
     meta = json.loads((folder / f"{environment_id}.json").read_text())
     code = (folder / f"{environment_id}.py").read_text()
     class_node = find_class(ast.parse(code), meta["class_name"])
+    chosen = _example_methods(class_node, environment_id)
     sources = []
     for node in class_node.body:
-        if isinstance(node, ast.FunctionDef) and node.name in EXAMPLE_METHODS:
+        if isinstance(node, ast.FunctionDef) and node.name in chosen:
             segment = ast.get_source_segment(code, node) or ""
             sources.append(_dedent_method(segment))
     metadata = {key: meta[key] for key in ("name", "domain", "summary", "rules", "state_entities") if key in meta}

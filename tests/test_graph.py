@@ -282,3 +282,78 @@ def test_state_changing_tools_are_recognised_across_the_seed_library(library) ->
             if source.state_changing == name.startswith(query_prefixes):
                 wrong.append(f"{environment.id}.{name}")
     assert wrong == []
+
+
+def test_edges_stay_within_an_environment_unless_cross_environment_is_asked(seed_graph: ToolGraph, library) -> None:
+    def environment(node: str) -> str:
+        return node.split(".", 1)[0]
+
+    assert not seed_graph.cross_environment and seed_graph.details["cross_environment_edges"] == 0
+    assert all(environment(e.source) == environment(e.target) for e in seed_graph.edges)
+    environments = [library.environments[e] for e in ENVIRONMENTS]
+    crossing = asyncio.run(
+        build_graph(environments, sample_states=_samples(library), match_names=False, cross_environment=True)
+    )
+    across = [e for e in crossing.edges if environment(e.source) != environment(e.target)]
+    assert across and crossing.details["cross_environment_edges"] == len(across)
+
+
+async def test_spurious_embedding_edges_are_pruned_by_the_model(library) -> None:
+    import itertools
+    import json
+
+    from harness.llm import LLMClient, register_python_model
+    from harness.schema import ModelSettings, Usage
+    from synth.answers import Asker
+    from synth.graph import model_graph_passes
+
+    retail = library.environments["retail_orders"]
+    plain = await build_graph([retail], sample_states=_samples(library), match_names=False)
+    doomed = next(e for e in plain.edges if e.target == "retail_orders.list_user_orders")
+    reviewed: list[str] = []
+
+    def reviewer(request: dict) -> dict:
+        system, user = request["messages"][0]["content"], request["messages"][1]["content"]
+        if system.startswith("You review the edges"):
+            reviewed.append(user)
+            spurious = [
+                {
+                    "source": doomed.source.split(".", 1)[1],
+                    "output": doomed.output,
+                    "target": "list_user_orders",
+                    "input": doomed.input,
+                    "reason": "test",
+                }
+            ]
+            content = "Analysis: one edge is doubtful.\n```json\n" + json.dumps({"spurious": spurious}) + "\n```"
+            return {"role": "assistant", "content": content}
+        if system.startswith("You list the output fields"):
+            return {"role": "assistant", "content": json.dumps({"outputs": []})}
+        if system.startswith("You classify"):
+            return {"role": "assistant", "content": json.dumps({"sources": {}})}
+        return {"role": "assistant", "content": json.dumps({"edges": []})}
+
+    name = f"prune-{next(itertools.count())}-{id(reviewed)}"
+    register_python_model(name, reviewer)
+    client = LLMClient(cache_dir=None)
+    try:
+        passes = model_graph_passes(Asker(client, ModelSettings(model=f"python/{name}")), Usage(), prune=True)
+        pruned = await build_graph([retail], sample_states=_samples(library), match_names=False, model=passes)
+    finally:
+        await client.aclose()
+    assert len(reviewed) == 1 and f"{doomed.output} -> list_user_orders.{doomed.input}" in reviewed[0]
+    key = (doomed.source, doomed.target, doomed.output, doomed.input)
+    assert key not in {(e.source, e.target, e.output, e.input) for e in pruned.edges}
+    assert [(p["source"], p["target"]) for p in pruned.details["pruned"]] == [(doomed.source, doomed.target)]
+    assert len([e for e in pruned.edges if e.via == "embedding"]) == len(plain.edges) - 1
+
+
+def test_pictures_have_one_panel_per_environment(seed_graph: ToolGraph, tmp_path: Path) -> None:
+    import matplotlib.image
+
+    single, several = tmp_path / "one.png", tmp_path / "all.png"
+    draw_graph(seed_graph, single, environments=["retail_orders"])
+    draw_graph(seed_graph, several)
+    one, three = matplotlib.image.imread(single), matplotlib.image.imread(several)
+    # Three environments lay out as a 2 x 2 grid of panels: twice the width and height of one panel.
+    assert three.shape[1] > 1.8 * one.shape[1] and three.shape[0] > 1.6 * one.shape[0]

@@ -7,6 +7,7 @@ import pytest
 from harness.reward import CompositeWeights, composite, trajectory_match, trajectory_reward, values_match
 from harness.schema import (
     AgentSettings,
+    Check,
     DiffEntry,
     ModelSettings,
     Observation,
@@ -125,3 +126,57 @@ def test_without_reference_actions_the_reward_is_the_state_reward():
     bare = Scenario(id="s", environment_id="e", initial_state={}, task="t")
     result = composite(bare, calls(("a", {}), ("b", {})), reward(0.5))
     assert result.composite == 0.5 and result.trajectory_reward is None and result.length_penalty is None
+
+
+def _refund_trajectory(made: list[ToolCall], note: str, state_reward: float) -> Trajectory:
+    return Trajectory(
+        episode_id="e2",
+        scenario_id="s",
+        environment_id="e",
+        mode="nonconv",
+        agent=AgentSettings(model=ModelSettings(model="m")),
+        steps=[
+            Step(index=i, call=c, observation=Observation(tool_call_id=c.id, name=c.name)) for i, c in enumerate(made)
+        ],
+        final_state_diff=[
+            DiffEntry(path=["orders", "O-1", "status"], op="change", before="paid", after="refunded"),
+            DiffEntry(path=["orders", "O-1", "note"], op="add", after=note),
+        ],
+        reward=reward(state_reward),
+        termination=TerminationReason.AGENT_DONE,
+    )
+
+
+GOLD = {"orders": {"O-1": {"status": "refunded", "note": "late"}}}
+REFUND_CHECK = Check(
+    id="c1",
+    description="O-1 is refunded.",
+    source="def check(initial_state, final_state):\n    return final_state['orders']['O-1']['status'] == 'refunded'\n",
+)
+
+
+def test_a_correct_shorter_trajectory_with_other_free_text_gets_full_reward():
+    # The agent knows the order already: it skips the lookup and words the note its own way.
+    shorter = calls(("refund", {"order_id": "O-1", "amount": 12.5, "note": "arrived two weeks late"}))
+    with_checks = scenario(gold_final_state=GOLD, checks=[REFUND_CHECK])
+    trajectory = _refund_trajectory(shorter, "arrived two weeks late", 1.0)
+    result = composite(
+        with_checks,
+        shorter,
+        trajectory.reward,
+        {"orders": {"O-1": {"status": "refunded", "note": "arrived two weeks late"}}},
+    )
+    assert result.trajectory_reward == 1.0 and result.length_penalty == 0.0
+    assert result.gold_state_match is True  # the note is masked free text
+    assert trajectory_reward(with_checks, trajectory) == pytest.approx(1.0)
+    # Without checks the gold state decides, free text still ignored.
+    assert trajectory_reward(scenario(gold_final_state=GOLD), trajectory) == pytest.approx(1.0)
+
+
+def test_a_wrong_final_state_is_still_marked_down():
+    wrong = calls(("refund", {"order_id": "O-1", "amount": 99.0, "note": "late"}))
+    trajectory = _refund_trajectory(wrong, "late", 0.5).model_copy(update={"final_state_diff": []})
+    with_checks = scenario(gold_final_state=GOLD, checks=[REFUND_CHECK])
+    # R_state = check pass rate 0.5, R_traj = 0 of 2 reference calls matched.
+    assert trajectory_reward(with_checks, trajectory) == pytest.approx(0.25)
+    assert trajectory_reward(scenario(gold_final_state=GOLD), trajectory) == pytest.approx(0.0)

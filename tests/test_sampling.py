@@ -165,3 +165,25 @@ def test_producers_come_before_consumers_in_a_known_chain() -> None:
             assert binding.source == "tool" and binding.producer is not None and binding.producer < position
             return
     pytest.fail("no chain with cancel_order in 50 seeds")
+
+
+def test_a_producer_that_leaves_no_room_for_its_consumer_is_not_used() -> None:
+    """With one tool allowed, a tool whose inputs the user can give starts a chain alone, even when every input
+    has a producer it could have resolved first (a case the property test above once found)."""
+    spec = {"t0": ["x0", "x1"], "t1": ["x0", "x1"], "t2": ["x0"]}
+    tools = [ToolNode(id=f"e0.{t}", environment_id="e0", name=t, inputs=inputs) for t, inputs in spec.items()]
+    parameters = [
+        ParameterNode(id=parameter_id(f"e0.{t}", "input", x), tool=f"e0.{t}", name=x, direction="input", source="user")
+        for t, inputs in spec.items()
+        for x in inputs
+    ]
+    edges = [
+        ToolEdge(source=f"e0.{a}", target=f"e0.{b}", output="y", input=x)
+        for a, b, x in [("t1", "t0", "x1"), ("t0", "t1", "x1"), ("t0", "t2", "x0")]
+    ]
+    graph = ToolGraph(tools=tools, parameters=parameters, edges=edges)
+    params = SamplingParams(p_skip_optional=0.0, p_skip_satisfied=0.0, max_depth=1, max_tools=1, expansion_rounds=0)
+    for seed in range(20):
+        chain = ChainSampler(graph, params).sample(seed)
+        assert len(chain.steps) == 1
+        assert all(b.source == "user" for b in chain.steps[0].inputs)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -104,7 +105,8 @@ async def test_end_to_end_an_accepted_environment_validates_and_runs_an_episode(
     assert environment.provenance.source == "synth.envs"
     assert environment.provenance.model == model_name
     assert set(details["prompt_versions"]) >= {"filter_task", "plan_environment", "write_method", "check_call"}
-    assert all(v.startswith("1+") for v in details["prompt_versions"].values())
+    assert all(re.match(r"^\d+\+[0-9a-f]{8}$", v) for v in details["prompt_versions"].values())
+    assert details["prompt_versions"]["test_call"].startswith("2+")
     [report] = details["assessment"]["reports"]
     assert report["passed"] and len(report["rounds"]) == 18 and report["score"] >= 0.85
     assert {r["tool"] for r in report["rounds"]} == set(environment.tool_names)
@@ -314,3 +316,36 @@ def test_cli_runs_the_pipeline_and_prints_the_cost_table(tmp_path: Path) -> None
 
     unpriced = CliRunner().invoke(app, [*args, "--price-model", "no-such-model"])
     assert unpriced.exit_code == 2 and "no price for 'no-such-model'" in unpriced.output
+
+
+async def test_a_tester_that_only_calls_read_tools_cannot_pass_a_broken_write_tool(
+    tmp_path: Path, pool: SandboxPool
+) -> None:
+    # cancel_permit raises on unknown ids and re-cancels; a tester that never calls it would score 1.0.
+    model, model_name = scripted(method_faults={"cancel_permit": "buggy"}, narrow_tester=True)
+    result = await synthesize_environments(config(tmp_path, model_name, rounds=9, repairs=1), pool=pool)
+    assert result.accepted == []
+    [rejection] = result.rejected
+    assert rejection.stage == "assessment"
+    assert rejection.reason.startswith("assessment incomplete: tools never exercised: ")
+    assert "cancel_permit" in rejection.reason and "issue_permit" in rejection.reason
+    [summary] = rejection.details["assessment"]
+    assert summary["score"] == 1.0 and summary["fail"] == 0
+    assert summary["tools_exercised"] == 2 and summary["tools"] == 4
+    assert sorted(summary["unexercised"]) == ["cancel_permit", "issue_permit"]
+    # In the last rounds the harness allowed only the untested tools; the tester was asked again, then skipped.
+    assert model.calls["tester"] > 9
+
+
+async def test_the_tester_sees_a_per_tool_summary_and_every_tool_is_capped(tmp_path: Path, pool: SandboxPool) -> None:
+    model, model_name = scripted()
+    result = await synthesize_environments(config(tmp_path, model_name, rounds=40, tests_per_tool=3), pool=pool)
+    [environment] = result.accepted
+    [report] = environment.provenance.details["assessment"]["reports"]
+    coverage = report["coverage"]
+    assert sorted(coverage) == sorted(environment.tool_names)
+    assert all(1 <= entry["total"] <= 3 for entry in coverage.values())
+    assert all(entry["positive"] + entry["negative"] == entry["total"] for entry in coverage.values())
+    assert coverage["cancel_permit"]["negative"] >= 1 and coverage["issue_permit"]["positive"] >= 1
+    # Capped: the assessment stops when every tool has had its share, well before 40 rounds.
+    assert len(report["rounds"]) == 4 * 3 and report["unusable"] == 0 and model.calls["tester"] == 4 * 3

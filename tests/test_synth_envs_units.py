@@ -21,7 +21,15 @@ from synth.discovery import TaskSourceError, load_tasks, merge_into_themes
 from synth.modeling import ModelingError, assemble, build_skeleton, check_method, load_check, state_problems
 from synth.records import EnvironmentPlan, TaskOutcome
 from synth.stages import StageStore, content_key
-from synth.templates import ENVIRONMENT_TEMPLATES, TemplateError, load_template, prompt_versions, worked_example
+from synth.templates import (
+    ENVIRONMENT_TEMPLATES,
+    TemplateError,
+    load_template,
+    prompt_versions,
+    similar_environments,
+    similar_examples,
+    worked_example,
+)
 from tests.doubles.scripted_synth import CANCEL_PERMIT, INITIAL_STATE, METHODS, permit_plan
 
 
@@ -177,13 +185,15 @@ def test_every_template_renders_with_its_fields_and_has_a_version() -> None:
     assert set(versions) == set(ENVIRONMENT_TEMPLATES)
     for name, version in versions.items():
         number, digest = version.split("+")
-        assert number == "1" and len(digest) == 8, name
+        assert int(number) >= 1 and len(digest) == 8, name
     with pytest.raises(TemplateError, match="needs the field 'task'"):
         load_template("filter_task").render(example_name="x", example_summary="y")
     example = worked_example()
     assert example.name == "Retail Orders and Returns"
     assert "def get_order_details(self, order_id: str) -> dict:" in example.methods
     messages = load_template("write_method").render(
+        introduction="I",
+        operations="- o (query): O",
         skeleton="S",
         rules="R",
         operation="O",
@@ -193,7 +203,28 @@ def test_every_template_renders_with_its_fields_and_has_a_version() -> None:
         example_methods=example.methods,
     )
     assert messages[0]["role"] == "system" and "def update_default_address" in messages[0]["content"]
-    assert messages[1]["content"].startswith("Class skeleton:")
+    assert "Returns:" in messages[0]["content"] and "analysis" in messages[0]["content"]
+    assert messages[1]["content"].startswith("The environment, as its users see it:\nI\n")
+    assert "- o (query): O" in messages[1]["content"] and "Class skeleton:" in messages[1]["content"]
+
+
+def test_examples_come_from_the_seed_environments_most_like_the_target() -> None:
+    assert similar_environments("A hotel: guests book rooms, check in and check out.")[0] == "hotel_booking"
+    assert similar_environments("Patients book clinic appointments with doctors.")[0] == "clinic_appointments"
+    assert similar_environments("zzz qqq")[0] == "retail_orders"  # nothing in common: the default example
+    shown = similar_examples("Renting cars from branches; reservations and returns of vehicles.")
+    assert shown.name.startswith(worked_example("car_rental").name) and " and " in shown.name
+    assert "# from " in shown.methods and shown.methods.count("def ") >= 3
+
+
+def test_a_method_without_a_returns_section_is_refused(plan: EnvironmentPlan) -> None:
+    operation = plan.operation("cancel_permit")
+    assert operation is not None
+    without = CANCEL_PERMIT.replace("    Returns:\n        message (string): A confirmation.\n", "")
+    assert without != CANCEL_PERMIT
+    checked, problems = check_method(without, operation, plan)
+    assert checked is None and any("Returns: section" in p for p in problems)
+    assert check_method(CANCEL_PERMIT, operation, plan)[1] == []
 
 
 # ------------------------------------------------------------------------------------------------- costs

@@ -108,6 +108,7 @@ class ScriptedTeacher:
 
 
 _PREVIOUS_CALL = re.compile(r"^(\d+)\. ([a-z_0-9]+)\((\{.*?\})\) -> (.*)$", re.MULTILINE)
+_STEP = re.compile(r"^- ([a-z_0-9]+)\((\{.*?\})\) -> ", re.MULTILINE)
 _OPEN_STATUSES = ("pending", "processing", "active", "open", "confirmed", "booked", "scheduled", "available", "new")
 
 
@@ -126,6 +127,7 @@ class ScriptedQueryModel:
 
     def __init__(self, environment_ids: list[str]):
         self.by_name = {LIBRARY.environments[e].name: e for e in environment_ids}
+        self.chain_steps: list[tuple[str, dict[str, Any]]] = []  # the calls of the chain being written up
 
     def __call__(self, request: dict[str, Any]) -> dict[str, Any]:
         system = request["messages"][0]["content"]
@@ -136,6 +138,9 @@ class ScriptedQueryModel:
         if system.startswith("You choose the arguments"):
             return _reply({"arguments": self._arguments(user)})
         if system.startswith("You turn steps"):
+            if "(this is the first turn)" in user:
+                self.chain_steps = []
+            self.chain_steps += [(m.group(1), json.loads(m.group(2))) for m in _STEP.finditer(user)]
             values = json.loads(user.split("user_values: ", 1)[1].strip())
             steps = re.findall(r"^- ([a-z_0-9]+)\(", user, re.MULTILINE)
             wording = ", then ".join(s.replace("_", " ") for s in steps)
@@ -226,6 +231,28 @@ class ScriptedQueryModel:
         return chosen
 
 
+class ScriptedSolver:
+    """A solver that makes the calls of the chain the query model last wrote up (chains run one at a time), or,
+    when ``gives_up``, answers without calling any tool."""
+
+    def __init__(self, query_model: ScriptedQueryModel, gives_up: bool = False):
+        self.query_model = query_model
+        self.gives_up = gives_up
+        self.seeds: set[Any] = set()
+
+    def __call__(self, request: dict[str, Any]) -> dict[str, Any]:
+        self.seeds.add(request.get("seed"))
+        done = sum(1 for m in request["messages"] if m["role"] == "assistant" and m.get("tool_calls"))
+        steps = [] if self.gives_up else self.query_model.chain_steps
+        if done < len(steps):
+            return _tool_call(*steps[done], done)
+        return {
+            "role": "assistant",
+            "content": "I could not do that.",
+            "usage": {"prompt_tokens": 9, "completion_tokens": 5},
+        }
+
+
 def scripted(handler: Any) -> str:
     name = f"scen-{next(_names)}"
     register_python_model(name, handler)
@@ -278,7 +305,7 @@ async def test_scenarios_end_to_end_pass_validation_and_the_oracle_solves_them(
     assert len(built.scenarios) == report.accepted
     for scenario in built.scenarios:
         assert scenario.reference_actions and scenario.user_profile is not None
-        assert scenario.provenance.prompt_version and "scen_task@1+" in scenario.provenance.prompt_version
+        assert scenario.provenance.prompt_version and "scen_task@2+" in scenario.provenance.prompt_version
     validation = await validate_library(built, pool)
     assert validation.ok, [r.problems for r in validation.invalid]
     await _oracle_solves(built.scenarios, pool, built)
@@ -336,6 +363,61 @@ async def test_queries_end_to_end_pass_validation_and_the_oracle_solves_them(
         assert any(step["applied"] for t in turns for step in t["refinements"])
         for name in LIBRARY.environments["retail_orders"].tool_names:
             assert name not in scenario.task or "_" not in name
+
+
+async def _queries_with_solver(
+    pool: SandboxPool, graph: ToolGraph, out: Path, gives_up: bool
+) -> tuple[Any, ScriptedQueryModel]:
+    writer = ScriptedQueryModel(["retail_orders"])
+    solving = ScriptedSolver(writer, gives_up=gives_up)
+    solver = scripted(solving)
+    config = QueryConfig(
+        model=scripted(writer),
+        chains=6,
+        seed=3,
+        concurrency=1,
+        solve_with=solver,
+        rollouts=2,
+        sampling=SamplingParams(max_tools=5, max_environments=1),
+    )
+    client = LLMClient(cache_dir=None)
+    try:
+        report = await synthesize_queries(
+            [LIBRARY.environments["retail_orders"]], graph, config, out, client=client, pool=pool
+        )
+    finally:
+        await client.aclose()
+    assert solving.seeds == {0, 1}  # each rollout samples with its own seed
+    return report, writer
+
+
+async def test_queries_are_kept_only_when_a_solver_rollout_reaches_the_gold_state(
+    pool: SandboxPool, tmp_path: Path, retail_graph: ToolGraph
+) -> None:
+    report, _ = await _queries_with_solver(pool, retail_graph, tmp_path / "solved", gives_up=False)
+    assert report.accepted >= 2 and report.gates["rollouts"].passed == report.accepted
+    built = load_library(tmp_path / "solved")
+    for scenario in built.scenarios:
+        rollouts = scenario.provenance.details["rollouts"]
+        assert rollouts["solve_rate"] == 1.0 and rollouts["rollouts"] == 2
+        assert scenario.difficulty == "easy" and "solve_rate:1.00" in scenario.tags
+        gates = {g["gate"]: g["passed"] for g in scenario.provenance.details["gates"]}
+        assert gates["mentions"] and gates["rollouts"] and gates["reference"]
+        dropped = scenario.provenance.details.get("dropped_calls", [])
+        chain_calls = len(scenario.provenance.details["chain"]["steps"])
+        assert len(scenario.reference_actions) + len(dropped) == chain_calls
+    validation = await validate_library(built, pool)
+    assert validation.ok, [r.problems for r in validation.invalid]
+
+
+async def test_a_query_whose_rollouts_all_fail_is_rejected(
+    pool: SandboxPool, tmp_path: Path, retail_graph: ToolGraph
+) -> None:
+    report, _ = await _queries_with_solver(pool, retail_graph, tmp_path / "unsolved", gives_up=True)
+    assert report.accepted == 0 and report.rejected_by.get("rollouts", 0) >= 2
+    rejected = [json.loads(line) for line in (tmp_path / "unsolved" / "rejected.jsonl").read_text().splitlines()]
+    by_rollouts = [r for r in rejected if r["rejected_by"] == "rollouts"]
+    assert all(r["reason"].startswith("none of 2 rollouts") for r in by_rollouts)
 
 
 def test_cli_commands_are_registered_and_build_a_graph(tmp_path: Path) -> None:

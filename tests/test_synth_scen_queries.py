@@ -10,6 +10,7 @@ import pytest
 from harness.library import load_library
 from harness.sandbox import SandboxPool
 from harness.schema import ToolCall
+from synth.mentions import gate_mentions, required_mentions
 from synth.queries import ExecutedCall, checks_from_gold, is_free_text, refine_contexts, split_turns
 from synth.refine import RULES, RefineContext, applies, problems
 
@@ -88,12 +89,20 @@ def test_turns_cover_the_chain_in_order_with_at_most_k_calls() -> None:
         assert all(1 <= len(turn) <= 5 for turn in turns)
 
 
+RETAIL_STATE = LIBRARY.scenarios_for("retail_orders")[0].initial_state
+MARIA = RETAIL_STATE["users"]["U-101"]
+MARIA_ORDERS = [o for o in RETAIL_STATE["orders"].values() if o["user_id"] == "U-101"]
+
+
 def _executed() -> list[ExecutedCall]:
     return [
         ExecutedCall(
-            name="find_user_by_email", arguments={"email": "maria.garcia@example.com"}, user_arguments=["email"]
+            name="find_user_by_email",
+            arguments={"email": "maria.garcia@example.com"},
+            result=MARIA,
+            user_arguments=["email"],
         ),
-        ExecutedCall(name="list_user_orders", arguments={"user_id": "U-101"}),
+        ExecutedCall(name="list_user_orders", arguments={"user_id": "U-101"}, result=MARIA_ORDERS),
         ExecutedCall(
             name="cancel_order",
             arguments={"order_id": "O-1002", "reason": "changed my mind"},
@@ -110,15 +119,48 @@ def _executed() -> list[ExecutedCall]:
     ]
 
 
-def test_refine_contexts_keep_user_values_once_and_make_earlier_values_referable() -> None:
-    contexts = refine_contexts(_executed(), [[0, 1, 2], [3]], RETAIL.tool_names)
+def test_refine_contexts_keep_user_values_and_the_records_acted_on() -> None:
+    assert len(MARIA_ORDERS) > 1  # which order to cancel is the person's choice, not something to look up
+    contexts = refine_contexts(_executed(), [[0, 1, 2], [3]], RETAIL.tool_names, RETAIL_STATE)
     first, second = contexts
-    assert first.must_keep == ["maria.garcia@example.com"]
-    assert {"U-101", "O-1002"} <= set(first.lookup_values)
+    assert first.must_keep == ["maria.garcia@example.com", "O-1002"]
+    assert "U-101" in first.lookup_values and "O-1002" not in first.lookup_values
     assert "changed my mind" not in first.must_keep  # free text is masked, not kept verbatim
+    # U-101 is pinned down by the lookup by email: the request need not say it.
     assert second.must_keep == ["9 Bay St, Austin, TX"]
     assert "maria.garcia@example.com" in second.referable and "U-101" in second.referable
     assert is_free_text("reason", "changed my mind") and not is_free_text("email", "a@b.c")
+
+
+def test_the_maria_garcia_request_is_rejected() -> None:
+    """'Please place order for Maria Garcia.' while the checks demand product P-201 and payment PM-1."""
+    maria_by_name = [u for u in RETAIL_STATE["users"].values() if "Maria Garcia" in u["name"]]
+    payment_methods = [p for p in RETAIL_STATE["payment_methods"].values() if p["user_id"] == "U-101"]
+    executed = [
+        ExecutedCall(
+            name="find_users_by_name", arguments={"name": "Maria Garcia"}, result=maria_by_name, user_arguments=["name"]
+        ),
+        ExecutedCall(
+            name="get_user_details", arguments={"user_id": "U-101"}, result={"payment_methods": payment_methods}
+        ),
+        ExecutedCall(
+            name="place_order",
+            arguments={"user_id": "U-101", "items": {"P-201": 2}, "payment_method_id": "PM-1"},
+            result={"order_id": "O-1013"},
+            user_arguments=["items"],
+            changed_state=True,
+        ),
+    ]
+    required = required_mentions(executed, RETAIL_STATE)
+    # The product inside the items dict, and the card among Maria's two; U-101 is the one user found by name.
+    assert required == [["Maria Garcia"], [], ["P-201", "PM-1"]]
+    flat = [value for values in required for value in values]
+    gate = gate_mentions("Please place order for Maria Garcia.", flat)
+    assert not gate.passed and gate.gate == "mentions"
+    assert gate.details["missing"] == ["P-201", "PM-1"]
+    assert "P-201" in gate.reason
+    fixed = gate_mentions("Please order two P-201 mice for Maria Garcia and pay with card PM-1.", flat)
+    assert fixed.passed
 
 
 def _context(**overrides) -> RefineContext:
@@ -201,3 +243,93 @@ def test_the_journal_drops_a_torn_last_line_and_keeps_the_rest(tmp_path) -> None
     assert path.read_bytes().endswith(b"\n")
     report = summarize_attempts(list(reopened.records.values()))
     assert (report.attempted, report.accepted, report.rejected_by) == (2, 1, {"single_call": 1})
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_each_refinement_rule_accepts_the_worked_example_its_prompt_shows(rule) -> None:
+    """The example a refinement prompt shows the model is one the rule applies to and whose rewrite it keeps."""
+    import json
+    import re
+
+    from synth.answers import extract_analysis, extract_json
+    from synth.templates import load_template
+
+    system = load_template(f"query_refine_{rule}").render(request="x", context="{}")[0]["content"]
+    example = re.search(r"Worked example\.\nRequest: (.*)\nContext: (.*)\nAnswer:\n(.*)", system, re.DOTALL)
+    assert example is not None
+    before, payload, answer = example.group(1), json.loads(example.group(2)), example.group(3)
+    after = extract_json(answer)["request"]
+    assert extract_analysis(answer).startswith(("the ", "finding", "U-101", "a changed"))
+    context = RefineContext(
+        turn=len(payload["previous_requests"]),
+        tool_names=RETAIL.tool_names,
+        must_keep=payload["must_keep"],
+        referable=payload.get("refer_to_implicitly", []),
+        lookup_values=payload.get("may_be_vague", []),
+        calls=[{"name": s["name"], "changed_state": s["changes_state"]} for s in payload.get("steps", [])],
+        previous_requests=payload["previous_requests"],
+    )
+    assert applies(rule, before, context)
+    assert problems(rule, before, after, context) == []
+    # The rule's own check still refuses the unrewritten request.
+    assert problems(rule, before, before, context)
+
+
+async def test_the_reference_keeps_only_the_calls_it_needs(pool: SandboxPool) -> None:
+    from harness.schema import ReferenceAction, Scenario
+    from synth.verification import minimize_reference
+
+    state = RETAIL_STATE
+    executed = [
+        # A lookup before a change in the same turn, whose result no later call uses.
+        ExecutedCall(
+            name="get_product", arguments={"product_id": "P-201"}, result={"data": state["products"]["P-201"]}
+        ),
+        ExecutedCall(
+            name="cancel_order",
+            arguments={"order_id": "O-1002", "reason": "changed my mind"},
+            masked_arguments=["reason"],
+            changed_state=True,
+        ),
+        # A lookup whose result (the user id) the next call uses, and the request does not say.
+        ExecutedCall(name="find_user_by_email", arguments={"email": "maria.garcia@example.com"}, result=MARIA),
+        # Two writes of the same field: the first is overwritten.
+        ExecutedCall(
+            name="update_default_address",
+            arguments={"user_id": "U-101", "address": "1 First St, Austin, TX"},
+            changed_state=True,
+        ),
+        ExecutedCall(
+            name="update_default_address",
+            arguments={"user_id": "U-101", "address": "9 Bay St, Austin, TX"},
+            changed_state=True,
+        ),
+    ]
+    actions = [(c.name, c.arguments) for c in executed]
+    gold = await _final_state(pool, state, actions)
+    scenario = Scenario(
+        id="retail-min",
+        environment_id="retail_orders",
+        initial_state=state,
+        task="Cancel order O-1002. I'm maria.garcia@example.com; my address is now 9 Bay St, Austin, TX.",
+        checks=checks_from_gold(state, gold, {"changed my mind"}),
+        reference_actions=[
+            ReferenceAction(name=c.name, arguments=c.arguments, masked_arguments=c.masked_arguments) for c in executed
+        ],
+        gold_final_state=gold,
+        tags=["calls:5"],
+    )
+    shorter = await minimize_reference(pool, RETAIL, scenario, executed, [[0, 1], [2, 3, 4]])
+    assert [(a.name, a.arguments.get("address")) for a in shorter.reference_actions] == [
+        ("cancel_order", None),
+        ("find_user_by_email", None),
+        ("update_default_address", "9 Bay St, Austin, TX"),
+    ]
+    assert [d["index"] for d in shorter.provenance.details["dropped_calls"]] == [0, 3]
+    assert shorter.tags == ["calls:3"] and shorter.gold_final_state == gold
+    results = await pool.run_checks(
+        shorter.checks,
+        state,
+        await _final_state(pool, state, [(a.name, a.arguments) for a in shorter.reference_actions]),
+    )
+    assert all(r.passed for r in results)

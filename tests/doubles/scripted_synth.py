@@ -40,6 +40,13 @@ GET_PERMIT = '''def get_permit(self, permit_id: str) -> dict:
 
     Args:
         permit_id: The permit's id, e.g. "P-1".
+
+    Returns:
+        permit_id (string): The permit's id.
+        holder (string): The holder's full name.
+        plate (string): The vehicle plate.
+        zone (string): A, B or C.
+        status (string): active, suspended or cancelled.
     """
     permit = self.permits.get(permit_id)
     if permit is None:
@@ -52,6 +59,10 @@ LIST_PERMITS = '''def list_permits_by_holder(self, holder: str) -> dict:
 
     Args:
         holder: The holder's full name.
+
+    Returns:
+        permit_id (string): The id of each of the holder's permits.
+        status (string): Each permit's status.
     """
     wanted = holder.strip().lower()
     matches = [p for p in self.permits.values() if p["holder"].lower() == wanted]
@@ -65,6 +76,9 @@ ISSUE_PERMIT = '''def issue_permit(self, holder: str, plate: str, zone: str) -> 
         holder: The holder's full name.
         plate: The vehicle plate, e.g. "KL-204".
         zone: The zone: A, B or C.
+
+    Returns:
+        permit_id (string): The new permit's id.
     """
     if zone not in ("A", "B", "C"):
         return {"success": False, "error": f"Unknown zone {zone}; permits are for zones A, B or C."}
@@ -87,6 +101,9 @@ CANCEL_PERMIT = '''def cancel_permit(self, permit_id: str, reason: Optional[str]
     Args:
         permit_id: The permit to cancel.
         reason: Why it is cancelled (optional).
+
+    Returns:
+        message (string): A confirmation.
     """
     permit = self.permits.get(permit_id)
     if permit is None:
@@ -112,6 +129,9 @@ FAULTY_CANCEL: dict[str, str] = {
     Args:
         permit_id: The permit to cancel.
         reason: Why it is cancelled (optional).
+
+    Returns:
+        message (string): A confirmation.
     """
     permit = self.permits[permit_id]
     permit["status"] = "cancelled"
@@ -211,13 +231,16 @@ INITIAL_STATE = {
 class ScriptedSynthModel:
     """``method_faults``: operation -> fault written on first attempts; ``fault_attempts``: how many attempts
     of that method carry the fault (a large number means every attempt); ``repairable``: whether a repair
-    request (checker's reasons) gets the correct method; ``broken_roles``: roles that answer with prose only; ``raising_roles``: roles whose calls raise (an outage)."""
+    request (checker's reasons) gets the correct method; ``broken_roles``: roles that answer with prose only;
+    ``raising_roles``: roles whose calls raise (an outage); ``narrow_tester``: the tester only ever calls the two
+    read tools, whatever it is asked."""
 
     method_faults: dict[str, Fault] = field(default_factory=dict)
     fault_attempts: int = 1_000
     repairable: bool = True
     broken_roles: frozenset[str] = frozenset()
     raising_roles: frozenset[str] = frozenset()
+    narrow_tester: bool = False
     calls: Counter[str] = field(default_factory=Counter)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _method_attempts: Counter[str] = field(default_factory=Counter)
@@ -313,6 +336,12 @@ class ScriptedSynthModel:
             probes.append(("issue_permit", {"holder": "Sam Roe", "plate": active[-1]["plate"], "zone": "B"}, "refusal"))
         if cancelled:
             probes.append(("cancel_permit", {"permit_id": cancelled[0]["permit_id"]}, "refusal"))
+        if self.narrow_tester:
+            probes = [p for p in probes if p[0] in ("get_permit", "list_permits_by_holder")]
+        else:
+            allowed = re.search(r"Tools allowed this round: (.*)", user)
+            names = set(allowed.group(1).split(", ")) if allowed else set()
+            probes = [p for p in probes if p[0] in names] or probes
         tool, arguments, expect = probes[(number - 1) % len(probes)]
         return json.dumps({"tool": tool, "arguments": arguments, "expect": expect, "intent": f"probe {tool}"})
 
