@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
@@ -30,6 +30,7 @@ from harness.protocols import AgentPolicy, UserPolicy
 from harness.sandbox import SandboxLimits, SandboxPool
 from harness.schema import (
     AgentSettings,
+    ClusterInfo,
     DatasetRef,
     Mode,
     ModelSettings,
@@ -86,6 +87,10 @@ class RunConfig(BaseModel):
     cache_dir: Path | None = Field(default=None, description="Opt-in on-disk model response cache.")
     mcp: str | None = Field(
         default=None, description="Evaluate through an MCP server instead: a URL, or a command that serves on stdio."
+    )
+    ray: str | None = Field(
+        default=None,
+        description="Run episodes on a Ray cluster: an address (host:port or ray://...), 'auto', or 'local'.",
     )
 
 
@@ -147,6 +152,35 @@ class RunOutcome:
 AgentFactory = Callable[[Scenario, LLMClient, AgentSettings], AgentPolicy]
 UserFactory = Callable[[Scenario, LLMClient, AgentSettings], UserPolicy]
 ProgressCallback = Callable[[RunProgress], None]
+
+
+@dataclass(frozen=True)
+class EpisodeJob:
+    """What a backend needs to run this run's episodes elsewhere."""
+
+    config: RunConfig
+    library: Library
+    client: LLMClient
+    agent_factory: AgentFactory
+    user_factory: UserFactory | None
+    sandbox_limits: SandboxLimits | None
+
+
+class EpisodeBackend(Protocol):
+    """Runs planned episodes outside this process (``harness.distributed.RayBackend``); the runner keeps
+    planning and stays the only writer of the run folder."""
+
+    async def start(self, job: EpisodeJob) -> ClusterInfo:
+        """Connect and check every place episodes will run; raise ``RunRefused`` with one line if one cannot."""
+        ...
+
+    async def execute(
+        self, specs: list[EpisodeSpec], *, run_id: str, in_flight: int, on_result: Callable[[Trajectory], None]
+    ) -> None:
+        """Run each spec and call ``on_result`` exactly once per spec, with at most ``in_flight`` running."""
+        ...
+
+    async def close(self) -> None: ...
 
 
 def agent_settings(config: RunConfig) -> AgentSettings:
@@ -309,8 +343,12 @@ async def run(
     library: Library | None = None,
     client: LLMClient | None = None,
     sandbox_limits: SandboxLimits | None = None,
+    backend: EpisodeBackend | None = None,
 ) -> RunOutcome:
-    """Run every planned episode that has no result yet, then write the summary."""
+    """Run every planned episode that has no result yet, then write the summary.
+
+    Episodes run in this process, or through ``backend`` (by default a Ray cluster when ``config.ray`` is set).
+    """
     library = library or load_library(config.envs)
     scenarios = select_scenarios(library, config)
     specs = plan_episodes(scenarios, config)
@@ -336,6 +374,20 @@ async def run(
         manifest = manifest.model_copy(update={"run_id": previous.run_id, "created_at": previous.created_at})
     elif results_path.exists() and results_path.stat().st_size:
         raise RunRefused(f"{run_dir} holds results but no manifest; choose another --out")
+    if backend is None and config.ray is not None:
+        from harness.distributed import RayBackend
+
+        backend = RayBackend(config.ray)
+    if backend is not None:
+        try:
+            job = EpisodeJob(config, library, client, agent_factory, user_factory, sandbox_limits)
+            cluster = await backend.start(job)
+        except BaseException:
+            await backend.close()
+            if owns_client:
+                await client.aclose()
+            raise
+        manifest = manifest.model_copy(update={"cluster": cluster})
     _write_atomically(manifest_path, orjson.dumps(manifest.model_dump(mode="json"), option=orjson.OPT_INDENT_2))
 
     in_flight = episodes_in_flight(config, client)
@@ -348,6 +400,12 @@ async def run(
     queue: asyncio.Queue[EpisodeSpec] = asyncio.Queue()
     for spec in todo:
         queue.put_nowait(spec)
+
+    def record(trajectory: Trajectory) -> None:
+        store.append(trajectory)
+        _account(progress, trajectory)
+        if on_progress is not None:
+            on_progress(progress)
 
     async def episode_worker(pool: SandboxPool) -> None:
         assert client is not None
@@ -363,23 +421,25 @@ async def run(
                 )
             finally:
                 progress.in_flight -= 1
-            store.append(trajectory)
-            _account(progress, trajectory)
-            if on_progress is not None:
-                on_progress(progress)
+            record(trajectory)
 
     try:
-        async with SandboxPool(workers=config.workers, limits=sandbox_limits) as pool:
-            workers = [asyncio.create_task(episode_worker(pool)) for _ in range(min(in_flight, len(todo)))]
-            reporter = asyncio.create_task(_report_usage(progress, client, on_progress))
-            try:
-                await asyncio.gather(*workers)
-            finally:
-                reporter.cancel()
-                for task in workers:
-                    task.cancel()
+        if backend is not None:
+            await backend.execute(todo, run_id=manifest.run_id, in_flight=in_flight, on_result=record)
+        else:
+            async with SandboxPool(workers=config.workers, limits=sandbox_limits) as pool:
+                workers = [asyncio.create_task(episode_worker(pool)) for _ in range(min(in_flight, len(todo)))]
+                reporter = asyncio.create_task(_report_usage(progress, client, on_progress))
+                try:
+                    await asyncio.gather(*workers)
+                finally:
+                    reporter.cancel()
+                    for task in workers:
+                        task.cancel()
     finally:
         store.close()
+        if backend is not None:
+            await backend.close()
         if owns_client:
             await client.aclose()
     planned_ids = {spec.episode_id for spec in specs}

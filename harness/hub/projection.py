@@ -207,6 +207,7 @@ RUN_MANIFEST = Projection(
         _json("config", "Run configuration (models, modes, trials, limits)."),
         _json("model_resolution", "How each model alias was resolved (provider model, api base)."),
         _scalar("episodes_planned", pa.int64(), "Number of episodes the run planned."),
+        _json("cluster", "Ray cluster the episodes ran on: {address, ray_version, nodes}, or null."),
     ),
 )
 
