@@ -30,6 +30,11 @@ app.add_typer(import_app, name="import")
 console = Console() if Console().is_terminal else Console(width=160)
 err_console = Console(stderr=True)
 
+RAY_HELP = (
+    "Run episodes on a Ray cluster: HOST:PORT or ray://HOST:PORT to join one, 'auto' for the cluster this machine "
+    "belongs to; alone, start a local one."
+)
+
 
 @app.callback()
 def _configure(
@@ -146,6 +151,7 @@ def run(
     mcp: Annotated[
         str | None, typer.Option(help="Use the environment served over MCP at this URL, or by this stdio command.")
     ] = None,
+    ray: Annotated[str | None, typer.Option(help=RAY_HELP)] = None,
 ) -> None:
     """Run an agent on scenarios, score the final states, and print a summary per environment and mode.
 
@@ -187,6 +193,7 @@ def run(
         workers=workers,
         cache_dir=cache_dir,
         mcp=mcp,
+        ray=ray,
     )
     from harness.cli_progress import print_summary
 
@@ -235,6 +242,7 @@ def sft(
     temperature: Annotated[float | None, typer.Option(help="Teacher sampling temperature.")] = 0.7,
     seed: Annotated[int, typer.Option(help="Base seed.")] = 0,
     cache_dir: Annotated[Path | None, typer.Option(help="Cache model responses in this folder.")] = None,
+    ray: Annotated[str | None, typer.Option(help=RAY_HELP)] = None,
 ) -> None:
     """Roll out a teacher (resumable), keep the episodes that reach the bar, export SFT datasets."""
     from harness.metrics import read_results
@@ -263,6 +271,7 @@ def sft(
         resume=(rollouts / "manifest.json").exists(),
         retry_errors=True,
         cache_dir=cache_dir,
+        ray=ray,
     )
     outcome = _run_with_progress(config)
     trajectories = read_results(outcome.run_dir / "results.jsonl")
@@ -301,7 +310,17 @@ def _register_subcommands() -> None:
 _register_subcommands()
 
 
+def with_default_ray_address(argv: list[str]) -> list[str]:
+    """``--ray`` given without an address means a local cluster: typer options always take a value."""
+    result = list(argv)
+    for index, argument in enumerate(result):
+        if argument == "--ray" and (index + 1 == len(result) or result[index + 1].startswith("-")):
+            result.insert(index + 1, "local")
+    return result
+
+
 def main() -> None:
+    sys.argv[1:] = with_default_ray_address(sys.argv[1:])
     app()
 
 

@@ -324,7 +324,7 @@ class DatasetRef(Record):
 class ClusterNode(Record):
     node_id: str
     address: str
-    resources: dict[str, float] = Field(default_factory=dict, description="What the node offers Ray (CPU, memory, ...).")
+    resources: dict[str, float] = Field(default_factory=dict, description="What the node offers Ray (CPU, ...).")
     executors: int = Field(default=0, description="Episode executors placed on the node when the run started.")
 
 
