@@ -188,7 +188,7 @@ class RayBackend:
                 num_cpus=0,
                 max_restarts=0,
                 max_concurrency=self._max_concurrency,
-                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=True),
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
             )
             .remote(self._plan, self._library_ref, self.limiter, self._environment)
         )
