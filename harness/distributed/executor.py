@@ -18,12 +18,31 @@ from harness.library import Library
 from harness.llm import AliasTable, EndpointLimits, RetryPolicy
 from harness.llm.aliases import AliasEntry
 from harness.runner import AgentFactory, EpisodeSpec, RunConfig, UserFactory, _run_one, agent_settings, user_settings
-from harness.sandbox import SandboxLimits, SandboxPool
-from harness.schema import Mode, Scenario
+from harness.sandbox import SandboxError, SandboxLimits, SandboxPool
+from harness.schema import Environment, Mode, Scenario, ToolCall
+from harness.toolspec import derive_tools
 
 from .limiter import ClusterLLMClient
 
 logger = logging.getLogger(__name__)
+
+PROBE_CODE = """class Probe:
+    def __init__(self, init_config: dict):
+        self.count = init_config.get("count", 0)
+
+    def bump(self) -> dict:
+        \"\"\"Add one to the count.\"\"\"
+        self.count += 1
+        return {"success": True, "data": self.count}
+"""
+PROBE_ENVIRONMENT = Environment(
+    id="harness-sandbox-probe",
+    name="sandbox probe",
+    class_name="Probe",
+    code=PROBE_CODE,
+    tools=derive_tools(PROBE_CODE, "Probe"),
+)
+
 
 @dataclass(frozen=True)
 class ExecutorPlan:
@@ -99,14 +118,15 @@ class EpisodeExecutor:
         return ExecutorStatus(node_id=ray.get_runtime_context().get_node_id(), pid=os.getpid())
 
     async def _probe_sandbox(self, pool: SandboxPool) -> None:
-        for scenario in self.library.scenarios:
-            environment = self.library.environments.get(scenario.environment_id)
-            if environment is None:
-                continue
-            session = await pool.open_session(environment, scenario.initial_state, seed=0)
-            await session.state()
+        """One session of a known-good environment through the whole sandbox path: start, call, state, close."""
+        session = await pool.open_session(PROBE_ENVIRONMENT, {"count": 0}, seed=0)
+        try:
+            observation, _ = await session.call(ToolCall(id="probe", name="bump", arguments={}))
+            state = await session.state()
+        finally:
             await session.close()
-            return
+        if state.get("count") != 1:
+            raise SandboxError(f"the probe environment answered {observation!r} and ended in state {state!r}")
 
     async def run(self, ticket: EpisodeTicket, run_id: str) -> bytes:
         """Run one episode; the trajectory comes back as its JSON line."""
