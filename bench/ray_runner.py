@@ -36,7 +36,12 @@ def serve(latency: float, ready: multiprocessing.Queue, stop: multiprocessing.Ev
 
 
 def run_path(
-    base_url: str, ray: str | None, concurrency: int, episodes: int, workers: int, results: multiprocessing.Queue  # type: ignore[type-arg]
+    base_url: str,
+    ray: str | None,
+    concurrency: int,
+    episodes: int,
+    workers: int,
+    results: multiprocessing.Queue,  # type: ignore[type-arg]
 ) -> None:
     from agents.run_adapters import agent_factory
     from harness.library import load_library
@@ -60,7 +65,9 @@ def run_path(
                 model="mock", trials=trials, concurrency=concurrency, out=Path(folder) / "run", workers=workers, ray=ray
             )
             started = time.perf_counter()
-            outcome = await run(config, agent_factory=agent_factory, client=client, library=library, on_progress=on_progress)
+            outcome = await run(
+                config, agent_factory=agent_factory, client=client, library=library, on_progress=on_progress
+            )
         await client.aclose()
         return started, outcome.ran
 
@@ -68,7 +75,9 @@ def run_path(
     results.put((ran, marks[0] - started, marks[-1] - started, marks[-1] - marks[0]))
 
 
-def measure(base_url: str, ray: str | None, concurrency: int, episodes: int, workers: int) -> tuple[int, float, float, float]:
+def measure(
+    base_url: str, ray: str | None, concurrency: int, episodes: int, workers: int
+) -> tuple[int, float, float, float]:
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
     process = context.Process(target=run_path, args=(base_url, ray, concurrency, episodes, workers, results))
@@ -91,7 +100,10 @@ def main() -> None:
     server = context.Process(target=serve, args=(args.latency, ready, stop))
     server.start()
     base_url = ready.get()
-    print(f"mock server latency {args.latency * 1000:.0f} ms, concurrency {args.concurrency}, {args.workers} sandbox workers")
+    print(
+        f"mock server latency {args.latency * 1000:.0f} ms, concurrency {args.concurrency}, "
+        f"{args.workers} sandbox workers"
+    )
     print(f"{'path':>6} {'episodes':>9} {'first result s':>15} {'total s':>8} {'episodes/s':>11} {'steady ep/s':>12}")
     figures = {}
     for name, ray in (("local", None), ("ray", "local")):
@@ -102,7 +114,10 @@ def main() -> None:
     server.join()
     overall = 100 * (1 - figures["ray"][0] / figures["local"][0])
     steady = 100 * (1 - figures["ray"][1] / figures["local"][1])
-    print(f"Ray path: {overall:.1f}% fewer episodes/s over the whole run, {steady:.1f}% fewer between first and last result")
+    print(
+        f"Ray path: {overall:.1f}% fewer episodes/s over the whole run, "
+        f"{steady:.1f}% fewer between first and last result"
+    )
 
 
 if __name__ == "__main__":

@@ -76,8 +76,10 @@ async def main(arguments: argparse.Namespace) -> None:
                     break
                 messages = outcome.messages
             assert outcome.trajectory is not None
-            print(f"step loop   {scenario.id:32} reward {outcome.reward:.3f} "
-                  f"(reward function: {pool.reward(scenario.id, outcome.trajectory):.3f})")
+            print(
+                f"step loop   {scenario.id:32} reward {outcome.reward:.3f} "
+                f"(reward function: {pool.reward(scenario.id, outcome.trajectory):.3f})"
+            )
             # 2. Groups of rollouts sampled from the policy endpoint, spread over the actors.
             groups = await pool.rollout_groups(scenario_ids, group_size=arguments.group_size, policy=policy)
             for scenario_id, group in zip(scenario_ids, groups, strict=True):

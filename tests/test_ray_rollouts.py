@@ -22,8 +22,11 @@ def reference_message(scenario, turn: int) -> dict:
     if turn >= len(actions):
         return {"role": "assistant", "content": "Done."}
     action = actions[turn]
-    call = {"id": f"call_{turn}", "type": "function",
-            "function": {"name": action.name, "arguments": json.dumps(action.arguments)}}
+    call = {
+        "id": f"call_{turn}",
+        "type": "function",
+        "function": {"name": action.name, "arguments": json.dumps(action.arguments)},
+    }
     return {"role": "assistant", "content": None, "tool_calls": [call]}
 
 
@@ -56,9 +59,10 @@ async def test_gym_sessions_and_group_rollouts_over_two_actors(ray_cluster):
             for rollout in group:
                 assert rollout.scenario_id == scenario_id and rollout.trajectory.reward.success
                 assert rollout.reward == trajectory_reward(SCENARIOS[scenario_id], rollout.trajectory)
-        assert len(mock.chat_requests()) == sum(
-            len(SCENARIOS[scenario_id].reference_actions) + 1 for scenario_id in chosen
-        ) * 3
+        assert (
+            len(mock.chat_requests())
+            == sum(len(SCENARIOS[scenario_id].reference_actions) + 1 for scenario_id in chosen) * 3
+        )
     finally:
         await pool.shutdown()
 

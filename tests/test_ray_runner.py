@@ -241,7 +241,9 @@ def test_secrets_reach_executors_but_not_the_run_folder_or_logs(ray_cluster, tmp
         write_aliases(models, mock, key_variable="ENVHARNESS_TEST_KEY")
         out = tmp_path / "run"
         args = ["-v", "run", "--model", "mock-agent", "--out", str(out), "--limit", "3", "--workers", "1"]
-        process = cli([*args, "--ray", ray_cluster.address], {"HARNESS_MODELS_FILE": str(models), "ENVHARNESS_TEST_KEY": secret})
+        process = cli(
+            [*args, "--ray", ray_cluster.address], {"HARNESS_MODELS_FILE": str(models), "ENVHARNESS_TEST_KEY": secret}
+        )
         stdout, stderr = process.communicate(timeout=300)
         assert process.returncode == 0, stderr
         sent = {r.headers.get("authorization") for r in mock.chat_requests() if r.headers}

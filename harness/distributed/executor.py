@@ -90,9 +90,7 @@ class EpisodeExecutor:
         self.library = library
         self.plan = plan
         self.limiter = limiter
-        self.scenarios: dict[tuple[str, str], Scenario] = {
-            (s.environment_id, s.id): s for s in self.library.scenarios
-        }
+        self.scenarios: dict[tuple[str, str], Scenario] = {(s.environment_id, s.id): s for s in self.library.scenarios}
         self._stack = AsyncExitStack()
         self._pool: SandboxPool | None = None
         self._client: ClusterLLMClient | None = None
