@@ -1,5 +1,6 @@
-"""A small Ray test cluster shared by the ``test_ray_*`` suites: a head that offers no CPUs (it hosts only the
-driver, as a KubeRay head usually does) and two worker nodes of one CPU each, all in this process tree."""
+"""A small Ray test cluster shared by the ``test_ray_*`` suites (a pytest plugin, see ``conftest.py``): a head
+that offers no CPUs (it hosts only the driver, as a KubeRay head usually does) and two worker nodes of one CPU
+each, all in this process tree. Ray is imported only when a test asks for the cluster."""
 
 from __future__ import annotations
 
@@ -10,16 +11,18 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-import ray
-from ray.cluster_utils import Cluster
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="session")
-def ray_cluster() -> Iterator[Cluster]:
+def ray_cluster() -> Iterator[Any]:
+    import ray
+    from ray.cluster_utils import Cluster
+
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
     for _ in range(2):
         cluster.add_node(num_cpus=1)

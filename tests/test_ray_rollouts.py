@@ -11,7 +11,7 @@ import sys
 from harness.distributed import EnvironmentPool, PolicyEndpoint
 from harness.reward import trajectory_reward
 from tests.doubles.mock_openai import MockOpenAIServer
-from tests.ray_cluster import ROOT, ray_cluster  # noqa: F401  (a fixture)
+from tests.ray_cluster import ROOT
 from tests.test_runner import LIBRARY, register_scenarios
 
 SCENARIOS = {scenario.id: scenario for scenario in LIBRARY.scenarios}

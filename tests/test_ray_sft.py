@@ -7,7 +7,7 @@ from pathlib import Path
 import orjson
 
 from tests.doubles.mock_openai import MockOpenAIServer
-from tests.ray_cluster import cli, ray_cluster  # noqa: F401  (a fixture)
+from tests.ray_cluster import cli
 from tests.test_ray_runner import write_aliases
 from tests.test_runner import register_scenarios
 
@@ -26,7 +26,7 @@ def test_sft_over_the_cluster_writes_the_same_files_as_locally(ray_cluster, tmp_
         models = tmp_path / "models.toml"
         write_aliases(models, mock)
         env = {"HARNESS_MODELS_FILE": str(models)}
-        common = ["sft", "--teacher", "mock-agent", "--mode", "nonconv", "--limit", "6", "--attempts", "1"]
+        common = ["sft", "--teacher", "mock-agent", "--mode", "nonconv", "--limit", "4", "--attempts", "1"]
         common += ["--temperature", "0"]
         outputs = {}
         for name, extra in (("local", []), ("ray", ["--ray", ray_cluster.address])):
