@@ -55,21 +55,31 @@ def validate(
     json_output: Annotated[bool, typer.Option("--json", help="Print a JSON report instead of a table.")] = False,
     workers: Annotated[int, typer.Option(help="Sandbox worker processes (default: one per core).")] = 0,
     show_all: Annotated[bool, typer.Option("--all", help="List valid records too.")] = False,
+    ray: Annotated[str | None, typer.Option(help=RAY_HELP)] = None,
 ) -> None:
     """Check that environments load and that scenarios are sound (solvable, not solved at reset)."""
     from harness.library import load_library
+    from harness.runner import RunRefused
     from harness.sandbox import SandboxPool
     from harness.validate import validate_library
 
     library = load_library(path or None)
 
     async def run() -> object:
+        if ray is not None:
+            from harness.distributed import validate_on_cluster
+
+            return await validate_on_cluster(library, ray, workers=workers or None)
         async with SandboxPool(workers=workers or None) as pool:
             return await validate_library(library, pool)
 
     from harness.validate import ValidationReport
 
-    report = asyncio.run(run())
+    try:
+        report = asyncio.run(run())
+    except RunRefused as exc:
+        err_console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from None
     assert isinstance(report, ValidationReport)
     if json_output:
         payload = {

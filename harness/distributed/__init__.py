@@ -10,6 +10,7 @@ from harness.distributed.cluster import ClusterUnavailable, join
 from harness.distributed.executor import EpisodeExecutor, EpisodeTicket, ExecutorPlan
 from harness.distributed.limiter import ClusterGate, ClusterLimiter, ClusterLLMClient
 from harness.distributed.rollouts import EnvironmentActor, EnvironmentPool, PolicyEndpoint, Rollout, StepOutcome
+from harness.distributed.validation import validate_on_cluster
 
 __all__ = [
     "ClusterGate",
@@ -26,4 +27,5 @@ __all__ = [
     "Rollout",
     "StepOutcome",
     "join",
+    "validate_on_cluster",
 ]

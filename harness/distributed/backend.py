@@ -25,7 +25,7 @@ from harness.llm.transport import DIRECT_ROUTE_VARIABLE, OPENAI_COMPATIBLE
 from harness.runner import EpisodeJob, EpisodeSpec, RunConfig
 from harness.schema import ClusterInfo, ClusterNode, Trajectory
 
-from .cluster import ClusterUnavailable, alive_nodes, check_nodes, import_ray, join
+from .cluster import ClusterUnavailable, alive_nodes, check_nodes, import_ray, join, root_cause
 from .executor import EpisodeExecutor, EpisodeTicket, ExecutorPlan, ExecutorStatus
 from .limiter import ClusterLimiter
 
@@ -204,10 +204,8 @@ class RayBackend:
                 f"node {executor.node_address}: no episode executor started there within {READY_TIMEOUT_S:.0f}s"
             ) from None
         except Exception as exc:
-            from .cluster import _root_cause
-
             raise ClusterUnavailable(
-                f"node {executor.node_address}: the sandbox cannot start there: {_root_cause(exc)}"
+                f"node {executor.node_address}: the sandbox cannot start there: {root_cause(exc)}"
             ) from None
         executor.node_id, executor.pid = status.node_id, status.pid
 

@@ -140,7 +140,7 @@ def check_nodes(nodes: list[dict[str, Any]], modules: list[str]) -> None:
             report = ray.get(ref, timeout=120)
         except Exception as exc:
             raise ClusterUnavailable(
-                f"node {address} cannot run envharness: {_root_cause(exc)}; install envharness[ray] there "
+                f"node {address} cannot run envharness: {root_cause(exc)}; install envharness[ray] there "
                 f"(version {__version__}, the driver's)"
             ) from None
         if report.modules_missing:
@@ -154,7 +154,7 @@ def check_nodes(nodes: list[dict[str, Any]], modules: list[str]) -> None:
             raise ClusterUnavailable(f"node {address} runs Python {report.python}, the driver {python}")
 
 
-def _root_cause(exc: BaseException) -> str:
+def root_cause(exc: BaseException) -> str:
     """The innermost error of a Ray failure, on one line."""
     cause = getattr(exc, "cause", None)
     if isinstance(cause, BaseException):
