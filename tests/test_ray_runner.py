@@ -17,6 +17,8 @@ import pytest
 
 from agents.run_adapters import agent_factory, user_factory
 from harness.distributed import ClusterUnavailable, RayBackend
+from harness.llm import AliasTable, EndpointLimits, LLMClient
+from harness.llm.aliases import AliasEntry
 from harness.metrics import read_results
 from harness.runner import RunConfig, run
 from harness.schema import Trajectory
@@ -176,6 +178,26 @@ async def test_rpm_is_held_across_the_cluster(ray_cluster, server, tmp_path):
     # Two executors each allowed the full rate would put 2 x rpm in a window; the server sees at most rpm.
     for index, start in enumerate(times):
         assert sum(1 for t in times[index:] if t - start < window * 0.9) <= rpm
+
+
+async def test_alias_max_episodes_bounds_episodes_in_flight_across_the_cluster(ray_cluster, tmp_path):
+    mock = MockOpenAIServer(record_bodies=False, latency=0.05)
+    register_scenarios(mock)
+    with mock.running_in_thread():
+        aliases = AliasTable(
+            {"mock-agent": AliasEntry(model="hosted_vllm/replay", api_base=mock.base_url, max_episodes=2)}, environ={}
+        )
+        client = LLMClient(aliases=aliases, default_limits=EndpointLimits(concurrency=64))
+        outcome = await run(
+            config(tmp_path, "run", limit=10, concurrency=16, ray=ray_cluster.address),
+            agent_factory=agent_factory,
+            client=client,
+            library=LIBRARY,
+        )
+        await client.aclose()
+    assert_exactly_once(outcome.run_dir, 10)
+    # One request in flight per episode at most: two executors, but never more than two episodes at once.
+    assert 1 <= mock.max_in_flight <= 2
 
 
 async def test_a_node_without_a_package_the_run_needs_is_one_line_before_any_episode(ray_cluster, server, tmp_path):
