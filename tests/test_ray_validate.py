@@ -11,12 +11,12 @@ from tests.ray_cluster import cli
 
 
 def small_library(folder: Path) -> Path:
-    """Three seed environments with their scenarios, one scenario made unsolvable, and one line that does
-    not load."""
+    """Three seed environments with their scenarios, one scenario whose environment is missing, and one line
+    that does not load."""
     seed = load_library()
     chosen = sorted(seed.environments)[:3]
     scenarios = [s for s in seed.scenarios if s.environment_id in chosen]
-    broken = scenarios[0].model_copy(update={"reference_actions": []})
+    broken = scenarios[0].model_copy(update={"environment_id": "retired_environment"})
     write_seed_layout([seed.environments[e] for e in chosen], [broken, *scenarios[1:]], folder)
     with (folder / "scenarios" / f"{chosen[0]}.jsonl").open("ab") as handle:
         handle.write(b'{"id": "not-a-scenario"}\n')

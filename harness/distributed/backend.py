@@ -47,6 +47,10 @@ class ExecutorHandle:
     load: int = 0
     alive: bool = True
 
+    @property
+    def node(self) -> str:
+        return f"{self.node_address} ({self.node_id[:8]})"
+
 
 def models_of(config: RunConfig) -> list[str]:
     return sorted({config.model, config.user_model or config.model})
@@ -115,7 +119,7 @@ class RayBackend:
             raise ClusterUnavailable(f"the Ray cluster at {self.address} has no alive node")
         factories = [job.agent_factory, job.user_factory]
         modules = sorted({f.__module__ for f in factories if f is not None and f.__module__ != "__main__"})
-        await asyncio.to_thread(check_nodes, nodes, modules)
+        nodes = await asyncio.to_thread(check_nodes, nodes, modules)
 
         client, config = job.client, job.config
         models = models_of(config)
@@ -148,10 +152,19 @@ class RayBackend:
             for _ in range(self.executors_per_node)
         ]
         self.executors.extend(starting)
-        await asyncio.gather(*(self._await_ready(executor) for executor in starting))
+        outcomes = await asyncio.gather(*(self._await_ready(executor) for executor in starting), return_exceptions=True)
+        for executor, outcome in zip(starting, outcomes, strict=True):
+            if isinstance(outcome, ray.exceptions.RayActorError):  # its process or node died: not the sandbox
+                executor.alive = False
+                logger.warning("executor on node %s was lost while starting; running without it", executor.node)
+            elif isinstance(outcome, BaseException):
+                raise outcome
+        if not any(executor.alive for executor in starting):
+            raise ClusterUnavailable(f"no episode executor could start on the cluster at {self.address}")
         placed: dict[str, int] = {}
         for executor in starting:
-            placed[executor.node_id] = placed.get(executor.node_id, 0) + 1
+            if executor.alive:
+                placed[executor.node_id] = placed.get(executor.node_id, 0) + 1
         return ClusterInfo(
             address=self.address,
             ray_version=ray.__version__,
@@ -195,17 +208,20 @@ class RayBackend:
         return ExecutorHandle(name=name, actor=actor, node_id=node_id, node_address=node_address)
 
     async def _await_ready(self, executor: ExecutorHandle) -> None:
+        """Wait for an executor's sandbox to start. Raises ``ClusterUnavailable`` when it cannot start there,
+        and Ray's ``RayActorError`` when the executor's process or node died meanwhile."""
+        ray = import_ray()
         try:
             status: ExecutorStatus = await asyncio.wait_for(
                 asyncio.wrap_future(executor.actor.ready.remote().future()), READY_TIMEOUT_S
             )
         except TimeoutError:
             raise ClusterUnavailable(
-                f"node {executor.node_address}: no episode executor started there within {READY_TIMEOUT_S:.0f}s"
+                f"node {executor.node}: no episode executor started there within {READY_TIMEOUT_S:.0f}s"
             ) from None
-        except Exception as exc:
+        except ray.exceptions.RayTaskError as exc:
             raise ClusterUnavailable(
-                f"node {executor.node_address}: the sandbox cannot start there: {root_cause(exc)}"
+                f"node {executor.node}: the sandbox cannot start there: {root_cause(exc)}"
             ) from None
         executor.node_id, executor.pid = status.node_id, status.pid
 
@@ -260,7 +276,7 @@ class RayBackend:
         logger.warning(
             "executor %s on node %s was lost (%s); its unfinished episodes are re-queued",
             executor.name,
-            executor.node_address,
+            executor.node,
             type(error).__name__,
         )
         ray = import_ray()
@@ -274,11 +290,14 @@ class RayBackend:
         task.add_done_callback(self._replacing.discard)
 
     async def _replace(self, lost: ExecutorHandle) -> None:
+        ray = import_ray()
         replacement = self._start_executor(lost.node_id, lost.node_address)
         try:
             await self._await_ready(replacement)
-        except ClusterUnavailable as exc:
-            logger.warning("executor on node %s not replaced: %s", lost.node_address, exc)
+        except (ClusterUnavailable, ray.exceptions.RayError) as exc:
+            logger.warning("executor on node %s not replaced: %s", lost.node, exc)
+            with contextlib.suppress(Exception):
+                ray.kill(replacement.actor, no_restart=True)
             return
         self.executors.append(replacement)
 

@@ -23,6 +23,7 @@ logger = logging.getLogger(__name__)
 
 NAMESPACE = "envharness"
 CONNECT_TIMEOUT_S = 10.0
+PROBE_TIMEOUT_S = 120.0
 PACKAGE_ROOTS = ("harness", "agents")
 
 
@@ -121,37 +122,56 @@ def alive_nodes() -> list[dict[str, Any]]:
     return working or nodes
 
 
-def check_nodes(nodes: list[dict[str, Any]], modules: list[str]) -> None:
-    """Run ``node_report`` on every node and refuse the job, naming the node, if one cannot run it."""
+def node_label(node: dict[str, Any]) -> str:
+    return f"{node['NodeManagerAddress']} ({node['NodeID'][:8]})"
+
+
+def check_nodes(nodes: list[dict[str, Any]], modules: list[str]) -> list[dict[str, Any]]:
+    """Run ``node_report`` on every node; refuse the job, naming the node, if one cannot run it. A node that
+    left the cluster meanwhile is dropped with a warning. Returns the nodes that passed."""
     ray = import_ray()
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     probe = ray.remote(num_cpus=0, max_retries=0)(node_report)
     expected = code_digest()
     python = sys.version.split()[0]
-    pending = {
-        node["NodeManagerAddress"]: probe.options(
-            scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
-        ).remote(modules)
+    pending = [
+        (
+            node,
+            probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)).remote(
+                modules
+            ),
+        )
         for node in nodes
-    }
-    for address, ref in pending.items():
+    ]
+    passed = []
+    for node, reference in pending:
+        label = node_label(node)
         try:
-            report = ray.get(ref, timeout=120)
-        except Exception as exc:
+            report = ray.get(reference, timeout=PROBE_TIMEOUT_S)
+        except ray.exceptions.GetTimeoutError:
+            raise ClusterUnavailable(f"node {label} did not answer within {PROBE_TIMEOUT_S:.0f}s") from None
+        except ray.exceptions.RayTaskError as exc:
             raise ClusterUnavailable(
-                f"node {address} cannot run envharness: {root_cause(exc)}; install envharness[ray] there "
+                f"node {label} cannot run envharness: {root_cause(exc)}; install envharness[ray] there "
                 f"(version {__version__}, the driver's)"
             ) from None
+        except ray.exceptions.RayError as exc:
+            logger.warning("node %s left the cluster (%s); running without it", label, type(exc).__name__)
+            continue
         if report.modules_missing:
-            raise ClusterUnavailable(f"node {address} cannot import {', '.join(report.modules_missing)}")
+            raise ClusterUnavailable(f"node {label} cannot import {', '.join(report.modules_missing)}")
         if report.digest != expected:
             raise ClusterUnavailable(
-                f"node {address} runs other envharness code ({report.version}, sources {report.digest}) than the "
+                f"node {label} runs other envharness code ({report.version}, sources {report.digest}) than the "
                 f"driver ({__version__}, sources {expected}); install the same version on every node"
             )
         if report.python.rsplit(".", 1)[0] != python.rsplit(".", 1)[0]:
-            raise ClusterUnavailable(f"node {address} runs Python {report.python}, the driver {python}")
+            raise ClusterUnavailable(f"node {label} runs Python {report.python}, the driver {python}")
+        passed.append(node)
+    if not passed:
+        raise ClusterUnavailable("no node of the cluster is alive")
+    return passed
 
 
 def root_cause(exc: BaseException) -> str:

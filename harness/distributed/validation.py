@@ -54,7 +54,7 @@ async def validate_on_cluster(
         nodes = alive_nodes()
         if not nodes:
             raise ClusterUnavailable(f"the Ray cluster at {address} has no alive node")
-        await asyncio.to_thread(check_nodes, nodes, [])
+        nodes = await asyncio.to_thread(check_nodes, nodes, [])
         parts = split_library(library, len(nodes))
         task = ray.remote(num_cpus=0, max_retries=2)(validate_part)
         references = [
