@@ -153,14 +153,18 @@ class RayBackend:
         ]
         self.executors.extend(starting)
         outcomes = await asyncio.gather(*(self._await_ready(executor) for executor in starting), return_exceptions=True)
+        lost = ""
         for executor, outcome in zip(starting, outcomes, strict=True):
             if isinstance(outcome, ray.exceptions.RayActorError):  # its process or node died: not the sandbox
                 executor.alive = False
-                logger.warning("executor on node %s was lost while starting; running without it", executor.node)
+                lost = root_cause(outcome)
+                logger.warning(
+                    "executor on node %s was lost while starting (%s); running without it", executor.node, lost
+                )
             elif isinstance(outcome, BaseException):
                 raise outcome
         if not any(executor.alive for executor in starting):
-            raise ClusterUnavailable(f"no episode executor could start on the cluster at {self.address}")
+            raise ClusterUnavailable(f"no episode executor could start on the cluster at {self.address}: {lost}")
         placed: dict[str, int] = {}
         for executor in starting:
             if executor.alive:
