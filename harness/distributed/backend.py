@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import time
 import uuid
 from collections import deque
 from collections.abc import Callable
@@ -112,7 +113,9 @@ class RayBackend:
         self._started = 0
 
     async def start(self, job: EpisodeJob) -> ClusterInfo:
+        began = time.monotonic()
         self._owns_ray = join(self.address)  # blocks briefly, before any episode; Ray wants the main thread
+        joined = time.monotonic()
         ray = import_ray()
         nodes = alive_nodes()
         if not nodes:
@@ -120,6 +123,7 @@ class RayBackend:
         factories = [job.agent_factory, job.user_factory]
         modules = sorted({f.__module__ for f in factories if f is not None and f.__module__ != "__main__"})
         nodes = await asyncio.to_thread(check_nodes, nodes, modules)
+        checked = time.monotonic()
 
         client, config = job.client, job.config
         models = models_of(config)
@@ -165,6 +169,13 @@ class RayBackend:
                 raise outcome
         if not any(executor.alive for executor in starting):
             raise ClusterUnavailable(f"no episode executor could start on the cluster at {self.address}: {lost}")
+        logger.info(
+            "cluster ready: joined in %.1fs, %d nodes checked in %.1fs, executors started in %.1fs",
+            joined - began,
+            len(nodes),
+            checked - joined,
+            time.monotonic() - checked,
+        )
         placed: dict[str, int] = {}
         for executor in starting:
             if executor.alive:
