@@ -33,6 +33,11 @@ console = Console() if Console().is_terminal else Console(width=160)
 err_console = Console(stderr=True) if Console(stderr=True).is_terminal else Console(stderr=True, width=160)
 command_line = CommandLine(app, err_console)
 
+RAY_HELP = (
+    "Run episodes on a Ray cluster: HOST:PORT or ray://HOST:PORT to join one, 'auto' for the cluster this machine "
+    "belongs to; alone, start a local one."
+)
+
 
 @app.callback()
 def _configure(
@@ -62,10 +67,12 @@ def validate(
     allow_weak_sandbox: Annotated[
         bool, typer.Option(help="Run Hub code even when a confinement layer is missing (see `harness doctor`).")
     ] = False,
+    ray: Annotated[str | None, typer.Option(help=RAY_HELP)] = None,
 ) -> None:
     """Check that environments load and that scenarios are sound (solvable, not solved at reset)."""
     from harness.errors import BadInput
     from harness.library import load_library
+    from harness.runner import RunRefused
     from harness.sandbox import SandboxPool
     from harness.validate import validate_library
 
@@ -77,6 +84,12 @@ def validate(
         raise BadInput(f"cannot load {path or 'the seed library'}: {error}") from error
 
     async def run() -> object:
+        if ray is not None:
+            from harness.distributed import validate_on_cluster
+
+            return await validate_on_cluster(
+                library, ray, workers=workers or None, allow_weak_sandbox=allow_weak_sandbox
+            )
         async with SandboxPool(
             workers=workers or None, require_full_confinement=library.from_hub and not allow_weak_sandbox
         ) as pool:
@@ -84,7 +97,11 @@ def validate(
 
     from harness.validate import ValidationReport
 
-    report = asyncio.run(run())
+    try:
+        report = asyncio.run(run())
+    except RunRefused as exc:
+        err_console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from None
     assert isinstance(report, ValidationReport)
     if json_output:
         payload = {
@@ -182,6 +199,7 @@ def run(
     skip_bad_records: Annotated[
         bool, typer.Option(help="Run without library records that do not load (they are listed in the manifest).")
     ] = False,
+    ray: Annotated[str | None, typer.Option(help=RAY_HELP)] = None,
 ) -> None:
     """Run an agent on scenarios, score the final states, and print a summary per environment and mode.
 
@@ -229,6 +247,7 @@ def run(
         allow_weak_sandbox=allow_weak_sandbox,
         timeout=timeout,
         skip_bad_records=skip_bad_records,
+        ray=ray,
     )
     from harness.cli_progress import print_exit_line, print_summary
 
@@ -401,6 +420,7 @@ def sft(
     skip_bad_records: Annotated[
         bool, typer.Option(help="Run without library records that do not load (they are listed in the manifest).")
     ] = False,
+    ray: Annotated[str | None, typer.Option(help=RAY_HELP)] = None,
 ) -> None:
     """Roll out a teacher (resumable), keep the episodes that reach the bar, export SFT datasets."""
     from harness.metrics import read_results
@@ -433,6 +453,7 @@ def sft(
         allow_weak_sandbox=allow_weak_sandbox,
         timeout=timeout,
         skip_bad_records=skip_bad_records,
+        ray=ray,
     )
     from harness.cli_progress import print_exit_line
 
@@ -478,7 +499,17 @@ def _register_subcommands() -> None:
 _register_subcommands()
 
 
+def with_default_ray_address(argv: list[str]) -> list[str]:
+    """``--ray`` given without an address means a local cluster: typer options always take a value."""
+    result = list(argv)
+    for index, argument in enumerate(result):
+        if argument == "--ray" and (index + 1 == len(result) or result[index + 1].startswith("-")):
+            result.insert(index + 1, "local")
+    return result
+
+
 def main() -> None:
+    sys.argv[1:] = with_default_ray_address(sys.argv[1:])
     sys.exit(command_line())
 
 

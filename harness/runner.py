@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
@@ -40,6 +40,7 @@ from harness.rules import DEFAULT_RULES, RulesName
 from harness.sandbox import SandboxLimits, SandboxPool
 from harness.schema import (
     AgentSettings,
+    ClusterInfo,
     DatasetRef,
     Mode,
     ModelSettings,
@@ -118,6 +119,10 @@ class RunConfig(BaseModel):
     )
     include_invalid: bool = Field(
         default=False, description="Also run scenarios that the cheap part of `harness validate` finds invalid."
+    )
+    ray: str | None = Field(
+        default=None,
+        description="Run episodes on a Ray cluster: an address (host:port or ray://...), 'auto', or 'local'.",
     )
 
 
@@ -212,6 +217,35 @@ AgentFactory = Callable[[Scenario, LLMClient, AgentSettings], AgentPolicy]
 UserFactory = Callable[[Scenario, LLMClient, AgentSettings], UserPolicy]
 ProgressCallback = Callable[[RunProgress], None]
 StartCallback = Callable[[RunPlan], None]
+
+
+@dataclass(frozen=True)
+class EpisodeJob:
+    """What a backend needs to run this run's episodes elsewhere."""
+
+    config: RunConfig
+    library: Library
+    client: LLMClient
+    agent_factory: AgentFactory
+    user_factory: UserFactory | None
+    sandbox_limits: SandboxLimits | None
+
+
+class EpisodeBackend(Protocol):
+    """Runs planned episodes outside this process (``harness.distributed.RayBackend``); the runner keeps
+    planning and stays the only writer of the run folder."""
+
+    async def start(self, job: EpisodeJob) -> ClusterInfo:
+        """Connect and check every place episodes will run; raise ``RunRefused`` with one line if one cannot."""
+        ...
+
+    async def execute(
+        self, specs: list[EpisodeSpec], *, run_id: str, in_flight: int, on_result: Callable[[Trajectory], None]
+    ) -> None:
+        """Run each spec and call ``on_result`` exactly once per spec, with at most ``in_flight`` running."""
+        ...
+
+    async def close(self) -> None: ...
 
 
 def agent_settings(config: RunConfig) -> AgentSettings:
@@ -571,6 +605,7 @@ async def run(
     client: LLMClient | None = None,
     sandbox_limits: SandboxLimits | None = None,
     stop_on_signals: bool = False,
+    backend: EpisodeBackend | None = None,
 ) -> RunOutcome:
     """Run every planned episode that has no result yet, then write the summary.
 
@@ -579,7 +614,8 @@ async def run(
     (invalid ones are left out and named unless ``include_invalid``). Each model endpoint is probed once
     (:class:`ModelUnavailable` when one does not answer). With ``stop_on_signals``, SIGINT or SIGTERM stops the
     run cleanly: episodes in flight are dropped (they run again on resume), the summary is written, and
-    ``RunOutcome.stopped_by`` names the signal.
+    ``RunOutcome.stopped_by`` names the signal. Episodes run in this process, or through ``backend`` (by default
+    a Ray cluster when ``config.ray`` is set); either way this process alone writes the run folder.
     """
     library = library or _load_library(config)
     problems = selection_problems(library, config)
@@ -608,6 +644,7 @@ async def run(
             on_progress,
             on_start,
             stop_on_signals,
+            backend,
         )
 
 
@@ -623,6 +660,7 @@ async def _plan_and_run(
     on_progress: ProgressCallback | None,
     on_start: StartCallback | None,
     stop_on_signals: bool,
+    backend: EpisodeBackend | None,
 ) -> RunOutcome:
     specs = plan_episodes(scenarios, config)
     if not specs:
@@ -672,6 +710,7 @@ async def _plan_and_run(
             pool,
             invalid,
             stop_on_signals,
+            backend,
         )
     finally:
         if owns_client:
@@ -691,6 +730,7 @@ async def _run_planned(
     pool: SandboxPool,
     invalid: dict[str, str],
     stop_on_signals: bool,
+    backend: EpisodeBackend | None,
 ) -> RunOutcome:
     _check_agent(config, specs[0].scenario, client, agent_factory)
     manifest = build_manifest(config, run_dir.name, library, client, len(specs), invalid)
@@ -716,6 +756,19 @@ async def _run_planned(
     if config.skip_bad_records and library.problems:
         manifest.config["skipped_records"] = list(library.problems)
     run_dir.mkdir(parents=True, exist_ok=True)
+    if backend is None and config.ray is not None:
+        from harness.distributed import RayBackend
+
+        backend = RayBackend(config.ray)
+    if backend is not None:
+        try:
+            job = EpisodeJob(config, library, client, agent_factory, user_factory, pool.limits)
+            cluster = await backend.start(job)
+        except BaseException:
+            store.close()
+            await backend.close()
+            raise
+        manifest = manifest.model_copy(update={"cluster": cluster})
     _write_atomically(manifest_path, orjson.dumps(manifest.model_dump(mode="json"), option=orjson.OPT_INDENT_2))
 
     in_flight = episodes_in_flight(config, client)
@@ -754,6 +807,12 @@ async def _run_planned(
         for task in workers:
             task.cancel()
 
+    def record(trajectory: Trajectory) -> None:
+        store.append(trajectory)
+        _account(progress, trajectory)
+        if on_progress is not None:
+            on_progress(progress)
+
     async def episode_worker(pool: SandboxPool) -> None:
         while True:
             try:
@@ -768,15 +827,18 @@ async def _run_planned(
             finally:
                 progress.in_flight -= 1
             if stopped_by and trajectory.termination is TerminationReason.INFRA_ERROR:
-                continue  # most likely the stop itself (a sandbox worker got the terminal's signal too)
-            store.append(trajectory)
-            _account(progress, trajectory)
-            if on_progress is not None:
-                on_progress(progress)
+                continue  # most likely the stop itself
+            record(trajectory)
 
     try:
         with _stop_on_signals(stop_on_signals, request_stop):
-            if not stopped_by:
+            if not stopped_by and backend is not None:
+                workers.append(
+                    asyncio.create_task(
+                        backend.execute(todo, run_id=manifest.run_id, in_flight=in_flight, on_result=record)
+                    )
+                )
+            elif not stopped_by:
                 workers.extend(asyncio.create_task(episode_worker(pool)) for _ in range(min(in_flight, len(todo))))
             reporter = asyncio.create_task(_report_usage(progress, client, on_progress))
             try:
@@ -791,6 +853,8 @@ async def _run_planned(
                 await asyncio.gather(*workers, return_exceptions=True)
     finally:
         store.close()
+        if backend is not None:
+            await backend.close()
     _refresh_usage(progress, client)
     if on_progress is not None:
         on_progress(progress)

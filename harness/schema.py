@@ -352,6 +352,21 @@ class DatasetRef(Record):
     fingerprint: str | None = Field(default=None, description="Content hash of the environments and scenarios.")
 
 
+class ClusterNode(Record):
+    node_id: str
+    address: str
+    resources: dict[str, float] = Field(default_factory=dict, description="What the node offers Ray (CPU, ...).")
+    executors: int = Field(default=0, description="Episode executors placed on the node when the run started.")
+
+
+class ClusterInfo(Record):
+    """Where a run's episodes ran when it was distributed over a Ray cluster."""
+
+    address: str = Field(description="What the driver joined: an address, 'auto', or 'local' for a cluster it started.")
+    ray_version: str
+    nodes: list[ClusterNode] = Field(default_factory=list)
+
+
 class RunManifest(Record):
     schema_version: str = SCHEMA_VERSION
     run_id: str
@@ -362,6 +377,7 @@ class RunManifest(Record):
     config: dict[str, JSONValue] = Field(default_factory=dict)
     model_resolution: dict[str, JSONValue] = Field(default_factory=dict)
     episodes_planned: int = 0
+    cluster: ClusterInfo | None = Field(default=None, description="Set when episodes ran on a Ray cluster.")
 
 
 RECORD_TYPES: dict[str, type[Record]] = {

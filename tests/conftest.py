@@ -12,4 +12,4 @@ import tests.hub_env  # noqa: F401  (must precede any import of huggingface_hub 
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-pytest_plugins = ["tests.conftest_hub", "tests.bfcl_fixtures"]
+pytest_plugins = ["tests.conftest_hub", "tests.bfcl_fixtures", "tests.ray_cluster"]

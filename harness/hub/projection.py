@@ -370,6 +370,9 @@ RUN_MANIFEST = Projection(
         Column("config", JSON, "Run configuration (models, modes, trials, limits), as JSON text."),
         Column("model_resolution", JSON, "How each model alias was resolved (provider model, api base), as JSON text."),
         _scalar("episodes_planned", "Number of episodes the run planned.", INT),
+        Column(
+            "cluster", JSON, "Ray cluster the episodes ran on: {address, ray_version, nodes} as JSON text, or null."
+        ),
     ),
 )
 

@@ -1,0 +1,338 @@
+"""The driver side of a run on a Ray cluster: place executors, dispatch episodes, collect every result once.
+
+The runner plans episodes and owns the run folder as for a local run; this backend only decides where each
+episode runs. Each dispatched episode is one actor call whose answer is its trajectory. When an executor or
+its node dies, the calls it held fail with a Ray error: those episodes go back to the front of the queue and
+run on another executor (a replacement is started on the lost one's node when the node is still there). A
+call that failed is never counted, so each planned episode gets exactly one ``on_result``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from harness.llm import LLMClient
+from harness.llm.aliases import AliasEntry
+from harness.llm.transport import DIRECT_ROUTE_VARIABLE, OPENAI_COMPATIBLE
+from harness.runner import EpisodeJob, EpisodeSpec, RunConfig
+from harness.schema import ClusterInfo, ClusterNode, Trajectory
+
+from .cluster import ClusterUnavailable, alive_nodes, check_nodes, import_ray, join, root_cause
+from .executor import EpisodeExecutor, EpisodeTicket, ExecutorPlan, ExecutorStatus
+from .limiter import ClusterLimiter
+
+logger = logging.getLogger(__name__)
+
+READY_TIMEOUT_S = 300.0
+SHUTDOWN_TIMEOUT_S = 20.0
+LIMITER_MAX_CONCURRENCY = 100_000
+_shipped_libraries: dict[tuple[str, str], Any] = {}
+
+
+@dataclass
+class ExecutorHandle:
+    name: str
+    actor: Any
+    node_id: str
+    node_address: str
+    pid: int = 0
+    load: int = 0
+    alive: bool = True
+
+    @property
+    def node(self) -> str:
+        return f"{self.node_address} ({self.node_id[:8]})"
+
+
+def models_of(config: RunConfig) -> list[str]:
+    return sorted({config.model, config.user_model or config.model})
+
+
+def alias_entries_for(client: LLMClient, models: list[str]) -> dict[str, AliasEntry]:
+    """The driver's alias table, with the run's models fixed to what they resolve to here (environment
+    overrides of api_base included), so executors resolve them exactly as the driver did."""
+    entries = dict(client.aliases.entries)
+    for model in models:
+        resolved = client.resolve(model)
+        if resolved.alias is not None:
+            entries[model] = AliasEntry(
+                model=resolved.provider_model,
+                api_base=resolved.api_base,
+                api_key_env=resolved.api_key_env,
+                params=resolved.params,
+                max_episodes=resolved.max_episodes,
+            )
+    return entries
+
+
+def forwarded_variables(client: LLMClient, models: list[str]) -> list[str]:
+    """Names of the environment variables executors need from the driver: the API keys the run's model
+    aliases name, the providers' usual key variables, and the model-transport switch."""
+    names = {DIRECT_ROUTE_VARIABLE}
+    for model in models:
+        resolved = client.resolve(model)
+        if resolved.api_key_env:
+            names.add(resolved.api_key_env)
+        provider = resolved.provider
+        names.update(OPENAI_COMPATIBLE.get(provider, ((), None))[0])
+        if provider:
+            names.add(f"{provider.upper()}_API_KEY")
+    return sorted(names)
+
+
+class RayBackend:
+    """Runs a run's episodes on a Ray cluster (``harness run --ray ADDRESS``).
+
+    ``address``: ``local`` starts a Ray instance in this process, ``auto`` joins the cluster this machine
+    belongs to, ``HOST:PORT`` or ``ray://HOST:PORT`` joins that one. ``executors_per_node`` episode executors
+    are placed on every node that offers CPUs, each with its own sandbox pool (``--workers`` processes, by
+    default one per core of its node) and model client.
+    """
+
+    def __init__(self, address: str = "local", *, executors_per_node: int = 1) -> None:
+        self.address = address
+        self.executors_per_node = executors_per_node
+        self.executors: list[ExecutorHandle] = []
+        self.limiter: Any = None
+        self._owns_ray = False
+        self._token = uuid.uuid4().hex[:8]
+        self._plan: ExecutorPlan | None = None
+        self._library_ref: Any = None
+        self._environment: dict[str, str] = {}
+        self._max_concurrency = 1000
+        self._replacing: set[asyncio.Task[None]] = set()
+        self._started = 0
+
+    async def start(self, job: EpisodeJob) -> ClusterInfo:
+        began = time.monotonic()
+        self._owns_ray = join(self.address)  # blocks briefly, before any episode; Ray wants the main thread
+        joined = time.monotonic()
+        ray = import_ray()
+        nodes = alive_nodes()
+        if not nodes:
+            raise ClusterUnavailable(f"the Ray cluster at {self.address} has no alive node")
+        factories = [job.agent_factory, job.user_factory]
+        modules = sorted({f.__module__ for f in factories if f is not None and f.__module__ != "__main__"})
+        nodes = await asyncio.to_thread(check_nodes, nodes, modules)
+        checked = time.monotonic()
+
+        client, config = job.client, job.config
+        models = models_of(config)
+        if client.default_limits.rpm or client.default_limits.tpm:
+            self.limiter = (
+                ray.remote(ClusterLimiter)
+                .options(num_cpus=0, max_concurrency=LIMITER_MAX_CONCURRENCY, name=f"harness-limiter-{self._token}")
+                .remote()
+            )
+        self._plan = ExecutorPlan(
+            config=config,
+            agent_factory=job.agent_factory,
+            user_factory=job.user_factory,
+            aliases=alias_entries_for(client, models),
+            retry=client.retry,
+            default_limits=client.default_limits,
+            sandbox_limits=job.sandbox_limits,
+            sandbox_workers=config.workers,
+        )
+        self._library_ref = self._ship_library(job)
+        names = forwarded_variables(client, models)
+        self._environment = {name: os.environ[name] for name in names if name in os.environ}
+        if self._environment:
+            logger.info("executors get these variables from the driver: %s", ", ".join(sorted(self._environment)))
+        self._max_concurrency = config.concurrency + 8
+
+        starting = [
+            self._start_executor(node["NodeID"], node["NodeManagerAddress"])
+            for node in nodes
+            for _ in range(self.executors_per_node)
+        ]
+        self.executors.extend(starting)
+        outcomes = await asyncio.gather(*(self._await_ready(executor) for executor in starting), return_exceptions=True)
+        lost = ""
+        for executor, outcome in zip(starting, outcomes, strict=True):
+            if isinstance(outcome, ray.exceptions.RayActorError):  # its process or node died: not the sandbox
+                executor.alive = False
+                lost = root_cause(outcome)
+                logger.warning(
+                    "executor on node %s was lost while starting (%s); running without it", executor.node, lost
+                )
+            elif isinstance(outcome, BaseException):
+                raise outcome
+        if not any(executor.alive for executor in starting):
+            raise ClusterUnavailable(f"no episode executor could start on the cluster at {self.address}: {lost}")
+        logger.info(
+            "cluster ready: joined in %.1fs, %d nodes checked in %.1fs, executors started in %.1fs",
+            joined - began,
+            len(nodes),
+            checked - joined,
+            time.monotonic() - checked,
+        )
+        placed: dict[str, int] = {}
+        for executor in starting:
+            if executor.alive:
+                placed[executor.node_id] = placed.get(executor.node_id, 0) + 1
+        return ClusterInfo(
+            address=self.address,
+            ray_version=ray.__version__,
+            nodes=[
+                ClusterNode(
+                    node_id=node["NodeID"],
+                    address=node["NodeManagerAddress"],
+                    resources={k: float(v) for k, v in node.get("Resources", {}).items() if not k.startswith("node:")},
+                    executors=placed.get(node["NodeID"], 0),
+                )
+                for node in nodes
+            ],
+        )
+
+    def _ship_library(self, job: EpisodeJob) -> Any:
+        """Put the library in the object store once per Ray job and fingerprint."""
+        ray = import_ray()
+        key = (ray.get_runtime_context().get_job_id(), job.library.source.fingerprint or self._token)
+        reference = _shipped_libraries.get(key)
+        if reference is None:
+            reference = _shipped_libraries[key] = ray.put(job.library)
+        return reference
+
+    def _start_executor(self, node_id: str, node_address: str) -> ExecutorHandle:
+        ray = import_ray()
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        self._started += 1
+        name = f"harness-executor-{self._token}-{self._started}"
+        actor = (
+            ray.remote(EpisodeExecutor)
+            .options(
+                name=name,
+                num_cpus=0,
+                max_restarts=0,
+                max_concurrency=self._max_concurrency,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
+            )
+            .remote(self._plan, self._library_ref, self.limiter, self._environment)
+        )
+        return ExecutorHandle(name=name, actor=actor, node_id=node_id, node_address=node_address)
+
+    async def _await_ready(self, executor: ExecutorHandle) -> None:
+        """Wait for an executor's sandbox to start. Raises ``ClusterUnavailable`` when it cannot start there,
+        and Ray's ``RayActorError`` when the executor's process or node died meanwhile."""
+        ray = import_ray()
+        try:
+            status: ExecutorStatus = await asyncio.wait_for(
+                asyncio.wrap_future(executor.actor.ready.remote().future()), READY_TIMEOUT_S
+            )
+        except TimeoutError:
+            raise ClusterUnavailable(
+                f"node {executor.node}: no episode executor started there within {READY_TIMEOUT_S:.0f}s"
+            ) from None
+        except ray.exceptions.RayTaskError as exc:
+            raise ClusterUnavailable(
+                f"node {executor.node}: the sandbox cannot start there: {root_cause(exc)}"
+            ) from None
+        executor.node_id, executor.pid = status.node_id, status.pid
+
+    async def execute(
+        self, specs: list[EpisodeSpec], *, run_id: str, in_flight: int, on_result: Callable[[Trajectory], None]
+    ) -> None:
+        ray = import_ray()
+        queue = deque(specs)
+        running: dict[asyncio.Future[bytes], tuple[EpisodeSpec, ExecutorHandle]] = {}
+        try:
+            while queue or running:
+                alive = [executor for executor in self.executors if executor.alive]
+                if not alive and not running:
+                    if not self._replacing:
+                        raise ClusterUnavailable(
+                            f"no episode executor is left on the cluster; {len(queue)} episodes did not run: "
+                            "run again with --resume once nodes are back"
+                        )
+                    await asyncio.wait(set(self._replacing), return_when=asyncio.FIRST_COMPLETED)
+                    continue
+                while queue and alive and len(running) < in_flight:
+                    executor = min(alive, key=lambda e: e.load)
+                    spec = queue.popleft()
+                    reference = executor.actor.run.remote(EpisodeTicket.of(spec), run_id)
+                    running[asyncio.wrap_future(reference.future())] = (spec, executor)
+                    executor.load += 1
+                waiting: set[asyncio.Future[Any]] = {*running, *self._replacing}
+                done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+                for future in done:
+                    if future not in running:
+                        continue
+                    spec, executor = running.pop(future)
+                    executor.load -= 1
+                    try:
+                        payload = future.result()
+                    except ray.exceptions.RayTaskError as exc:
+                        raise exc.as_instanceof_cause() from None
+                    except ray.exceptions.RayError as exc:
+                        queue.appendleft(spec)
+                        self._lose(executor, exc)
+                        continue
+                    on_result(Trajectory.model_validate_json(payload))
+        finally:
+            for future in running:
+                future.cancel()
+
+    def _lose(self, executor: ExecutorHandle, error: BaseException) -> None:
+        """An executor failed a call: stop using it, and start a replacement on its node if it is alive."""
+        if not executor.alive:
+            return
+        executor.alive = False
+        logger.warning(
+            "executor %s on node %s was lost (%s); its unfinished episodes are re-queued",
+            executor.name,
+            executor.node,
+            type(error).__name__,
+        )
+        ray = import_ray()
+        with contextlib.suppress(Exception):  # already gone
+            ray.kill(executor.actor, no_restart=True)
+        nodes = {node["NodeID"]: node for node in alive_nodes()}
+        if executor.node_id not in nodes:
+            return
+        task = asyncio.create_task(self._replace(executor))
+        self._replacing.add(task)
+        task.add_done_callback(self._replacing.discard)
+
+    async def _replace(self, lost: ExecutorHandle) -> None:
+        ray = import_ray()
+        replacement = self._start_executor(lost.node_id, lost.node_address)
+        try:
+            await self._await_ready(replacement)
+        except (ClusterUnavailable, ray.exceptions.RayError) as exc:
+            logger.warning("executor on node %s not replaced: %s", lost.node, exc)
+            with contextlib.suppress(Exception):
+                ray.kill(replacement.actor, no_restart=True)
+            return
+        self.executors.append(replacement)
+
+    async def close(self) -> None:
+        if not self.executors and self.limiter is None and not self._owns_ray:
+            return
+        ray = import_ray()
+        for task in list(self._replacing):
+            task.cancel()
+        alive = [executor for executor in self.executors if executor.alive]
+        if alive:
+            shutdowns = [asyncio.wrap_future(e.actor.shutdown.remote().future()) for e in alive]
+            await asyncio.wait(shutdowns, timeout=SHUTDOWN_TIMEOUT_S)
+        for executor in self.executors:
+            with contextlib.suppress(Exception):  # already gone
+                ray.kill(executor.actor, no_restart=True)
+        if self.limiter is not None:
+            ray.kill(self.limiter, no_restart=True)
+        self.executors.clear()
+        self.limiter = None
+        if self._owns_ray:
+            await asyncio.to_thread(ray.shutdown)
+            self._owns_ray = False

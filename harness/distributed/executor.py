@@ -1,0 +1,160 @@
+"""The episode executor: a Ray actor on one node with its own sandbox pool and model client.
+
+It runs the very code a local run runs (``harness.runner``'s per-episode function) and returns each finished
+trajectory to the driver as JSON; it never writes a result itself. The library is put in Ray's object store
+once by the driver (keyed by its fingerprint there) and each node fetches it once: every executor on a node,
+including a replacement after a crash, reads that node's copy.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from typing import Any
+
+from harness.library import Library
+from harness.llm import AliasTable, EndpointLimits, RetryPolicy
+from harness.llm.aliases import AliasEntry
+from harness.runner import AgentFactory, EpisodeSpec, RunConfig, UserFactory, _run_one, agent_settings, user_settings
+from harness.sandbox import SandboxError, SandboxLimits, SandboxPool
+from harness.schema import Environment, Mode, Scenario, ToolCall
+from harness.toolspec import derive_tools
+
+from .limiter import ClusterLLMClient
+
+logger = logging.getLogger(__name__)
+
+PROBE_CODE = """class Probe:
+    def __init__(self, init_config: dict):
+        self.count = init_config.get("count", 0)
+
+    def bump(self) -> dict:
+        \"\"\"Add one to the count.\"\"\"
+        self.count += 1
+        return {"success": True, "data": self.count}
+"""
+PROBE_ENVIRONMENT = Environment(
+    id="harness-sandbox-probe",
+    name="sandbox probe",
+    class_name="Probe",
+    code=PROBE_CODE,
+    tools=derive_tools(PROBE_CODE, "Probe"),
+)
+
+
+@dataclass(frozen=True)
+class ExecutorPlan:
+    """What every executor of a run gets once, at start (the library travels separately, by reference)."""
+
+    config: RunConfig
+    agent_factory: AgentFactory
+    user_factory: UserFactory | None
+    aliases: dict[str, AliasEntry]
+    retry: RetryPolicy
+    default_limits: EndpointLimits
+    sandbox_limits: SandboxLimits | None
+    sandbox_workers: int | None
+
+
+@dataclass(frozen=True)
+class EpisodeTicket:
+    """An episode as sent over the wire: the scenario travels by id, not by value."""
+
+    episode_id: str
+    environment_id: str
+    scenario_id: str
+    mode: Mode
+    trial: int
+    seed: int
+
+    @classmethod
+    def of(cls, spec: EpisodeSpec) -> EpisodeTicket:
+        scenario = spec.scenario
+        return cls(spec.episode_id, scenario.environment_id, scenario.id, spec.mode, spec.trial, spec.seed)
+
+
+@dataclass(frozen=True)
+class ExecutorStatus:
+    node_id: str
+    pid: int
+
+
+class EpisodeExecutor:
+    """Ray actor body (``ray.remote(EpisodeExecutor)``). ``environment`` holds the variables the driver
+    forwards (API keys named by the run's model aliases); they are set here and never logged."""
+
+    def __init__(self, plan: ExecutorPlan, library: Library, limiter: Any | None, environment: dict[str, str]):
+        os.environ.update(environment)
+        self.library = library
+        self.plan = plan
+        self.limiter = limiter
+        self.scenarios: dict[tuple[str, str], Scenario] = {(s.environment_id, s.id): s for s in self.library.scenarios}
+        self._stack = AsyncExitStack()
+        self._pool: SandboxPool | None = None
+        self._client: ClusterLLMClient | None = None
+
+    async def ready(self) -> ExecutorStatus:
+        """Start the sandbox pool and open one session in it, so a node that cannot confine environment code
+        is known before any episode is sent to it."""
+        import ray
+
+        if self._pool is None:
+            plan = self.plan
+            self._pool = await self._stack.enter_async_context(
+                SandboxPool(
+                    workers=plan.sandbox_workers,
+                    limits=plan.sandbox_limits,
+                    require_full_confinement=self.library.from_hub and not plan.config.allow_weak_sandbox,
+                )
+            )
+            self._client = ClusterLLMClient(
+                cache_dir=plan.config.cache_dir,
+                default_limits=plan.default_limits,
+                retry=plan.retry,
+                aliases=AliasTable(plan.aliases, environ={}),
+                limiter=self.limiter,
+            )
+            await self._probe_sandbox(self._pool)
+        return ExecutorStatus(node_id=ray.get_runtime_context().get_node_id(), pid=os.getpid())
+
+    async def _probe_sandbox(self, pool: SandboxPool) -> None:
+        """One session of a known-good environment through the whole sandbox path: start, call, state, close."""
+        session = await pool.open_session(PROBE_ENVIRONMENT, {"count": 0}, seed=0)
+        try:
+            observation, _ = await session.call(ToolCall(id="probe", name="bump", arguments={}))
+            state = await session.state()
+        finally:
+            await session.close()
+        if state.get("count") != 1:
+            raise SandboxError(f"the probe environment answered {observation!r} and ended in state {state!r}")
+
+    async def run(self, ticket: EpisodeTicket, run_id: str) -> bytes:
+        """Run one episode; the trajectory comes back as its JSON line."""
+        if self._pool is None or self._client is None:
+            await self.ready()
+        assert self._pool is not None and self._client is not None
+        plan = self.plan
+        scenario = self.scenarios[(ticket.environment_id, ticket.scenario_id)]
+        spec = EpisodeSpec(ticket.episode_id, scenario, ticket.mode, ticket.trial, ticket.seed)
+        trajectory = await _run_one(
+            spec,
+            self._pool,
+            self._client,
+            agent_settings(plan.config),
+            user_settings(plan.config),
+            plan.config,
+            run_id,
+            plan.agent_factory,
+            plan.user_factory,
+            self.library,
+        )
+        return trajectory.model_dump_json().encode()
+
+    async def shutdown(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+        await self._stack.aclose()
+        self._pool = None
