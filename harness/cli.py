@@ -33,6 +33,14 @@ console = Console() if Console().is_terminal else Console(width=160)
 err_console = Console(stderr=True) if Console(stderr=True).is_terminal else Console(stderr=True, width=160)
 command_line = CommandLine(app, err_console)
 
+AllowWeakSandbox = Annotated[
+    bool, typer.Option(help="Run Hub code even when a confinement layer is missing (see `harness doctor`).")
+]
+RequestTimeout = Annotated[float, typer.Option(help="Seconds one model request may take before it is retried.")]
+SkipBadRecords = Annotated[
+    bool, typer.Option(help="Run without library records that do not load (they are listed in the manifest).")
+]
+
 RAY_HELP = (
     "Run episodes on a Ray cluster: HOST:PORT or ray://HOST:PORT to join one, 'auto' for the cluster this machine "
     "belongs to; alone, start a local one."
@@ -64,9 +72,7 @@ def validate(
     json_output: Annotated[bool, typer.Option("--json", help="Print a JSON report instead of a table.")] = False,
     workers: Annotated[int, typer.Option(help="Sandbox zygotes (fork servers; default 1).")] = 0,
     show_all: Annotated[bool, typer.Option("--all", help="List valid records too.")] = False,
-    allow_weak_sandbox: Annotated[
-        bool, typer.Option(help="Run Hub code even when a confinement layer is missing (see `harness doctor`).")
-    ] = False,
+    allow_weak_sandbox: AllowWeakSandbox = False,
     ray: Annotated[str | None, typer.Option(help=RAY_HELP)] = None,
 ) -> None:
     """Check that environments load and that scenarios are sound (solvable, not solved at reset)."""
@@ -192,13 +198,9 @@ def run(
     mcp: Annotated[
         str | None, typer.Option(help="Use the environment served over MCP at this URL, or by this stdio command.")
     ] = None,
-    allow_weak_sandbox: Annotated[
-        bool, typer.Option(help="Run Hub code even when a confinement layer is missing (see `harness doctor`).")
-    ] = False,
-    timeout: Annotated[float, typer.Option(help="Seconds one model request may take before it is retried.")] = 120.0,
-    skip_bad_records: Annotated[
-        bool, typer.Option(help="Run without library records that do not load (they are listed in the manifest).")
-    ] = False,
+    allow_weak_sandbox: AllowWeakSandbox = False,
+    timeout: RequestTimeout = 120.0,
+    skip_bad_records: SkipBadRecords = False,
     ray: Annotated[str | None, typer.Option(help=RAY_HELP)] = None,
 ) -> None:
     """Run an agent on scenarios, score the final states, and print a summary per environment and mode.
@@ -413,13 +415,9 @@ def sft(
     ] = False,
     seed: Annotated[int, typer.Option(help="Base seed.")] = 0,
     cache_dir: Annotated[Path | None, typer.Option(help="Cache model responses in this folder.")] = None,
-    allow_weak_sandbox: Annotated[
-        bool, typer.Option(help="Run Hub code even when a confinement layer is missing (see `harness doctor`).")
-    ] = False,
-    timeout: Annotated[float, typer.Option(help="Seconds one model request may take before it is retried.")] = 120.0,
-    skip_bad_records: Annotated[
-        bool, typer.Option(help="Run without library records that do not load (they are listed in the manifest).")
-    ] = False,
+    allow_weak_sandbox: AllowWeakSandbox = False,
+    timeout: RequestTimeout = 120.0,
+    skip_bad_records: SkipBadRecords = False,
     ray: Annotated[str | None, typer.Option(help=RAY_HELP)] = None,
 ) -> None:
     """Roll out a teacher (resumable), keep the episodes that reach the bar, export SFT datasets."""

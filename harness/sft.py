@@ -232,24 +232,24 @@ def _describe(values: list[float]) -> dict[str, float]:
     }
 
 
+SHAREGPT_FORMAT: dict[str, Any] = {
+    "formatting": "sharegpt",
+    "columns": {"messages": "conversations", "system": "system", "tools": "tools"},
+    "tags": {
+        "role_tag": "from",
+        "content_tag": "value",
+        "user_tag": "human",
+        "assistant_tag": "gpt",
+        "observation_tag": "observation",
+        "function_tag": "function_call",
+    },
+}
+"""How LlamaFactory reads our ShareGPT rows (the format part of a ``dataset_info.json`` entry)."""
+
+
 def llamafactory_entries(stems: list[str], prefix: str = "envharness") -> dict[str, Any]:
     """LlamaFactory ``dataset_info.json`` entries for local ShareGPT files."""
-    return {
-        f"{prefix}_{stem}": {
-            "file_name": f"{stem}.jsonl",
-            "formatting": "sharegpt",
-            "columns": {"messages": "conversations", "system": "system", "tools": "tools"},
-            "tags": {
-                "role_tag": "from",
-                "content_tag": "value",
-                "user_tag": "human",
-                "assistant_tag": "gpt",
-                "observation_tag": "observation",
-                "function_tag": "function_call",
-            },
-        }
-        for stem in stems
-    }
+    return {f"{prefix}_{stem}": {"file_name": f"{stem}.jsonl", **SHAREGPT_FORMAT} for stem in stems}
 
 
 def export(

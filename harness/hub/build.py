@@ -22,6 +22,7 @@ from harness.hub.card import CardConfig, CardInfo, SourceLink, render_card
 from harness.hub.projection import LAYOUT_VERSION, PROJECTIONS, RowSchemaError, records_to_table
 from harness.hub.sources import SourceError, read_leaderboard, read_library, read_run, read_sft
 from harness.schema import SCHEMA_VERSION, DatasetRef, Environment, Record, RunManifest, Scenario, Trajectory
+from harness.sft import SHAREGPT_FORMAT
 
 logger = logging.getLogger(__name__)
 
@@ -291,21 +292,7 @@ def llamafactory_dataset_info(repo_id: str, sharegpt_configs: Sequence[str]) -> 
     """LlamaFactory ``dataset_info.json`` entries, one per ShareGPT config, reading the Hub dataset."""
     name = repo_id.split("/")[-1]
     return {
-        f"{name}_{config}": {
-            "hf_hub_url": repo_id,
-            "subset": config,
-            "split": "train",
-            "formatting": "sharegpt",
-            "columns": {"messages": "conversations", "system": "system", "tools": "tools"},
-            "tags": {
-                "role_tag": "from",
-                "content_tag": "value",
-                "user_tag": "human",
-                "assistant_tag": "gpt",
-                "observation_tag": "observation",
-                "function_tag": "function_call",
-            },
-        }
+        f"{name}_{config}": {"hf_hub_url": repo_id, "subset": config, "split": "train", **SHAREGPT_FORMAT}
         for config in sharegpt_configs
     }
 
