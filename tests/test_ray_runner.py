@@ -283,10 +283,10 @@ def test_secrets_reach_executors_but_not_the_run_folder_or_logs(ray_cluster, tmp
 
 def test_an_unreachable_address_is_one_line_and_no_run(tmp_path):
     out = tmp_path / "run"
-    process = cli(["run", "--model", "mock-agent", "--out", str(out), "--limit", "2", "--ray", "127.0.0.1:9"], {})
+    process = cli(["run", "--agent", "oracle", "--out", str(out), "--limit", "2", "--ray", "127.0.0.1:9"], {})
     stdout, stderr = process.communicate(timeout=120)
     assert process.returncode == 2
-    assert stderr.strip().splitlines() == ["cannot reach a Ray cluster at 127.0.0.1:9: Connection refused"]
+    assert stderr.strip().splitlines() == ["error: cannot reach a Ray cluster at 127.0.0.1:9: Connection refused"]
     assert "Traceback" not in stdout + stderr
     assert not (out / "results.jsonl").exists() and not (out / "manifest.json").exists()
 
