@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import json
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -33,19 +34,22 @@ def loads(text: str) -> Any:
     return orjson.loads(text)
 
 
-class Codec:
+class Codec(ABC):
     """How one value is stored. ``label`` is the type as the card shows it."""
 
     label: str = ""
 
+    @abstractmethod
     def feature(self) -> Any:
-        raise NotImplementedError
+        """The ``datasets`` feature of the column."""
 
+    @abstractmethod
     def encode(self, value: Any) -> Any:
-        raise NotImplementedError
+        """The value as stored in Parquet."""
 
+    @abstractmethod
     def decode(self, value: Any) -> Any:
-        raise NotImplementedError
+        """The stored value back as the record holds it."""
 
 
 @dataclass(frozen=True)
