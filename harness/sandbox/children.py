@@ -2,9 +2,11 @@
 
 ``Zygote`` starts ``python -m harness.sandbox.zygote`` with an empty environment and asks it for children over a
 SOCK_SEQPACKET control socket, handing it one end of a fresh socketpair per child. ``Child`` talks to one child
-over the other end: length-prefixed orjson frames, one request at a time, each under a wall-clock budget after
-which the child is killed. Anything a child sends that is not the answer to the pending request (a forged or
-oversized frame, bytes out of turn, invalid JSON) ends that child; it can never reach another child's answers.
+over the other end: orjson frames headed by their length and a sequence number, one request at a time, each under
+a wall-clock budget after which the child is killed. The child echoes the request's sequence number in its answer,
+so anything that is not the answer to the pending request (a forged or oversized frame, a stale or extra answer,
+bytes out of turn, invalid JSON) is recognised whenever it arrives and ends that child; it can never reach another
+child's answers.
 """
 
 from __future__ import annotations
@@ -83,16 +85,17 @@ class _FrameProtocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         buffer = self.buffer
         buffer += data
-        while len(buffer) >= 4:
+        while len(buffer) >= 8:
             size = int.from_bytes(buffer[:4], "little")
             if size > self.max_frame:
                 self.child.violate(f"the sandbox process sent a frame of {size:,} bytes (limit {self.max_frame:,})")
                 return
-            if len(buffer) < 4 + size:
+            if len(buffer) < 8 + size:
                 return
-            body = bytes(buffer[4 : 4 + size])
-            del buffer[: 4 + size]
-            self.child.deliver(body)
+            sequence = int.from_bytes(buffer[4:8], "little")
+            body = bytes(buffer[8 : 8 + size])
+            del buffer[: 8 + size]
+            self.child.deliver(sequence, body)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.child.channel_closed()
@@ -111,6 +114,7 @@ class Child:
         self.reason = ""
         self.kind = "sandbox_error"
         self.timed_out = False
+        self.sequence = 0
 
     async def connect(self, sock: socket.socket) -> None:
         loop = asyncio.get_running_loop()
@@ -124,8 +128,9 @@ class Child:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[dict[str, Any]] = loop.create_future()
         self.pending = future
+        self.sequence = (self.sequence + 1) & 0xFFFFFFFF
         body = orjson.dumps(message)
-        self.protocol.transport.write(len(body).to_bytes(4, "little") + body)
+        self.protocol.transport.write(len(body).to_bytes(4, "little") + self.sequence.to_bytes(4, "little") + body)
         timer = loop.call_later(budget, self._overrun, budget)
         try:
             return await future
@@ -137,9 +142,9 @@ class Child:
         self.timed_out = True
         self._end(f"the call did not finish within {budget:g} s and its sandbox process was stopped")
 
-    def deliver(self, body: bytes) -> None:
+    def deliver(self, sequence: int, body: bytes) -> None:
         future = self.pending
-        if future is None or future.done():
+        if future is None or future.done() or sequence != self.sequence:
             self.violate("the sandbox process sent a frame nobody asked for")
             return
         try:

@@ -423,8 +423,9 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
-def _frame(data: bytes) -> bytes:
-    return len(data).to_bytes(4, "little") + data
+def _frame(data: bytes, sequence: int) -> bytes:
+    """A reply frame: body length and the sequence number of the request it answers, then the body."""
+    return len(data).to_bytes(4, "little") + sequence.to_bytes(4, "little") + data
 
 
 def _encode(response: dict[str, Any] | bytes) -> bytes:
@@ -434,23 +435,26 @@ def _encode(response: dict[str, Any] | bytes) -> bytes:
         return orjson.dumps({"ok": False, "kind": "bad_result", "error": _describe(exc)})
 
 
-def _read_request(fd: int) -> dict[str, Any] | None:
-    header = _read_exact(fd, 4)
+def _read_request(fd: int) -> tuple[int, dict[str, Any]] | None:
+    header = _read_exact(fd, 8)
     if header is None:
         return None
-    body = _read_exact(fd, int.from_bytes(header, "little"))
+    body = _read_exact(fd, int.from_bytes(header[:4], "little"))
     if body is None:
         return None
     request: dict[str, Any] = orjson.loads(body)
-    return request
+    return int.from_bytes(header[4:], "little"), request
 
 
 def serve_session(fd: int, settings: Settings) -> None:
     """Serve one environment session until the harness closes the channel."""
     session = EnvironmentSession(settings)
     while True:
-        request = _read_request(fd)
-        if request is None or request.get("op") == "close":
+        received = _read_request(fd)
+        if received is None:
+            return
+        sequence, request = received
+        if request.get("op") == "close":
             return
         try:
             response = session.handle(request)
@@ -458,21 +462,22 @@ def serve_session(fd: int, settings: Settings) -> None:
             response = {"ok": False, "kind": "resource_limit", "error": "the environment process ran out of memory"}
         except BaseException as exc:
             response = {"ok": False, "kind": "sandbox_error", "error": _describe(exc)}
-        _write_all(fd, _frame(_encode(response)))
+        _write_all(fd, _frame(_encode(response), sequence))
 
 
 def serve_checks(fd: int, settings: Settings) -> None:
     """Run one batch of checks and return."""
-    request = _read_request(fd)
-    if request is None:
+    received = _read_request(fd)
+    if received is None:
         return
+    sequence, request = received
     try:
         response: dict[str, Any] = run_checks(request, settings)
     except MemoryError:
         response = {"ok": False, "kind": "resource_limit", "error": "the check process ran out of memory"}
     except BaseException as exc:
         response = {"ok": False, "kind": "sandbox_error", "error": _describe(exc)}
-    _write_all(fd, _frame(_encode(response)))
+    _write_all(fd, _frame(_encode(response), sequence))
 
 
 def prepare_interpreter() -> None:
