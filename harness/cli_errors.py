@@ -103,6 +103,21 @@ class RepeatFilter(logging.Filter):
         return [(self.first[kind], count - 1) for kind, count in self.counts.items() if count > 1]
 
 
+class Terminated(BaseException):
+    """SIGTERM outside a run's own clean stop (which handles it itself): unwinds like Ctrl-C does."""
+
+
+def _raise_terminated(number: int, frame: object) -> None:
+    raise Terminated
+
+
+def _stopped_line(signal_name: str) -> str:
+    return (
+        f"stopped by {signal_name} before the command finished: what was already written is kept "
+        "(a run folder resumes with --resume --out RUN_DIR)"
+    )
+
+
 class CommandLine:
     """Runs the click/typer app and turns everything that escapes it into lines and an exit status."""
 
@@ -125,6 +140,7 @@ class CommandLine:
             )
 
     def __call__(self, args: list[str] | None = None) -> int:
+        previous = signal.signal(signal.SIGTERM, _raise_terminated)
         try:
             result = self.app(args=args, standalone_mode=False)
             return result if isinstance(result, int) else EXIT_OK
@@ -141,8 +157,11 @@ class CommandLine:
         except typer.Exit as error:
             return error.exit_code
         except (typer.Abort, KeyboardInterrupt):
-            self.err_console.print("[yellow]interrupted[/yellow]")
+            self.err_console.print(f"[yellow]{_stopped_line('SIGINT')}[/yellow]")
             return EXIT_SIGINT
+        except Terminated:
+            self.err_console.print(f"[yellow]{_stopped_line('SIGTERM')}[/yellow]")
+            return EXIT_SIGTERM
         except Exception as error:
             if self.debug:
                 self.err_console.print(redact("".join(traceback.format_exception(error))), highlight=False)
@@ -150,4 +169,5 @@ class CommandLine:
             self.fail(lines)
             return status
         finally:
+            signal.signal(signal.SIGTERM, previous)
             self.report_repeats()

@@ -243,3 +243,33 @@ def test_the_no_argument_run_also_scores_the_reference_actions_and_a_do_nothing_
     assert [cell.strip() for cell in idle.split("│")[2:6]] == ["4", "0.000", "0.000", "0.000"]
     assert "the ceiling" in result.stdout and "the floor" in result.stdout
     assert result.last_line == "exit 0: all 4 episodes were scored (and 8 baseline episodes)"
+
+
+def test_a_hosted_model_without_its_key_is_refused_before_any_episode(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    out = tmp_path / "run"
+    result = harness(["run", "--model", "openai/gpt-4.1", "--limit", "1", "--out", str(out)])
+    assert result.code == 2, result.stdout + result.stderr
+    assert len(result.stderr_lines) == 1, result.stderr
+    assert "needs OPENAI_API_KEY in the environment" in result.stderr
+    assert not out.exists()
+
+
+def test_a_hosted_model_is_probed_where_its_client_would_send_it(
+    mock_server: MockOpenAIServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    canary = "sk-canary-4b1d9e"
+    monkeypatch.setenv("OPENAI_API_KEY", canary)
+    monkeypatch.setenv("OPENAI_BASE_URL", f"http://127.0.0.1:{closed_port()}/v1")
+    down = harness(["run", "--model", "openai/gpt-4.1", "--limit", "1", "--out", str(tmp_path / "down")])
+    assert down.code == 1, down.stdout + down.stderr
+    assert len(down.stderr_lines) == 1 and "unreachable" in down.stderr, down.stderr
+    assert canary not in down.stdout + down.stderr
+    assert not (tmp_path / "down").exists()
+
+    monkeypatch.setenv("OPENAI_BASE_URL", mock_server.base_url)
+    harness(["run", "--model", "openai/gpt-4.1", "--limit", "1", "--out", str(tmp_path / "up")])
+    probes = [r for r in mock_server.requests if r.path == "/v1/models"]
+    assert len(probes) == 1, "one probe of the endpoint before the first episode"

@@ -83,6 +83,20 @@ async def test_a_hung_request_times_out_and_is_retried(server):
     assert [r.outcome for r in server.chat_requests()] == ["hang", "ok"]
 
 
+async def test_a_request_that_keeps_hanging_is_tried_twice_then_reported_with_its_timeout(server):
+    llm = LLMClient(retry=FAST, timeout=0.3, aliases=AliasTable.load(include_user_file=False))
+    server.inject(Fault("hang", times=4, hang_seconds=30))
+    try:
+        with pytest.raises(RetriesExhausted) as caught:
+            await llm.chat(settings(server), MESSAGES)
+    finally:
+        await llm.aclose()
+    assert caught.value.attempts == 2
+    assert "timed out after 0.3 s" in str(caught.value)
+    assert server.base_url in str(caught.value)
+    assert [r.outcome for r in server.chat_requests()] == ["hang", "hang"]
+
+
 @pytest.mark.parametrize(("kind", "status"), [("bad_request", 400), ("unauthorized", 401)])
 async def test_no_retry_on_client_errors(server, client, kind, status):
     server.inject(Fault(kind, times=3))

@@ -4,7 +4,10 @@ to resume, and the resume finishes with every episode exactly once."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
+import socket
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -101,3 +104,35 @@ def test_a_signal_stops_cleanly_says_how_to_resume_and_the_resume_finishes(
     ids = [line["episode_id"] for line in lines]
     assert len(ids) == len(set(ids)) == 30
     assert all(line["termination"] != "infra_error" and line["reward"] is not None for line in lines)
+
+
+def test_sigterm_before_the_first_episode_says_what_happened_and_exits_143(tmp_path: Path) -> None:
+    """The endpoint accepts the probe's connection and never answers, so the signal lands before any episode."""
+    accepted = threading.Event()
+    held: list[socket.socket] = []
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(4)
+
+        def hold_connections() -> None:
+            with contextlib.suppress(OSError):
+                while True:
+                    connection, _ = listener.accept()
+                    held.append(connection)
+                    accepted.set()
+
+        threading.Thread(target=hold_connections, daemon=True).start()
+        models = alias_file(tmp_path / "models.toml", f"http://127.0.0.1:{listener.getsockname()[1]}/v1")
+        out = tmp_path / "run"
+        process = start_cli(
+            ["run", "--model", "mock-agent", "--limit", "2", "--out", str(out)], {"HARNESS_MODELS_FILE": str(models)}
+        )
+        assert accepted.wait(300), "the probe reached the endpoint"
+        process.send_signal(signal.SIGTERM)
+        stopped = finish(process)
+        for connection in held:
+            connection.close()
+    assert stopped.code == 143, stopped.stdout + stopped.stderr
+    assert "Traceback" not in stopped.stderr
+    assert "stopped by SIGTERM" in stopped.stdout + stopped.stderr
+    assert not (out / "results.jsonl").exists()

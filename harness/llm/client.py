@@ -291,11 +291,18 @@ class LLMClient:
         if gate.limits.tpm:
             estimate = len(orjson.dumps(request["messages"], default=str)) // 4 + int(params.get("max_tokens") or 0)
 
+        timeouts = 0
+
         def should_stop(state: RetryCallState) -> bool:
+            nonlocal timeouts
             if state.attempt_number >= policy.max_attempts:
                 return True
             outcome = state.outcome
             failure = outcome.exception() if outcome is not None else None
+            if isinstance(failure, TransientFailure) and failure.timed_out:
+                timeouts += 1
+                if timeouts >= policy.timeout_attempts:
+                    return True
             return (
                 isinstance(failure, TransientFailure)
                 and failure.unreachable

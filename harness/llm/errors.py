@@ -35,6 +35,11 @@ class RequestRejected(LLMError):
         self.status_code = status_code
 
 
+class MissingCredentials(RequestRejected):
+    """The provider needs a key from the environment and none is set: no request could succeed."""
+
+
+
 class RetriesExhausted(LLMError):
     """A transient failure (rate limit, timeout, connection error, 5xx) persisted through every attempt."""
 

@@ -3,19 +3,22 @@
 :func:`route_problem` says why a model string cannot be sent anywhere (neither an alias nor a litellm route),
 without any traffic. :func:`probe_endpoint` makes one cheap request (``GET <api_base>/models``) to an HTTP
 endpoint, so a missing server or a refused key stops a run once, before the first episode, instead of failing
-every episode the same way. In-process models are checked by importing what they need.
+every episode the same way. A hosted provider named without an api_base (``openai/gpt-4.1``,
+``anthropic/...``) is first checked for its key in the environment; OpenAI's own API (or the base URL in
+``OPENAI_BASE_URL``) is then probed like any endpoint. In-process models are checked by importing what they need.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 
 import aiohttp
 
 from harness.llm._litellm import litellm
 from harness.llm.aliases import AliasTable, ResolvedModel, env_name
-from harness.llm.errors import EndpointUnreachable, RequestRejected
+from harness.llm.errors import EndpointUnreachable, MissingCredentials, RequestRejected
 from harness.llm.local_provider import LOCAL_PROVIDER
 from harness.llm.python_models import PYTHON_PROVIDER, registered_python_models
 from harness.llm.transport import OPENAI_COMPATIBLE, api_key_for
@@ -71,10 +74,15 @@ async def probe_endpoint(
         if problem is not None:
             raise EndpointUnreachable(problem, model=model, endpoint=LOCAL_PROVIDER)
         return
-    if resolved.api_base is None or resolved.provider not in OPENAI_COMPATIBLE:
-        logger.debug("no probe for %s: its provider has no endpoint of ours to ask", model)
+    if resolved.provider == PYTHON_PROVIDER:
         return
     endpoint = resolved.api_base
+    if endpoint is None:
+        _check_credentials(model, resolved)
+        endpoint = provider_default_base(resolved)
+    if endpoint is None or resolved.provider not in OPENAI_COMPATIBLE:
+        logger.debug("no reachability probe for %s: its provider has no OpenAI-style /models to ask", model)
+        return
     headers = {}
     api_key = api_key_for(resolved.provider, resolved.api_key_env, resolved.api_base)
     if api_key:
@@ -108,6 +116,39 @@ async def probe_endpoint(
         logger.info(
             "%s answered GET /models with %d (%s); going ahead", endpoint, status, redact(" ".join(body.split()))
         )
+
+
+def _check_credentials(model: str, resolved: ResolvedModel) -> None:
+    """A hosted provider (no api_base of ours) needs its key in the environment; say which, before any request."""
+    if resolved.api_key_env:
+        if not os.environ.get(resolved.api_key_env):
+            raise MissingCredentials(
+                f"model {model!r} needs the key in {resolved.api_key_env}, which is not set", model=model
+            )
+        return
+    try:
+        report = litellm.validate_environment(model=resolved.provider_model)
+    except Exception as exc:  # litellm raises for providers it cannot introspect; the first request will tell
+        logger.debug("could not check the credentials of %s: %s", model, exc)
+        return
+    missing = [str(name) for name in report.get("missing_keys") or []]
+    if not report.get("keys_in_environment", True) and missing:
+        raise MissingCredentials(
+            f"model {model!r} ({resolved.provider}) needs {' and '.join(missing)} in the environment, "
+            "which is not set",
+            model=model,
+        )
+
+
+def provider_default_base(resolved: ResolvedModel) -> str | None:
+    """Where a provider string without an api_base of ours is sent: the base URL variable the OpenAI client
+    honours, else the one litellm knows for the provider."""
+    if resolved.provider == "openai":
+        return os.environ.get("OPENAI_BASE_URL") or os.environ.get("OPENAI_API_BASE") or "https://api.openai.com/v1"
+    try:
+        return litellm.get_llm_provider(resolved.provider_model)[3]
+    except Exception:  # a string litellm cannot route was refused by route_problem already
+        return None
 
 
 def _unreachable(model: str, resolved: ResolvedModel, endpoint: str, detail: str) -> str:

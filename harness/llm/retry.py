@@ -48,19 +48,32 @@ class RetryPolicy(BaseModel):
     unreachable_attempts: int = Field(
         default=2, ge=1, description="Attempts while an endpoint that never answered refuses connections."
     )
+    timeout_attempts: int = Field(
+        default=2,
+        ge=1,
+        description="Attempts that may end in a timeout: a request that hangs twice is unlikely to answer a third "
+        "time, and each try costs a whole request timeout.",
+    )
 
 
 class TransientFailure(Exception):
     """An attempt failed in a way that may pass; carries what the retry schedule needs."""
 
     def __init__(
-        self, reason: str, detail: str, *, retry_after: float | None = None, unreachable: bool = False
+        self,
+        reason: str,
+        detail: str,
+        *,
+        retry_after: float | None = None,
+        unreachable: bool = False,
+        timed_out: bool = False,
     ) -> None:
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
         self.detail = detail
         self.retry_after = retry_after
         self.unreachable = unreachable
+        self.timed_out = timed_out
 
 
 def exception_chain(exc: BaseException) -> Iterator[BaseException]:
@@ -163,7 +176,7 @@ def classify(
     status = _status_code(exc)
     if _is_timeout(exc):
         reason = f"timed out after {timeout:g} s" if timeout is not None else "timed out"
-        return TransientFailure(reason, _short(exc) or "no answer in time")
+        return TransientFailure(reason, _short(exc) or "no answer in time", timed_out=True)
     if isinstance(exc, litellm.RateLimitError) or status == 429:
         return TransientFailure("rate limited (429)", _short(exc), retry_after=_retry_after_of(exc))
     if status is not None and status not in RETRYABLE_STATUS:
