@@ -3,7 +3,8 @@
     python bench/runner.py [--latency 0.1] [--levels 16,64,256,1024] [--rpm-seconds 130]
 
 For each concurrency level, in a fresh process: episodes/s and requests/s against the bound concurrency / L,
-harness CPU per request, and peak memory (RSS). The mock model replays each seed scenario's reference actions
+harness CPU per request, CPU of the sandbox processes (zygote, session and check processes) per episode, and
+peak memory (RSS). The mock model replays each seed scenario's reference actions
 (about five requests per episode); the server runs in its own process. Then the requests per minute achieved
 with ``rpm=600`` while demand exceeds it, counted by the server.
 """
@@ -61,16 +62,20 @@ def run_level(base_url: str, concurrency: int, episodes: int, rpm: int | None, r
         return elapsed, outcome.ran, requests
 
     cpu_before = resource.getrusage(resource.RUSAGE_SELF)
+    jail_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     elapsed, ran, requests = asyncio.run(go())
     cpu_after = resource.getrusage(resource.RUSAGE_SELF)
+    # The sandbox zygote has exited and reaped its session and check processes: their CPU is counted here.
+    jail_after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (cpu_after.ru_utime - cpu_before.ru_utime) + (cpu_after.ru_stime - cpu_before.ru_stime)
+    jail_cpu = (jail_after.ru_utime - jail_before.ru_utime) + (jail_after.ru_stime - jail_before.ru_stime)
     peak_mb = cpu_after.ru_maxrss / 1024
-    results.put((elapsed, ran, requests, cpu, peak_mb))
+    results.put((elapsed, ran, requests, cpu, peak_mb, jail_cpu))
 
 
 def measure(
     base_url: str, concurrency: int, episodes: int, rpm: int | None = None
-) -> tuple[float, int, int, float, float]:
+) -> tuple[float, int, int, float, float, float]:
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
     process = context.Process(target=run_level, args=(base_url, concurrency, episodes, rpm, results))
@@ -95,16 +100,16 @@ def main() -> None:
     print(f"mock server latency {args.latency * 1000:.0f} ms; bound = concurrency / latency requests/s")
     print(
         f"{'conc.':>6} {'episodes':>9} {'episodes/s':>11} {'requests/s':>11} {'bound':>7} {'% bound':>8} "
-        f"{'CPU ms/req':>11} {'peak MB':>8}"
+        f"{'CPU ms/req':>11} {'jail ms/ep':>11} {'peak MB':>8}"
     )
     for level in [int(x) for x in args.levels.split(",")]:
         episodes = max(3 * level, 200)
-        elapsed, ran, requests, cpu, peak = measure(base_url, level, episodes)
+        elapsed, ran, requests, cpu, peak, jail_cpu = measure(base_url, level, episodes)
         bound = level / args.latency
         rate = requests / elapsed
         print(
             f"{level:>6} {ran:>9} {ran / elapsed:>11.1f} {rate:>11.1f} {bound:>7.0f} {100 * rate / bound:>7.1f}% "
-            f"{1000 * cpu / max(requests, 1):>11.2f} {peak:>8.0f}"
+            f"{1000 * cpu / max(requests, 1):>11.2f} {1000 * jail_cpu / max(ran, 1):>11.2f} {peak:>8.0f}"
         )
     if args.rpm_seconds:
         episodes = int(args.rpm_seconds * 600 / 60 / 4)  # demand well above 600/min at concurrency 64

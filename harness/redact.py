@@ -77,18 +77,40 @@ def _hf_token_from_file() -> str | None:
     return token
 
 
+_values_cache: tuple[object, list[str]] | None = None
+
+
+def _environment_snapshot() -> dict[bytes, bytes] | dict[str, str]:
+    # os.environ's own mapping of raw bytes (CPython on POSIX): copying and comparing it is a few microseconds,
+    # where decoding every variable and matching its name is a millisecond per call.
+    raw = getattr(os.environ, "_data", None)
+    return dict(raw) if isinstance(raw, dict) else dict(os.environ)
+
+
 def secret_values() -> list[str]:
-    """Every value known to be secret, longest first (so a value containing another is replaced whole)."""
-    values = set(_registered)
+    """Every value known to be secret, longest first (so a value containing another is replaced whole).
+
+    Recomputed whenever the environment, the registered values or the token file change; otherwise the last
+    answer is reused (the harness redacts every record it writes, so this runs once per episode or more)."""
+    global _values_cache
+    environment = _environment_snapshot()
     with _lock:
-        named = set(_named_variables)
+        registered = frozenset(_registered)
+        named = frozenset(_named_variables)
+    token = _hf_token_from_file()
+    key = (environment, registered, named, token)
+    cached = _values_cache
+    if cached is not None and cached[0] == key:
+        return list(cached[1])
+    values = set(registered)
     for name, value in os.environ.items():
         if (name in named or _SECRET_VARIABLE.search(name)) and len(value) >= _MIN_SECRET_LENGTH:
             values.add(value)
-    token = _hf_token_from_file()
     if token and len(token) >= _MIN_SECRET_LENGTH:
         values.add(token)
-    return sorted(values, key=len, reverse=True)
+    answer = sorted(values, key=len, reverse=True)
+    _values_cache = (key, answer)
+    return list(answer)
 
 
 def redact_known(text: str, values: list[str] | None = None) -> str:

@@ -59,6 +59,21 @@ def test_key_like_fields_are_redacted_even_when_their_value_is_not_known(text: s
     assert "9a8b7c6d" not in cleaned and REDACTED in cleaned
 
 
+def test_a_secret_set_or_changed_after_earlier_redactions_is_still_redacted(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("HF_TOKEN_PATH", str(tmp_path / "token"))
+    assert redact_known("nothing secret here") == "nothing secret here"
+    monkeypatch.setenv("SERVICE_TOKEN", "first-canary-value")
+    assert redact_known("sent first-canary-value") == f"sent {REDACTED}"
+    monkeypatch.setenv("SERVICE_TOKEN", "second-canary-value")
+    assert redact_known("sent second-canary-value") == f"sent {REDACTED}"
+    (tmp_path / "token").write_text("file-token-canary")
+    assert redact_known("sent file-token-canary") == f"sent {REDACTED}"
+    monkeypatch.delenv("SERVICE_TOKEN")
+    assert redact_known("sent first-canary-value") == "sent first-canary-value"
+
+
 def test_ordinary_values_survive() -> None:
     text = "max_tokens=1000 for order O-1001 (tool get_order, key: order_id)"
     assert redact(text) == text
