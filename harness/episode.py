@@ -119,13 +119,12 @@ class EpisodeConfig(BaseModel):
 
 
 # Observation kinds that mean "the method raised" (or would have, in plain Python: a keyword the method does
-# not take, a missing argument). Under rules with ``raising_tool_ends_episode`` they end the episode.
-# BAD_RESULT is here because the sandbox reports a TypeError raised by a tool as a non-JSON result (orjson's
-# JSONEncodeError is TypeError itself); a result that really is not JSON cannot reach the agent either way.
+# not take, a missing argument). Under rules with ``raising_tool_ends_episode`` they end the episode. A result
+# that is not JSON (BAD_RESULT) is not among them: the method returned, and upstream would show its ``str()``
+# and go on, so the agent gets an error observation and goes on.
 RAISING_KINDS = frozenset(
     {
         ObservationKind.TOOL_EXCEPTION,
-        ObservationKind.BAD_RESULT,
         ObservationKind.INVALID_ARGUMENTS,
         ObservationKind.TIMEOUT,
         ObservationKind.RESOURCE_LIMIT,

@@ -32,6 +32,7 @@ from harness.metrics import (
     summarize_group,
     task_key,
 )
+from harness.rules import DEFAULT_RULES
 from harness.schema import AgentSettings, DatasetRef, RunManifest, Scenario, Trajectory
 from leaderboards.catalog import Catalog, CatalogCache
 
@@ -231,14 +232,16 @@ def settings_id(identity: dict[str, object]) -> str:
 
 def run_settings(manifest: RunManifest) -> dict[str, object]:
     """The run-level settings that change what an episode does besides the agent's and user's own: how tools
-    were served (the sandbox or an MCP server) and the step limit. Empty when both are the defaults, so the
-    settings id of an ordinary run does not change."""
+    were served (the sandbox or an MCP server), the step limit and the episode rules. Empty when all are the
+    defaults, so the settings id of an ordinary run does not change."""
     config = manifest.config
     settings: dict[str, object] = {}
     if config.get("mcp"):
         settings["transport"] = "mcp"
     if config.get("max_steps") is not None:
         settings["max_steps"] = config["max_steps"]
+    if config.get("rules", DEFAULT_RULES) != DEFAULT_RULES:
+        settings["rules"] = config["rules"]
     return settings
 
 
@@ -258,6 +261,8 @@ def settings_label(agent: AgentSettings, user: AgentSettings | None, run: dict[s
             parts.append("via MCP")
         if run.get("max_steps") is not None:
             parts.append(f"max_steps={run['max_steps']}")
+        if run.get("rules") is not None:
+            parts.append(f"rules={run['rules']}")
     return ", ".join(parts)
 
 

@@ -7,6 +7,7 @@ from typing import Any
 from harness.metrics import assistant_turns, episode_cost, episode_tokens
 from harness.schema import CheckResult, DiffEntry, Scenario, Step, Trajectory
 from leaderboards.page import esc, fmt_cost, fmt_float, fmt_tokens, html_page, to_json_text
+from leaderboards.verdicts import closed_gates
 
 
 def render_trajectory_html(
@@ -212,13 +213,20 @@ def _checks_table(results: list[CheckResult], descriptions: dict[str, str]) -> s
     if not results:
         return '<p class="meta">No check results were recorded.</p>'
     ordered = sorted(results, key=lambda r: r.passed)  # failed checks first, stable otherwise
+    closed = closed_gates(results, descriptions)
     rows = []
     for result in ordered:
-        verdict = '<span class="pass">passed</span>' if result.passed else '<span class="fail">FAILED</span>'
+        if result.passed:
+            verdict, row_class = '<span class="pass">passed</span>', "passed"
+        elif result.check_id in closed:
+            verdict = f'<span class="meta">not evaluated ({esc(closed[result.check_id])} does not hold)</span>'
+            row_class = "not-evaluated"
+        else:
+            verdict, row_class = '<span class="fail">FAILED</span>', "failed"
         at_reset = "–" if result.passed_at_reset is None else ("yes" if result.passed_at_reset else "no")
         detail = result.error or result.value or ""
         rows.append(
-            f'<tr class="{"passed" if result.passed else "failed"}"><td>{esc(result.check_id)}</td>'
+            f'<tr class="{row_class}"><td>{esc(result.check_id)}</td>'
             f"<td>{esc(descriptions.get(result.check_id, ''))}</td>"
             f"<td>{verdict}</td><td>{esc(at_reset)}</td><td><pre>{esc(detail)}</pre></td></tr>"
         )

@@ -27,6 +27,7 @@ from harness.metrics import (
 from harness.schema import DiffEntry, RunManifest, Scenario, Trajectory
 from leaderboards.aggregate import LeaderboardTable, dataset_label
 from leaderboards.page import fmt_cost, fmt_float, fmt_percent, fmt_tokens, to_json_text
+from leaderboards.verdicts import closed_gates
 
 MAX_TEXT_CHARS = 2000
 FAILED_EPISODES_LISTED = 10
@@ -265,12 +266,19 @@ def trajectory_view(trajectory: Trajectory, scenario: Scenario | None = None) ->
         checks = Table(title="Checks")
         for name in ("check", "what it verifies", "result", "held at reset", "returned / error"):
             checks.add_column(name)
+        closed = closed_gates(trajectory.check_results, descriptions)
         for result in sorted(trajectory.check_results, key=lambda r: r.passed):
             at_reset = "–" if result.passed_at_reset is None else ("yes" if result.passed_at_reset else "no")
+            if result.passed:
+                verdict = Text("passed", style="green")
+            elif result.check_id in closed:
+                verdict = Text(f"not evaluated ({closed[result.check_id]} does not hold)", style="dim")
+            else:
+                verdict = Text("FAILED", style="bold red")
             checks.add_row(
                 plain(result.check_id),
                 plain(descriptions.get(result.check_id, ""), limit=300),
-                Text("passed", style="green") if result.passed else Text("FAILED", style="bold red"),
+                verdict,
                 plain(at_reset),
                 plain(result.error or result.value or "", limit=300),
             )

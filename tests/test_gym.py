@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from harness.gym import ToolEnv
+from harness.gym import InvalidScenario, ToolEnv
 from harness.library import load_library
 from harness.protocols import UserTurn
 from harness.sandbox import SandboxPool
-from harness.schema import AgentSettings, ModelSettings, Scenario
+from harness.schema import AgentSettings, Check, ModelSettings, Scenario
 
 LIBRARY = load_library()
 
@@ -100,3 +100,51 @@ async def test_truncates_at_the_step_limit(pool):
     assert results[-1].info["termination"] == "max_steps"
     with pytest.raises(RuntimeError, match="reset"):
         await env.step(call)
+
+
+def always_true_at_reset(scenario: Scenario) -> Scenario:
+    check = Check(
+        id="holds",
+        description="Holds whatever happens.",
+        source="def check(initial_state, final_state):\n    return True\n",
+    )
+    return scenario.model_copy(update={"id": f"{scenario.id}-hollow", "checks": [check]})
+
+
+async def test_an_invalid_scenario_is_refused_unless_included(pool):
+    hollow = always_true_at_reset(LIBRARY.scenarios[0])
+    with pytest.raises(InvalidScenario, match=f"scenario '{hollow.id}' is invalid: every check already holds"):
+        await ToolEnv(LIBRARY, pool=pool).reset(hollow)
+    env = ToolEnv(LIBRARY, pool=pool, include_invalid=True)
+    messages, tools = await env.reset(hollow)
+    assert messages and tools
+    result = await env.step({"role": "assistant", "content": "Done."})
+    assert result.terminated
+    assert [r["passed"] for r in result.info["check_results"]] == [True], "doing nothing passes: why it is refused"
+
+
+async def test_envscaler_rules_end_the_episode_with_reward_0_when_a_tool_raises(pool):
+    scenario = LIBRARY.scenarios[0]
+    lookup = scenario.reference_actions[0]
+    call = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "c0",
+                "type": "function",
+                "function": {"name": lookup.name, "arguments": json.dumps({**lookup.arguments, "no_such": 1})},
+            }
+        ],
+    }
+    harness_rules = ToolEnv(LIBRARY, pool=pool)
+    await harness_rules.reset(scenario)
+    recovered = await harness_rules.step(call)
+    assert not recovered.terminated and recovered.observations, "an error observation the agent can recover from"
+    await harness_rules.close()
+
+    envscaler = ToolEnv(LIBRARY, pool=pool, rules="envscaler")
+    await envscaler.reset(scenario)
+    ended = await envscaler.step(call)
+    assert ended.terminated and ended.reward == 0.0
+    assert ended.info["rules"] == "envscaler" and ended.info["termination"] == "tool_exception"

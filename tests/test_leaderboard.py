@@ -407,7 +407,7 @@ def test_one_set_in_two_folders_is_one_set(tmp_path: Path) -> None:
         build_leaderboard([there, unfingerprinted])
 
 
-def test_runs_with_different_transports_or_step_limits_are_never_one_row(tmp_path: Path) -> None:
+def test_runs_with_different_transports_step_limits_or_rules_are_never_one_row(tmp_path: Path) -> None:
     direct = write_run(tmp_path / "direct", [make_trajectory("d1"), make_trajectory("d2", scenario_id="s2")])
     over_mcp = write_run(
         tmp_path / "mcp",
@@ -415,12 +415,24 @@ def test_runs_with_different_transports_or_step_limits_are_never_one_row(tmp_pat
         config={"mcp": "http://127.0.0.1:8765/mcp"},
     )
     capped = write_run(tmp_path / "capped", [make_trajectory("c1")], config={"max_steps": 5})
-    rows = build_leaderboard([direct, over_mcp, capped]).rows
-    assert len(rows) == 3 and len({row.settings_id for row in rows}) == 3
-    labels = {row.runs[0]: row.settings for row in rows}
+    upstream = write_run(
+        tmp_path / "upstream", [make_trajectory("u1", state_reward=0.0)], config={"rules": "envscaler"}
+    )
+    same_as_default = write_run(tmp_path / "default", [make_trajectory("h1")], config={"rules": "harness"})
+    rows = build_leaderboard([direct, over_mcp, capped, upstream, same_as_default]).rows
+    assert len(rows) == 4 and len({row.settings_id for row in rows}) == 4
+    labels = {run: row.settings for row in rows for run in row.runs}
     assert "via MCP" in labels["mcp"] and "via MCP" not in labels["direct"]
     assert "max_steps=5" in labels["capped"]
-    assert {row.runs[0]: row.mean_state_reward for row in rows} == {"direct": 1.0, "mcp": 0.0, "capped": 1.0}
+    assert "rules=envscaler" in labels["upstream"] and "rules=" not in labels["direct"]
+    assert {run: row.mean_state_reward for row in rows for run in row.runs} == {
+        "direct": 1.0,
+        "default": 1.0,
+        "mcp": 0.0,
+        "capped": 1.0,
+        "upstream": 0.0,
+    }
+    assert sorted(next(row for row in rows if "direct" in row.runs).runs) == ["default", "direct"]
 
 
 def test_pass_hat_k_counts_the_trials_of_one_run(tmp_path: Path) -> None:
@@ -507,3 +519,28 @@ def test_show_is_readable_at_80_columns(runs: dict[str, Path]) -> None:
     for header in ("success", "pass^1", "pass^2", "tok/ep", "cost/ep"):
         assert header in result.stdout
     assert "62.5%" in result.stdout and "0.688" in result.stdout  # the run's overall success and mean reward
+
+
+def test_a_guard_whose_gate_fails_is_not_evaluated_rather_than_failed() -> None:
+    descriptions = {
+        "c0": "The order is cancelled.",
+        "c1": "Nothing else changed. Counted only once 'c0' holds.",
+        "c2": "The refund went out. Counted only once 'c3' holds.",
+        "c3": "The customer was refunded.",
+    }
+    scenario = _scenario_with_reference().model_copy(
+        update={
+            "checks": [
+                Check(id=cid, description=text, source="def check(a, b):\n    return True\n")
+                for cid, text in descriptions.items()
+            ]
+        }
+    )
+    trajectory = make_trajectory("gated", state_reward=0.25)  # c0 passes, c1-c3 fail
+    html = render_trajectory_html(trajectory, scenario)
+    assert html.count("not evaluated (c3 does not hold)") == 1, "c2's gate c3 failed"
+    assert html.count("FAILED") == 2, "c1 (its gate c0 holds) and c3 fail as themselves"
+    buffer = io.StringIO()
+    Console(file=buffer, width=200, color_system=None).print(*trajectory_view(trajectory, scenario))
+    text = buffer.getvalue()
+    assert text.count("not evaluated (c3 does not hold)") == 1 and text.count("FAILED") == 2

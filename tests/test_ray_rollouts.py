@@ -82,3 +82,37 @@ def test_the_ray_rollouts_example_runs(ray_cluster):
     assert len(lines) == 3, result.stdout
     assert lines[0].endswith("reward 1.000 (reward function: 1.000)")
     assert all(line.endswith("rewards [1.0, 1.0]") for line in lines[1:]), lines
+
+
+async def test_environment_actors_follow_the_rules_profile_and_the_reward_function_with_them(ray_cluster):
+    pool = await EnvironmentPool.create(LIBRARY, actors=1, workers_per_actor=1, rules="envscaler")
+    scenario = LIBRARY.scenarios[0]
+    lookup = scenario.reference_actions[0]
+    raising = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "call_0",
+                "type": "function",
+                "function": {"name": lookup.name, "arguments": json.dumps({**lookup.arguments, "no_such": 1})},
+            }
+        ],
+    }
+    try:
+        session, _, _ = await pool.reset(scenario.id)
+        ended = await pool.step(session, raising)  # a keyword the method does not take: upstream raises
+        assert ended.terminated and ended.reward == 0.0 and ended.termination == "tool_exception"
+        assert pool.reward(scenario.id, ended.trajectory) == 0.0
+
+        session, _, _ = await pool.reset(scenario.id)
+        turn = 0
+        while True:
+            outcome = await pool.step(session, reference_message(scenario, turn))
+            turn += 1
+            if outcome.terminated or outcome.truncated:
+                break
+        assert outcome.trajectory is not None and outcome.trajectory.reward.success
+        assert outcome.reward == 1.0 and pool.reward(scenario.id, outcome.trajectory) == 1.0
+    finally:
+        await pool.shutdown()

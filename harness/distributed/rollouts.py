@@ -32,6 +32,7 @@ from harness.gym import ToolEnv
 from harness.library import Library
 from harness.llm import AliasTable, LLMClient
 from harness.reward import CompositeWeights, trajectory_reward
+from harness.rules import DEFAULT_RULES, RulesName, rules_profile
 from harness.sandbox import SandboxLimits, SandboxPool
 from harness.schema import ModelSettings, Scenario, TerminationReason, Trajectory
 
@@ -91,8 +92,12 @@ class EnvironmentActor:
         weights: CompositeWeights | None = None,
         sandbox_limits: SandboxLimits | None = None,
         allow_weak_sandbox: bool = False,
+        rules: RulesName = DEFAULT_RULES,
+        include_invalid: bool = False,
     ) -> None:
         self.library = library
+        self.rules = rules
+        self.include_invalid = include_invalid
         self.allow_weak_sandbox = allow_weak_sandbox
         self.scenarios = _scenario_index(library)
         self.workers = workers
@@ -116,7 +121,14 @@ class EnvironmentActor:
         return self._pool
 
     def _env(self, pool: SandboxPool) -> ToolEnv:
-        return ToolEnv(self.library, pool=pool, max_steps=self.max_steps, weights=self.weights)
+        return ToolEnv(
+            self.library,
+            pool=pool,
+            max_steps=self.max_steps,
+            weights=self.weights,
+            rules=self.rules,
+            include_invalid=self.include_invalid,
+        )
 
     async def reset(self, session_id: str, scenario_id: str, seed: int = 0) -> tuple[list[Any], list[Any]]:
         env = self._sessions.get(session_id) or self._env(await self._sandbox())
@@ -193,10 +205,13 @@ class EnvironmentActor:
 class EnvironmentPool:
     """Environment actors spread over the cluster; build it with ``await EnvironmentPool.create(...)``."""
 
-    def __init__(self, library: Library, actors: list[Any], weights: CompositeWeights) -> None:
+    def __init__(
+        self, library: Library, actors: list[Any], weights: CompositeWeights, rules: RulesName = DEFAULT_RULES
+    ) -> None:
         self.library = library
         self.actors = actors
         self.weights = weights
+        self.rules = rules_profile(rules).name
         self.scenarios = _scenario_index(library)
         self._where: dict[str, Any] = {}
         self._load = dict.fromkeys(range(len(actors)), 0)
@@ -213,8 +228,12 @@ class EnvironmentPool:
         weights: CompositeWeights | None = None,
         sandbox_limits: SandboxLimits | None = None,
         allow_weak_sandbox: bool = False,
+        rules: RulesName = DEFAULT_RULES,
+        include_invalid: bool = False,
     ) -> EnvironmentPool:
-        """Start ``actors`` environment actors (Ray's SPREAD placement) on the cluster this process joined."""
+        """Start ``actors`` environment actors (Ray's SPREAD placement) on the cluster this process joined.
+        ``rules`` is the episode profile (``harness`` or ``envscaler``) of every session and rollout, and of
+        :meth:`reward`; scenarios that fail the cheap validation are refused unless ``include_invalid``."""
         ray = import_ray()
         if not ray.is_initialized():
             raise RuntimeError("call ray.init(...) before creating an EnvironmentPool")
@@ -231,10 +250,12 @@ class EnvironmentPool:
                 weights=weights,
                 sandbox_limits=sandbox_limits,
                 allow_weak_sandbox=allow_weak_sandbox,
+                rules=rules,
+                include_invalid=include_invalid,
             )
             for _ in range(actors)
         ]
-        return cls(library, handles, weights)
+        return cls(library, handles, weights, rules)
 
     def _least_loaded(self) -> int:
         return min(self._load, key=lambda index: self._load[index])
@@ -276,9 +297,13 @@ class EnvironmentPool:
         return list(await asyncio.gather(*calls))
 
     def reward(self, scenario_id: str, trajectory: Trajectory) -> float:
-        """The reward function on a stored trajectory (0 for an infrastructure error, which has none)."""
+        """The reward function on a stored trajectory (0 for an infrastructure error, which has none): the
+        composite reward under ``harness`` rules, upstream EnvScaler's check pass rate (already 0 for an episode
+        that a raising tool or the step limit ended, rounded as upstream) under ``envscaler``."""
         if trajectory.termination is TerminationReason.INFRA_ERROR:
             return 0.0
+        if not rules_profile(self.rules).composite_reward:
+            return trajectory.reward.state_reward if trajectory.reward is not None else 0.0
         return trajectory_reward(self.scenarios[scenario_id], trajectory, self.weights)
 
     async def shutdown(self) -> None:
