@@ -104,9 +104,27 @@ TokenCounter = Callable[[dict[str, Any]], int]
 """The length in tokens of one exported row (chat or ShareGPT)."""
 
 
+def executed_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The conversation with each assistant turn's tool calls cut to those that got a result.
+
+    Under rules that run only the first call of a turn (``envscaler``), the model may have asked for more; a
+    training row must not teach calls whose results it never shows (and OpenAI-format trainers reject a call
+    without its result). A turn none of whose calls was answered (the episode ended on it) is kept whole."""
+    answered = {m.get("tool_call_id") for m in messages if m.get("role") == "tool"}
+    result = []
+    for message in messages:
+        calls = message.get("tool_calls") if message.get("role") == "assistant" else None
+        if calls:
+            kept = [call for call in calls if isinstance(call, dict) and call.get("id") in answered]
+            if kept and len(kept) < len(calls):
+                message = {**message, "tool_calls": kept}
+        result.append(message)
+    return result
+
+
 def to_messages_row(trajectory: Trajectory, keep_reasoning: bool = True) -> dict[str, Any]:
     return {
-        "messages": [_clean_message(m, keep_reasoning) for m in trajectory.messages],
+        "messages": [_clean_message(m, keep_reasoning) for m in executed_messages(trajectory.messages)],
         "tools": [t.model_dump(mode="json") for t in trajectory.tools],
         "episode_id": trajectory.episode_id,
         "scenario_id": trajectory.scenario_id,
@@ -185,7 +203,7 @@ def to_sharegpt_row(trajectory: Trajectory, keep_reasoning: bool = True) -> dict
             conversations.append({"from": "observation", "value": merged})
         pending_observations.clear()
 
-    for message in trajectory.messages:
+    for message in executed_messages(trajectory.messages):
         role = message["role"]
         if role == "system":
             system = str(message.get("content") or "")

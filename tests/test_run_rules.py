@@ -145,3 +145,17 @@ def test_sft_rolls_out_under_the_rules_and_keeps_what_they_reward(tmp_path: Path
     assert manifest(envscaler / "rollouts")["rules"] == "envscaler"  # the imported library's suggestion
     rows = [orjson.loads(line) for line in (envscaler / "messages.jsonl").read_bytes().splitlines()]
     assert rows[0]["messages"][0]["content"].startswith("You are an assistant that carries out a task")
+
+
+def test_the_rules_profile_is_part_of_the_episode_id_and_the_default_keeps_old_ids() -> None:
+    from harness.library import load_library
+    from harness.runner import RunConfig, agent_settings, episode_id
+
+    scenario = load_library().scenarios[0]
+    ids = {}
+    for rules in ("harness", "envscaler"):
+        config = RunConfig(model="local", rules=rules)
+        ids[rules] = episode_id(scenario, "nonconv", agent_settings(config), None, 0, config)
+    unset = RunConfig(model="local")
+    assert ids["harness"] == episode_id(scenario, "nonconv", agent_settings(unset), None, 0, unset)
+    assert ids["envscaler"] != ids["harness"]

@@ -12,7 +12,7 @@ from harness.cli import app
 from harness.library import load_library
 from harness.metrics import read_results
 from harness.schema import Observation, Step, TerminationReason, ToolCall
-from harness.sft import SelectionRule, export, select, split_turns, to_sharegpt_row
+from harness.sft import SelectionRule, export, select, split_turns, to_messages_row, to_sharegpt_row
 from tests.doubles.mock_openai import MockOpenAIServer
 
 hf_datasets = importlib.import_module("datasets")
@@ -254,3 +254,26 @@ def test_exported_folder_publishes_as_a_trl_ready_dataset(teacher_run, tmp_path)
     sharegpt = hf_datasets.load_dataset(str(built), "sharegpt_turns", split="train")
     assert sharegpt[0]["conversations"][0]["from"] == "human"
     assert orjson.loads((built / "dataset_info.json").read_bytes())["sft_sharegpt"]["hf_hub_url"] == "acme/sft"
+
+
+def test_calls_a_turn_asked_for_but_the_rules_never_ran_are_not_exported():
+    """Under envscaler rules only the first call of a turn runs: rows keep the calls that have results."""
+    first_only = [
+        {"role": "user", "content": "do both"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "a", "type": "function", "function": {"name": "x", "arguments": "{}"}},
+                {"id": "b", "type": "function", "function": {"name": "y", "arguments": "{}"}},
+            ],
+        },
+        {"role": "tool", "tool_call_id": "a", "content": '{"success": true}'},
+        {"role": "assistant", "content": "Task Completed"},
+    ]
+    trajectory = bare_trajectory().model_copy(update={"messages": first_only})
+    row = to_messages_row(trajectory)
+    assert [c["id"] for c in row["messages"][1]["tool_calls"]] == ["a"]
+    sharegpt = to_sharegpt_row(trajectory)["conversations"]
+    assert orjson.loads(sharegpt[1]["value"]) == {"name": "x", "arguments": {}}
+    assert trajectory.messages[1]["tool_calls"][1]["id"] == "b", "the stored trajectory keeps what the model said"
