@@ -211,3 +211,11 @@ def test_the_strptime_stand_in_matches_cpython(text: str, fmt: str) -> None:
 
     ours = outcome(lambda t, f: namespace["_bfcl_strptime"](datetime.datetime, t, f))
     assert ours == outcome(datetime.datetime.strptime)
+
+
+def test_the_release_license_is_recorded_and_kept_when_the_library_is_published(bfcl_library: Path) -> None:
+    from harness.hub.sources import read_library
+
+    library = load_library(bfcl_library)
+    assert {e.provenance.details["source_license"] for e in library.environments.values()} == {"apache-2.0"}
+    assert read_library(bfcl_library).license == "apache-2.0", "the card of a published import names it"

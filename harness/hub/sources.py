@@ -71,9 +71,20 @@ def read_library(source: str | Path) -> LibrarySource:
     from harness.library import load_library
 
     library = load_library(source)
+    environments = list(library.environments.values())
     return LibrarySource(
-        list(library.environments.values()), list(library.scenarios), library.source, card_license(library.source)
+        environments,
+        list(library.scenarios),
+        library.source,
+        card_license(library.source) or imported_license(environments),
     )
+
+
+def imported_license(environments: list[Environment]) -> str | None:
+    """The license an importer read from the upstream release (``provenance.details.source_license``), when
+    every environment carries the same one."""
+    found = {e.provenance.details.get("source_license") for e in environments} - {None}
+    return str(found.pop()) if len(found) == 1 else None
 
 
 def read_run(source: Path) -> RunRecords:

@@ -144,7 +144,12 @@ class _Importer:
             provenance=Provenance(
                 source="bfcl",
                 upstream_id=",".join(ordered),
-                details={"bfcl_version": self.source.version, "classes": ordered, "required_modules": required},
+                details={
+                    "bfcl_version": self.source.version,
+                    "classes": ordered,
+                    "required_modules": required,
+                    "source_license": self.source.license,
+                },
             ),
         )
         self.environments[env_id] = environment

@@ -58,6 +58,9 @@ class BfclSource:
         else:
             raise BfclSourceError(f"{path} does not exist")
         self.version = self._read_version()
+        # The release's declared license as a Hub license id, so that a published import keeps it.
+        declared = self._read_metadata_field("License-Expression") or self._read_metadata_field("License")
+        self.license = hub_license_id(declared)
 
     def close(self) -> None:
         if self._zip is not None:
@@ -105,6 +108,22 @@ class BfclSource:
                     continue
         return values
 
+    def _metadata_text(self) -> str | None:
+        if self._zip is not None:
+            for name in self._zip.namelist():
+                if name.endswith(".dist-info/METADATA"):
+                    return self._zip.read(name).decode("utf-8", "replace")
+            return None
+        assert self._root is not None
+        for metadata in sorted(self._root.parent.glob("bfcl_eval-*.dist-info/METADATA")):
+            return metadata.read_text(encoding="utf-8", errors="replace")
+        return None
+
+    def _read_metadata_field(self, field: str) -> str | None:
+        text = self._metadata_text()
+        match = re.search(rf"^{re.escape(field)}:\s*(.+)$", text or "", re.MULTILINE)
+        return match.group(1).strip() if match else None
+
     def _read_version(self) -> str:
         if self._zip is not None:
             match = re.match(r"bfcl_eval-([^-]+)-", self.path.name)
@@ -118,6 +137,27 @@ class BfclSource:
         for metadata in sorted(self._root.parent.glob("bfcl_eval-*.dist-info/METADATA")):
             return _metadata_version(metadata.read_text(encoding="utf-8", errors="replace"))
         return "unknown"
+
+
+_HUB_LICENSES = {
+    "apache 2.0": "apache-2.0",
+    "apache-2.0": "apache-2.0",
+    "apache license 2.0": "apache-2.0",
+    "apache license, version 2.0": "apache-2.0",
+    "apache software license": "apache-2.0",
+    "mit": "mit",
+    "mit license": "mit",
+    "bsd-3-clause": "bsd-3-clause",
+    "cc-by-4.0": "cc-by-4.0",
+}
+
+
+def hub_license_id(text: str | None) -> str | None:
+    """The Hub's license id for a package's declared license, "other" for one it has no id for, None when
+    nothing is declared."""
+    if not text or not text.strip():
+        return None
+    return _HUB_LICENSES.get(" ".join(text.lower().split()), "other")
 
 
 def _metadata_version(text: str) -> str:
