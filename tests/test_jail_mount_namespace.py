@@ -15,6 +15,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import mpmath  # noqa: F401  (imported, as the zygote imports it, so readable_roots() here lists its folder too)
 import orjson
 import pytest
 
@@ -52,6 +53,37 @@ class Codec:
         mpmath.mp.dps = 30
         return {"success": True, "data": str(mpmath.sqrt(value))}
 '''
+
+ESCAPE = """
+import typing
+
+
+class Escape:
+    def __init__(self, init_config: dict):
+        self.root = init_config.get("root", "/")
+
+    def escape(self, pivot_root: int) -> dict:
+        \"\"\"Try every way out of the new root: unmount a folder, mount over one, chroot, pivot_root, unshare.
+
+        Args:
+            pivot_root: The system call's number on this machine.
+        \"\"\"
+        ctypes = typing.sys.modules["ctypes"]
+        libc = ctypes.CDLL(None, use_errno=True)
+        root = self.root.encode()
+        return {
+            "success": True,
+            "data": {
+                "umount": libc.umount2(root, 2),
+                "mount": libc.mount(b"tmpfs", root, b"tmpfs", 0, None),
+                "remount": libc.mount(None, root, None, 0x1000 | 0x20, None),
+                "chroot": libc.chroot(root),
+                "pivot_root": libc.syscall(pivot_root, b".", b"."),
+                "unshare": libc.unshare(0x20000),
+                "top": sorted(typing.sys.modules["os"].listdir("/")),
+            },
+        }
+"""
 
 
 def call(name: str, **arguments: object) -> ToolCall:
@@ -127,6 +159,33 @@ async def test_honest_code_still_imports_what_it_may(monkeypatch, disabled):
     assert encoded.content["data"] == "Crème brûlée".encode("mac_roman").hex()
     assert root.kind is ObservationKind.OK, root
     assert root.content["data"] == "1.41421356237309504880168872421"
+
+
+@pytest.mark.parametrize("disabled", [WITHOUT_LANDLOCK, "landlock,seccomp"], ids=["seccomp", "without-seccomp"])
+async def test_a_child_cannot_leave_the_new_root(monkeypatch, secret, disabled):
+    """seccomp refuses mount, chroot, pivot_root and unshare; without it, the child has no capability to use."""
+    from harness.sandbox import confine
+
+    monkeypatch.setenv("HARNESS_SANDBOX_DISABLE", disabled)
+    roots = readable_roots()
+    environment = Environment(
+        id="escape", name="Escape", class_name="Escape", code=ESCAPE, tools=derive_tools(ESCAPE, "Escape")
+    )
+    number = confine._SYS_PIVOT_ROOT[os.uname().machine]
+    async with SandboxPool() as pool:
+        session = await pool.open_session(environment, {"root": roots[0]})
+        tried, _ = await session.call(call("escape", pivot_root=number))
+        await session.close()
+        hostile = await pool.open_session(hostile_environment(), {"counter": 0, "loot": []})
+        read, _ = await hostile.call(call("read_file", path=str(secret)))
+        await hostile.close()
+    outcomes = tried.content["data"]
+    assert {name: outcomes[name] for name in outcomes if name != "top"} == dict.fromkeys(
+        ["umount", "mount", "remount", "chroot", "pivot_root", "unshare"], -1
+    ), outcomes
+    # The top of the child's root holds the first folder of each readable root, nothing of the host besides.
+    assert outcomes["top"] == sorted({root.split("/")[1] for root in roots}), outcomes
+    assert CANARY not in read.model_dump_json() and read.kind is ObservationKind.TOOL_ERROR, read
 
 
 def test_doctor_reports_the_layer_and_its_absence():
