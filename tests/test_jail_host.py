@@ -147,7 +147,15 @@ def test_layers_are_reported_and_verified_on_a_real_child():
     result = harness_cli("doctor", "--json")
     assert result.returncode == 0, result.stdout + result.stderr
     assert '"ok": true' in result.stdout
-    for layer in ("seccomp", "landlock", "unprivileged_user", "no_new_privs", "network_namespace", "environment"):
+    for layer in (
+        "seccomp",
+        "landlock",
+        "unprivileged_user",
+        "no_new_privs",
+        "network_namespace",
+        "mount_namespace",
+        "environment",
+    ):
         assert f'"name": "{layer}"' in result.stdout
 
 

@@ -21,7 +21,7 @@ import pytest
 
 from harness.sandbox import SandboxPool, WeakSandbox
 from harness.sandbox.confine import LAYERS, readable_roots
-from harness.schema import Environment, ObservationKind, ToolCall
+from harness.schema import Environment, Observation, ObservationKind, ToolCall
 from harness.toolspec import derive_tools
 from tests.jail_library import CANARY, REPO, harness_cli, hostile_environment, hostile_scenario, write_hostile_library
 
@@ -109,11 +109,11 @@ def site_packages_file() -> str:
     return location
 
 
-async def read_attempts(secret: Path) -> tuple[dict[str, object], list[str]]:
+async def read_attempts(secret: Path) -> tuple[dict[str, Observation], list[str]]:
     """Read the secret, /etc/hostname and a site-packages file from a hostile session; each observation by path,
     and every output of the session as text."""
     targets = [str(secret), "/etc/hostname", site_packages_file()]
-    observations: dict[str, object] = {}
+    observations: dict[str, Observation] = {}
     outputs: list[str] = []
     async with SandboxPool() as pool:
         session = await pool.open_session(hostile_environment(), {"counter": 0, "loot": []})
