@@ -385,7 +385,9 @@ def _build_root(libc: Any, pivot_root: int, roots: list[str]) -> None:
     # Hold each root before the tmpfs goes up, so a root below the tmpfs's mount point is still reachable.
     held = {root: os.open(root, os.O_PATH | os.O_DIRECTORY) for root in outermost}
     try:
-        base = next(path for path in _MOUNT_BASES if os.path.isdir(path) and not os.path.islink(path))
+        base = next((path for path in _MOUNT_BASES if os.path.isdir(path) and not os.path.islink(path)), None)
+        if base is None:
+            raise OSError(errno.ENOENT, f"none of {', '.join(_MOUNT_BASES)} exists to mount the new root on")
         _mount(libc, "tmpfs", base, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=0755,size=1m,nr_inodes=4096")
         for root, fd in held.items():
             target = base + root
