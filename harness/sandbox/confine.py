@@ -14,16 +14,22 @@ a child applies them:
    namespaces, setuid, raising limits) fails with EPERM;
 7. an empty environment (the zygote is started without the parent's variables; the child clears its own).
 
-The zygote itself runs in a fresh network namespace when the kernel allows it. Each layer is detected; a missing
-one is reported with the reason (``harness doctor``) and never silently assumed.
+The zygote itself runs in a fresh network namespace and a private mount namespace when the kernel allows it
+(inside a user namespace of its own when the harness is not root; its children then drop every capability that
+namespace gives them). The mount namespace's root is a read-only tmpfs holding read-only bind mounts of
+:func:`readable_roots` at their own paths and nothing else, entered with ``pivot_root`` after everything the
+zygote needs is imported or open; every child inherits it. Each layer is detected; a missing one is reported with
+the reason (``harness doctor``) and never silently assumed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import errno
 import os
+import platform
 import resource
 import signal
 import sys
@@ -40,6 +46,7 @@ LAYERS: tuple[str, ...] = (
     "landlock",
     "seccomp",
     "network_namespace",
+    "mount_namespace",
 )
 """Every confinement layer, by the name ``harness doctor`` and the layer report use."""
 
@@ -51,8 +58,34 @@ _PR_SET_DUMPABLE = 4
 _PR_SET_NO_NEW_PRIVS = 38
 _PR_SET_SECCOMP = 22
 _SECCOMP_MODE_FILTER = 2
+_CLONE_NEWNS = 0x00020000
 _CLONE_NEWUSER = 0x10000000
 _CLONE_NEWNET = 0x40000000
+_MS_RDONLY = 0x1
+_MS_NOSUID = 0x2
+_MS_NODEV = 0x4
+_MS_NOEXEC = 0x8
+_MS_REMOUNT = 0x20
+_MS_NOATIME = 0x400
+_MS_NODIRATIME = 0x800
+_MS_BIND = 0x1000
+_MS_REC = 0x4000
+_MS_PRIVATE = 0x40000
+_MS_RELATIME = 0x200000
+_MNT_DETACH = 0x2
+_SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41}
+_CAPABILITY_VERSION_3 = 0x20080522
+# Flags of a mount (statvfs) that a bind remount must repeat: inside a user namespace the kernel locks them.
+_KEPT_MOUNT_FLAGS = (
+    (os.ST_NOSUID, _MS_NOSUID),
+    (os.ST_NODEV, _MS_NODEV),
+    (os.ST_NOEXEC, _MS_NOEXEC),
+    (os.ST_NOATIME, _MS_NOATIME),
+    (os.ST_NODIRATIME, _MS_NODIRATIME),
+    (os.ST_RELATIME, _MS_RELATIME),
+)
+# Existing directories the new root's tmpfs may be mounted on for the moment before pivot_root moves it to "/".
+_MOUNT_BASES = ("/tmp", "/mnt", "/run", "/var/tmp", "/media", "/opt", "/srv")
 _UID_BASE = 1_500_000_000
 _UID_SPAN = 100_000_000
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
@@ -98,6 +131,14 @@ class Confinement:
     seccomp_program: Any = None
     """libseccomp's compiled filter as a ``struct sock_fprog``, built once so each child only installs it."""
     drop_to_uid: bool = False
+    drop_capabilities: bool = False
+    """The zygote made a user namespace of its own (harness not root): children give up the capabilities it
+    grants them there."""
+    devnull_fd: int | None = None
+    """``/dev/null``, opened before the zygote's root changed: each child points its standard streams at it."""
+    proc_fd: int | None = None
+    """``/proc`` of the host, opened before the root changed, for the probe child to read its own status; every
+    other child closes it before confining itself."""
     _libc: Any = None
     _restrict_self: Any = None
 
@@ -124,6 +165,9 @@ class Confinement:
                 os._exit(0)
             if "not_dumpable" not in self.disabled:
                 libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+            # Without no_new_privs, Landlock and seccomp need CAP_SYS_ADMIN, so the capabilities stay then.
+            if self.drop_capabilities and "no_new_privs" not in self.disabled and not _drop_capabilities(libc):
+                raise ConfinementError("could not drop the user namespace's capabilities")
         if (
             "no_new_privs" not in self.disabled
             and libc is not None
@@ -143,6 +187,21 @@ class Confinement:
 
 def _install_seccomp(libc: Any, program: Any) -> bool:
     return libc is not None and libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(program), 0, 0) == 0
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def _drop_capabilities(libc: Any) -> bool:
+    """Empty the effective, permitted and inheritable sets of the calling process."""
+    header = _CapHeader(_CAPABILITY_VERSION_3, 0)
+    data = (_CapData * 2)()
+    return int(libc.capset(ctypes.byref(header), data)) == 0
 
 
 def _set_limits(memory_mb: int) -> None:
@@ -165,10 +224,19 @@ def disabled_layers(environ: dict[str, str] | None = None) -> frozenset[str]:
 
 def readable_roots() -> list[str]:
     """What a confined child may read, for imports the zygote did not do ahead: the standard library and the
-    package folders of the optional modules that are installed (never the rest of site-packages)."""
+    package folders of the optional modules that are installed (never the rest of site-packages).
+
+    The standard library is looked up from the base installation: inside a virtual environment ``platstdlib``
+    would otherwise name the environment's ``lib/pythonX.Y``, which holds all of its site-packages."""
     from harness.sandbox.policy import OPTIONAL_MODULES
 
-    paths = sysconfig.get_paths()
+    base = {
+        "base": sys.base_prefix,
+        "platbase": sys.base_exec_prefix,
+        "installed_base": sys.base_prefix,
+        "installed_platbase": sys.base_exec_prefix,
+    }
+    paths = sysconfig.get_paths(vars=base)
     roots = {os.path.realpath(paths[key]) for key in ("stdlib", "platstdlib") if key in paths}
     for name in OPTIONAL_MODULES:
         module = sys.modules.get(name)
@@ -204,7 +272,7 @@ def prepare(memory_mb: int, disabled: frozenset[str]) -> Confinement:
         record("unprivileged_user", True, "started as root: each child drops to a uid and gid of its own")
     else:
         record("unprivileged_user", True, f"the harness already runs unprivileged (uid {os.geteuid()})")
-    _prepare_network_namespace(libc, record, disabled)
+    in_user_namespace = _prepare_network_namespace(libc, record, disabled)
     if "landlock" not in disabled:
         _prepare_landlock(confinement, record)
     else:
@@ -213,34 +281,135 @@ def prepare(memory_mb: int, disabled: frozenset[str]) -> Confinement:
         _prepare_seccomp(confinement, record)
     else:
         record("seccomp", False, "")
+    # Last: everything above opens files of the host; after this the zygote sees only the readable roots.
+    confinement.devnull_fd = os.open(os.devnull, os.O_RDWR)
+    with contextlib.suppress(OSError):
+        confinement.proc_fd = os.open("/proc", os.O_RDONLY | os.O_DIRECTORY)
+    if "mount_namespace" in disabled:
+        record("mount_namespace", False, "")
+    else:
+        in_user_namespace = _prepare_mount_namespace(libc, record, in_user_namespace)
+    confinement.drop_capabilities = in_user_namespace
     return confinement
 
 
-def _prepare_network_namespace(libc: Any, record: Any, disabled: frozenset[str]) -> None:
+def _enter_user_namespace(libc: Any, flags: int) -> str | None:
+    """unshare(flags) together with a new user namespace mapping only our own uid and gid. The error, or None."""
+    uid, gid = os.geteuid(), os.getegid()
+    if libc.unshare(flags | _CLONE_NEWUSER) != 0:
+        return f"unshare failed: {os.strerror(ctypes.get_errno())} (user namespaces may be off)"
+    try:
+        with open("/proc/self/setgroups", "w") as handle:
+            handle.write("deny")
+        with open("/proc/self/uid_map", "w") as handle:
+            handle.write(f"{uid} {uid} 1")
+        with open("/proc/self/gid_map", "w") as handle:
+            handle.write(f"{gid} {gid} 1")
+    except OSError as exc:
+        return f"identity map failed: {exc}"
+    return None
+
+
+def _prepare_network_namespace(libc: Any, record: Any, disabled: frozenset[str]) -> bool:
+    """Enter a new network namespace. True when a user namespace of our own was made for it."""
     if "network_namespace" in disabled:
         record("network_namespace", False, "")
-        return
+        return False
     if libc is None:
         record("network_namespace", False, "libc not found")
-        return
-    uid, gid = os.geteuid(), os.getegid()
-    flags = _CLONE_NEWNET if uid == 0 else _CLONE_NEWNET | _CLONE_NEWUSER
-    if libc.unshare(flags) != 0:
-        code = ctypes.get_errno()
-        record("network_namespace", False, f"unshare failed: {os.strerror(code)} (user namespaces may be off)")
-        return
-    if uid != 0:
-        try:
-            with open("/proc/self/setgroups", "w") as handle:
-                handle.write("deny")
-            with open("/proc/self/uid_map", "w") as handle:
-                handle.write(f"{uid} {uid} 1")
-            with open("/proc/self/gid_map", "w") as handle:
-                handle.write(f"{gid} {gid} 1")
-        except OSError as exc:
-            record("network_namespace", True, f"a new network namespace (identity map failed: {exc})")
-            return
+        return False
+    if os.geteuid() == 0:
+        if libc.unshare(_CLONE_NEWNET) != 0:
+            record("network_namespace", False, f"unshare failed: {os.strerror(ctypes.get_errno())}")
+            return False
+        record("network_namespace", True, "a new, empty network namespace (no interface is up)")
+        return False
+    error = _enter_user_namespace(libc, _CLONE_NEWNET)
+    if error is not None and error.startswith("unshare"):
+        record("network_namespace", False, error)
+        return False
+    if error is not None:
+        record("network_namespace", True, f"a new network namespace ({error})")
+        return True
     record("network_namespace", True, "a new, empty network namespace (no interface is up)")
+    return True
+
+
+def _prepare_mount_namespace(libc: Any, record: Any, in_user_namespace: bool) -> bool:
+    """Enter a private mount namespace whose root holds only the readable roots, read-only. Returns whether the
+    zygote is now in a user namespace of its own."""
+    if libc is None:
+        record("mount_namespace", False, "libc not found")
+        return in_user_namespace
+    number = _SYS_PIVOT_ROOT.get(platform.machine())
+    if number is None:
+        record("mount_namespace", False, f"pivot_root's number is not known on {platform.machine()}")
+        return in_user_namespace
+    if os.geteuid() == 0 or in_user_namespace:
+        if libc.unshare(_CLONE_NEWNS) != 0:
+            record("mount_namespace", False, f"unshare failed: {os.strerror(ctypes.get_errno())}")
+            return in_user_namespace
+    else:
+        error = _enter_user_namespace(libc, _CLONE_NEWNS)
+        if error is not None:
+            record("mount_namespace", False, error)
+            return False
+        in_user_namespace = True
+    roots = readable_roots()
+    try:
+        _build_root(libc, number, roots)
+    except OSError as exc:
+        # The namespace is private, so a half-built root changes nothing outside; but this zygote's view is now
+        # unknown, so it must not be reported as confined.
+        record("mount_namespace", False, f"building the new root failed: {exc}")
+        return in_user_namespace
+    record(
+        "mount_namespace",
+        True,
+        f"a private mount namespace whose root holds only {len(roots)} read-only folder(s): " + ", ".join(roots),
+    )
+    return in_user_namespace
+
+
+def _mount(libc: Any, source: str | None, target: str, fstype: str | None, flags: int, data: str | None) -> None:
+    encoded = [None if value is None else value.encode() for value in (source, target, fstype, data)]
+    if libc.mount(encoded[0], encoded[1], encoded[2], ctypes.c_ulong(flags), encoded[3]) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, f"mount {source or ''} on {target}: {os.strerror(code)}")
+
+
+def _build_root(libc: Any, pivot_root: int, roots: list[str]) -> None:
+    """Make every mount private, build the new root on a tmpfs and pivot into it, dropping the old root."""
+    _mount(libc, None, "/", None, _MS_REC | _MS_PRIVATE, None)
+    outermost = [root for root in roots if not any(root.startswith(other + "/") for other in roots)]
+    # Hold each root before the tmpfs goes up, so a root below the tmpfs's mount point is still reachable.
+    held = {root: os.open(root, os.O_PATH | os.O_DIRECTORY) for root in outermost}
+    try:
+        base = next((path for path in _MOUNT_BASES if os.path.isdir(path) and not os.path.islink(path)), None)
+        if base is None:
+            raise OSError(errno.ENOENT, f"none of {', '.join(_MOUNT_BASES)} exists to mount the new root on")
+        _mount(libc, "tmpfs", base, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=0755,size=1m,nr_inodes=4096")
+        for root, fd in held.items():
+            target = base + root
+            os.makedirs(target, mode=0o755, exist_ok=True)
+            _mount(libc, f"/proc/self/fd/{fd}", target, None, _MS_BIND | _MS_REC, None)
+            kept = os.statvfs(target).f_flag
+            flags = _MS_BIND | _MS_REMOUNT | _MS_RDONLY
+            flags |= sum(mount_flag for stat_flag, mount_flag in _KEPT_MOUNT_FLAGS if kept & stat_flag)
+            _mount(libc, None, target, None, flags, None)
+    finally:
+        for fd in held.values():
+            os.close(fd)
+    os.chdir(base)
+    # pivot_root(".", "."): the tmpfs becomes "/", the old root is stacked on it and detached at once.
+    if libc.syscall(pivot_root, b".", b".") != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, f"pivot_root: {os.strerror(code)}")
+    if libc.umount2(b".", _MNT_DETACH) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, f"detaching the old root: {os.strerror(code)}")
+    os.chdir("/")
+    _mount(libc, None, "/", None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV, None)
 
 
 def _prepare_landlock(confinement: Confinement, record: Any) -> None:

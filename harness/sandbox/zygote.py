@@ -41,11 +41,14 @@ def _child(channel: socket.socket, kind: str, slot: int, confinement: Confinemen
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         fd = channel.detach()
-        devnull = os.open(os.devnull, os.O_RDWR)
+        # /dev/null and /proc were opened before the zygote's root changed (confine.prepare); neither is in it.
+        devnull = confinement.devnull_fd if confinement.devnull_fd is not None else os.open(os.devnull, os.O_RDWR)
         for target in (0, 1, 2):
             os.dup2(devnull, target)
         # The probe reads the kernel's view of itself through a descriptor opened before confinement.
-        status_fd = os.open("/proc/self/status", os.O_RDONLY) if kind == "probe" else -1
+        status_fd = -1
+        if kind == "probe" and confinement.proc_fd is not None:
+            status_fd = os.open("self/status", os.O_RDONLY, dir_fd=confinement.proc_fd)
         keep = sorted({fd, status_fd, confinement.landlock_ruleset_fd or -1} - {-1})
         start = 3
         for kept in keep:
@@ -71,10 +74,13 @@ def _serve_probe(fd: int, status_fd: int) -> None:
     report: dict[str, Any] = {}
     report["uid"] = os.getuid()
     try:
-        os.open("/etc/hostname", os.O_RDONLY)
+        # "/" is never below a readable root: Landlock refuses to list it, with or without the mount namespace.
+        os.close(os.open("/", os.O_RDONLY | os.O_DIRECTORY))
         report["reads_outside"] = True
     except OSError:
         report["reads_outside"] = False
+    # Landlock does not hide a path from stat(); only a root without the host's folders does.
+    report["sees_host_root"] = os.path.lexists("/proc")
     try:
         probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         probe.close()
@@ -198,6 +204,7 @@ def _layer_report(confinement: Confinement, probe: dict[str, Any]) -> list[dict[
         "no_new_privs": fields.get("NoNewPrivs", "").strip() == "1",
         "landlock": probe.get("reads_outside") is False,
         "unprivileged_user": probe.get("uid", 0) != 0,
+        "mount_namespace": probe.get("sees_host_root") is False,
     }
     layers = []
     for status in confinement.report():
