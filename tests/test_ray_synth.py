@@ -120,6 +120,7 @@ def test_queries_over_the_cluster_match_a_local_run(ray_cluster, tmp_path):
         env = serve_models(tmp_path, mock, {"querier": ScriptedQueryModel([ENVIRONMENT])})
         common = ["synth", "queries", "--env", ENVIRONMENT, "--graph", str(graph), "--model", "mock-querier"]
         common += ["--chains", "4", "--seed", "3", "--workers", "1", "--dedup-similarity", "0"]
+        common += ["--no-cache"]  # chains repeat requests; over Ray they are never answered from a cache
         outputs = {}
         for name, extra in (("local", []), ("ray", ["--ray", ray_cluster.address])):
             code, stdout, stderr = run([*common, "--out", str(tmp_path / name), *extra], env)
