@@ -63,7 +63,7 @@ def _environments(envs: str | None, only: list[str] | None) -> tuple[list[Any], 
     return environments, samples
 
 
-def _cluster(ray: str | None, workers: int) -> Any:
+def cluster_for(ray: str | None, workers: int) -> Any:
     """The cluster the attempts run on (joined now, before any work), or None for a local run."""
     if ray is None:
         return None
@@ -74,11 +74,11 @@ def _cluster(ray: str | None, workers: int) -> Any:
     try:
         cluster.connect()
     except ClusterUnavailable as exc:
-        _refuse(exc)
+        refuse(exc)
     return cluster
 
 
-def _refuse(exc: Exception) -> None:
+def refuse(exc: Exception) -> None:
     err_console.print(Text.assemble(("error:", "bold red"), f" {exc}"), soft_wrap=True)
     raise typer.Exit(2) from None
 
@@ -91,7 +91,7 @@ async def _synthesize(cluster: Any, work: Any) -> SynthesisReport:
         report: SynthesisReport = await work
         return report
     except ClusterUnavailable as exc:
-        _refuse(exc)
+        refuse(exc)
         raise
     finally:
         if cluster is not None:
@@ -167,7 +167,7 @@ def register(synth_app: typer.Typer) -> None:
             embedding_model=embedding_model,
         )
 
-        cluster = _cluster(ray, workers)
+        cluster = cluster_for(ray, workers)
 
         async def run() -> SynthesisReport:
             # over Ray, answers are not cached: executors cannot write into OUT, whose one writer is this process
@@ -324,7 +324,7 @@ def register(synth_app: typer.Typer) -> None:
             ),
         )
 
-        cluster = _cluster(ray, workers)
+        cluster = cluster_for(ray, workers)
 
         async def run() -> SynthesisReport:
             # over Ray, answers are not cached: executors cannot write into OUT, whose one writer is this process

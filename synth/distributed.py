@@ -1,12 +1,16 @@
-"""``harness synth scenarios|queries --ray``: synthesis attempts on a Ray cluster, one writer of the output folder.
+"""``harness synth envs|scenarios|queries --ray``: synthesis on a Ray cluster, one writer of the output folder.
 
-The driver plans the attempts exactly as a local run does (their content keys, and which of them the journal
-already holds) and is the only writer of the output folder: it appends each finished attempt to the journal
-and writes the outputs at the end, so ``--resume`` semantics (a re-run skips what the journal holds) are the
-local ones. Each attempt (one environment's variation for ``scenarios``, one chain for ``queries``) runs on a
-synthesis executor: a Ray actor on a node, with its own jailed sandbox pool and model client, that returns the
-attempt's journal record. An executor that dies has its unfinished attempts re-queued on the others, so each
-planned attempt is journaled once.
+The driver plans the work exactly as a local run does and is the only writer of the output folder, so a re-run
+over it resumes as a local one does. Independent units run on synthesis executors: Ray actors, one per node,
+each with its own jailed sandbox pool and model client, that return each unit's result to the driver.
+
+- ``scenarios`` and ``queries``: a unit is one attempt (one environment's variation, one chain). The driver
+  skips what the journal holds, appends each finished attempt to it and writes the outputs at the end.
+- ``envs``: a unit is one theme's environment (plan, model, assess and repair, validate). The driver discovers
+  tasks and merges themes itself, sends each theme with the stage outputs it already has on disk, and writes
+  the stage outputs the build computed when the theme's result comes back.
+
+An executor that dies has its unfinished units re-queued on the others, so each unit's result is written once.
 
 The cluster plumbing (joining, checking nodes, the cluster-wide rpm/tpm limiter, forwarding API-key variables)
 is ``harness.distributed``'s; this module holds only what is specific to synthesis.
@@ -24,6 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import orjson
+
 from harness.distributed.backend import alias_entries_for, forwarded_variables
 from harness.distributed.cluster import ClusterUnavailable, alive_nodes, check_nodes, import_ray, join, root_cause
 from harness.distributed.executor import probe_sandbox
@@ -31,10 +37,13 @@ from harness.distributed.limiter import ClusterLimiter, ClusterLLMClient
 from harness.llm import AliasTable, EndpointLimits, LLMClient, RetryPolicy
 from harness.llm.aliases import AliasEntry
 from harness.sandbox import SandboxPool
-from harness.schema import Environment
+from harness.schema import Environment, Usage
 from synth.graph import ToolGraph
+from synth.pipeline import COST_STAGES, SynthEnvsConfig, _Run
 from synth.queries import QueryConfig, QuerySynthesizer
+from synth.records import Rejection, Theme
 from synth.scenarios import AttemptRecord, ScenarioSynthesisConfig, ScenarioSynthesizer
+from synth.stages import MemoryStageStore
 
 logger = logging.getLogger(__name__)
 
@@ -55,13 +64,20 @@ class AttemptUnit:
 
 
 @dataclass(frozen=True)
-class SynthPlan:
-    """What every synthesis executor gets once, at start."""
+class ThemeUnit:
+    """One theme to build, with the stage outputs the driver already has for it."""
 
-    kind: Kind
-    config: ScenarioSynthesisConfig | QueryConfig
-    environments: list[Environment]
-    graph: ToolGraph | None
+    position: int
+    theme: Theme
+    discovery_usage: Usage
+    stages: dict[tuple[str, str], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class ModelAccess:
+    """How an executor reaches models and runs code: the driver's aliases (resolved as the driver resolved
+    them), retry policy, limits and timeout, and the sandbox pool's size."""
+
     aliases: dict[str, AliasEntry]
     retry: RetryPolicy
     default_limits: EndpointLimits
@@ -69,55 +85,52 @@ class SynthPlan:
     sandbox_workers: int | None
 
 
-class SynthExecutor:
-    """Ray actor body (``ray.remote(SynthExecutor)``): runs attempts with its own sandbox pool and model client.
-    ``environment`` holds the variables the driver forwards (API keys named by the models' aliases)."""
+@dataclass(frozen=True)
+class AttemptPlan:
+    """What every attempt executor gets once, at start."""
 
-    def __init__(self, plan: SynthPlan, limiter: Any | None, environment: dict[str, str]) -> None:
+    kind: Kind
+    config: ScenarioSynthesisConfig | QueryConfig
+    environments: list[Environment]
+    graph: ToolGraph | None
+
+
+class _SynthExecutor:
+    """A synthesis executor's sandbox pool and model client, started once. ``environment`` holds the variables
+    the driver forwards (API keys named by the models' aliases); they are set here and never logged."""
+
+    def __init__(self, access: ModelAccess, limiter: Any | None, environment: dict[str, str]) -> None:
         os.environ.update(environment)
-        self.plan = plan
+        self.access = access
         self.limiter = limiter
-        self.environments = {e.id: e for e in plan.environments}
         self._pool: SandboxPool | None = None
         self._client: LLMClient | None = None
-        self._synthesizer: ScenarioSynthesizer | QuerySynthesizer | None = None
 
-    async def ready(self) -> str:
+    async def _services(self) -> tuple[SandboxPool, LLMClient]:
         """Start the sandbox pool and run one session in it, so a node that cannot confine the model's code is
-        known before any attempt is sent to it. Returns the node id."""
-        import ray
-
-        if self._synthesizer is None:
-            plan = self.plan
-            self._pool = SandboxPool(workers=plan.sandbox_workers)
-            await self._pool.start()
-            await probe_sandbox(self._pool)
+        known before any unit is sent to it; then the model client."""
+        if self._pool is None or self._client is None:
+            access = self.access
+            pool = SandboxPool(workers=access.sandbox_workers)
+            await pool.start()
+            self._pool = pool
+            await probe_sandbox(pool)
             self._client = ClusterLLMClient(
                 None,  # answers are not cached on executors: the driver alone writes the output folder
-                plan.default_limits,
-                retry=plan.retry,
-                timeout=plan.timeout,
-                aliases=AliasTable(plan.aliases, environ={}),
+                access.default_limits,
+                retry=access.retry,
+                timeout=access.timeout,
+                aliases=AliasTable(access.aliases, environ={}),
                 limiter=self.limiter,
             )
-            if isinstance(plan.config, QueryConfig):
-                assert plan.graph is not None
-                self._synthesizer = QuerySynthesizer(self._client, self._pool, plan.graph, plan.config)
-            else:
-                self._synthesizer = ScenarioSynthesizer(self._client, self._pool, plan.config)
-        return str(ray.get_runtime_context().get_node_id())
+        return self._pool, self._client
 
-    async def attempt(self, unit: AttemptUnit) -> bytes:
-        """Run one attempt; its journal record comes back as JSON."""
-        if self._synthesizer is None:
-            await self.ready()
-        synthesizer = self._synthesizer
-        if isinstance(synthesizer, QuerySynthesizer):
-            record = await synthesizer.attempt(unit.index, self.environments, unit.key)
-        else:
-            assert synthesizer is not None
-            record = await synthesizer.attempt(self.environments[unit.environment_id], unit.index)
-        return record.model_dump_json().encode()
+    async def ready(self) -> str:
+        """Start this executor's services; returns its node id."""
+        import ray
+
+        await self._services()
+        return str(ray.get_runtime_context().get_node_id())
 
     async def shutdown(self) -> None:
         if self._client is not None:
@@ -126,7 +139,60 @@ class SynthExecutor:
         if self._pool is not None:
             await self._pool.close()
             self._pool = None
-        self._synthesizer = None
+
+
+class AttemptExecutor(_SynthExecutor):
+    """Ray actor body for ``scenarios`` and ``queries``: runs attempts, returns their journal records as JSON."""
+
+    def __init__(
+        self, plan: AttemptPlan, access: ModelAccess, limiter: Any | None, environment: dict[str, str]
+    ) -> None:
+        super().__init__(access, limiter, environment)
+        self.plan = plan
+        self.environments = {e.id: e for e in plan.environments}
+        self._synthesizer: ScenarioSynthesizer | QuerySynthesizer | None = None
+
+    async def run(self, unit: AttemptUnit) -> bytes:
+        pool, client = await self._services()
+        if self._synthesizer is None:
+            plan = self.plan
+            if isinstance(plan.config, QueryConfig):
+                assert plan.graph is not None
+                self._synthesizer = QuerySynthesizer(client, pool, plan.graph, plan.config)
+            else:
+                self._synthesizer = ScenarioSynthesizer(client, pool, plan.config)
+        synthesizer = self._synthesizer
+        if isinstance(synthesizer, QuerySynthesizer):
+            record = await synthesizer.attempt(unit.index, self.environments, unit.key)
+        else:
+            record = await synthesizer.attempt(self.environments[unit.environment_id], unit.index)
+        return record.model_dump_json().encode()
+
+
+class EnvironmentExecutor(_SynthExecutor):
+    """Ray actor body for ``envs``: builds one theme's environment; returns it (or its rejection), what each
+    stage spent, and the stage outputs it computed, as JSON."""
+
+    def __init__(
+        self, config: SynthEnvsConfig, access: ModelAccess, limiter: Any | None, environment: dict[str, str]
+    ) -> None:
+        super().__init__(access, limiter, environment)
+        self.config = config
+
+    async def run(self, unit: ThemeUnit) -> bytes:
+        pool, client = await self._services()
+        store = MemoryStageStore(unit.stages)
+        build = _Run(self.config, client, pool, store)
+        item, costs = await build.build(unit.theme, unit.discovery_usage)
+        answer = {
+            "position": unit.position,
+            "environment": item.model_dump(mode="json") if isinstance(item, Environment) else None,
+            "rejection": item.model_dump(mode="json") if isinstance(item, Rejection) else None,
+            "costs": {stage: usage.model_dump(mode="json") for stage, usage in costs.items()},
+            "stages": [[stage, key, data] for stage, key, data in store.saved],
+            "fresh": build.fresh.model_dump(mode="json"),
+        }
+        return orjson.dumps(answer)
 
 
 @dataclass
@@ -168,26 +234,63 @@ class RaySynthesis:
         *,
         graph: ToolGraph | None = None,
     ) -> None:
-        """Join the cluster, check its nodes and start one executor on each; ``client`` is the driver's, whose
-        aliases and limits the executors take. Raises ``ClusterUnavailable`` (one line) before any attempt."""
+        """Start the attempt executors of ``scenarios`` or ``queries`` (see ``_start``)."""
+        models = [config.model, *([config.solve_with] if config.solve_with else [])]
+        plan = AttemptPlan(kind=kind, config=config, environments=environments, graph=graph)
+        await self._start(AttemptExecutor, plan, client, models, config.concurrency)
+
+    async def execute(self, units: list[AttemptUnit], on_record: Callable[[AttemptRecord], None]) -> None:
+        """Run every attempt once on the executors; ``on_record`` gets each finished one, in this process."""
+        await self._execute(list(units), lambda payload: on_record(AttemptRecord.model_validate_json(payload)))
+
+    async def build_environments(
+        self, run: _Run, themes: list[Theme], discovery_usage: list[Usage]
+    ) -> list[tuple[Environment | Rejection, dict[str, Usage]]]:
+        """Build each theme's environment on the executors; ``run`` is the driver's, whose stage store gets the
+        stage outputs the builds computed. Results come back in the order of ``themes``."""
+        if not themes:
+            return []
+        await self._start(EnvironmentExecutor, run.config, run.client, [run.config.model], run.config.concurrency)
+        built: dict[int, tuple[Environment | Rejection, dict[str, Usage]]] = {}
+
+        def arrived(payload: bytes) -> None:
+            answer = orjson.loads(payload)
+            for stage, key, data in answer["stages"]:
+                run.store.save(stage, key, data)
+            run.fresh.add(Usage.model_validate(answer["fresh"]))
+            item: Environment | Rejection
+            if answer["environment"] is not None:
+                item = Environment.model_validate(answer["environment"])
+            else:
+                item = Rejection.model_validate(answer["rejection"])
+            costs = {stage: Usage.model_validate(answer["costs"].get(stage) or {}) for stage in COST_STAGES}
+            built[answer["position"]] = item, costs
+
+        units = [
+            ThemeUnit(position, theme, usage, run.stored_stages(theme))
+            for position, (theme, usage) in enumerate(zip(themes, discovery_usage, strict=True))
+        ]
+        await self._execute(units, arrived)
+        return [built[position] for position in range(len(themes))]
+
+    async def _start(self, body: type, plan: Any, client: LLMClient, models: list[str], concurrency: int) -> None:
+        """Join the cluster, check its nodes and start one executor (``body``) on each; ``client`` is the
+        driver's, whose aliases and limits the executors take. Raises ``ClusterUnavailable`` (one line) before
+        any unit runs."""
         self.connect()
         ray = import_ray()
         nodes = alive_nodes()
         if not nodes:
             raise ClusterUnavailable(f"the Ray cluster at {self.address} has no alive node")
         nodes = await asyncio.to_thread(check_nodes, nodes, ["synth"])
-        models = sorted({config.model, *([config.solve_with] if config.solve_with else [])})
+        models = sorted(set(models))
         if client.default_limits.rpm or client.default_limits.tpm:
             self.limiter = (
                 ray.remote(ClusterLimiter)
                 .options(num_cpus=0, max_concurrency=LIMITER_MAX_CONCURRENCY, name=f"synth-limiter-{self._token}")
                 .remote()
             )
-        plan = SynthPlan(
-            kind=kind,
-            config=config,
-            environments=environments,
-            graph=graph,
+        access = ModelAccess(
             aliases=alias_entries_for(client, models),
             retry=client.retry,
             default_limits=client.default_limits,
@@ -198,21 +301,21 @@ class RaySynthesis:
         environment = {name: os.environ[name] for name in names if name in os.environ}
         if environment:
             logger.info("executors get these variables from the driver: %s", ", ".join(sorted(environment)))
-        self.concurrency = config.concurrency
+        self.concurrency = concurrency
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         for number, node in enumerate(nodes, start=1):
             name = f"synth-executor-{self._token}-{number}"
             actor = (
-                ray.remote(SynthExecutor)
+                ray.remote(body)
                 .options(
                     name=name,
                     num_cpus=0,
                     max_restarts=0,
-                    max_concurrency=config.concurrency + 8,
+                    max_concurrency=concurrency + 8,
                     scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False),
                 )
-                .remote(plan, self.limiter, environment)
+                .remote(plan, access, self.limiter, environment)
             )
             label = f"{node['NodeManagerAddress']} ({node['NodeID'][:8]})"
             self.executors.append(_Executor(name=name, actor=actor, node=label))
@@ -240,23 +343,23 @@ class RaySynthesis:
                 f"node {executor.node}: the sandbox cannot start there: {root_cause(exc)}"
             ) from None
 
-    async def execute(self, units: list[AttemptUnit], on_record: Callable[[AttemptRecord], None]) -> None:
-        """Run every unit once on the executors; ``on_record`` gets each finished attempt, in this process."""
+    async def _execute(self, units: list[Any], on_result: Callable[[bytes], None]) -> None:
+        """Run every unit once on the executors; ``on_result`` gets each unit's answer, in this process."""
         ray = import_ray()
         queue = deque(units)
-        running: dict[asyncio.Future[bytes], tuple[AttemptUnit, _Executor]] = {}
+        running: dict[asyncio.Future[bytes], tuple[Any, _Executor]] = {}
         try:
             while queue or running:
                 alive = [e for e in self.executors if e.alive]
                 if not alive and not running:
                     raise ClusterUnavailable(
-                        f"no synthesis executor is left on the cluster; {len(queue)} attempts did not run: "
+                        f"no synthesis executor is left on the cluster; {len(queue)} units did not run: "
                         "run again over the same --out once nodes are back"
                     )
                 while queue and alive and len(running) < self.concurrency * len(alive):
                     executor = min(alive, key=lambda e: e.load)
                     unit = queue.popleft()
-                    running[asyncio.wrap_future(executor.actor.attempt.remote(unit).future())] = (unit, executor)
+                    running[asyncio.wrap_future(executor.actor.run.remote(unit).future())] = (unit, executor)
                     executor.load += 1
                 done, _ = await asyncio.wait(set(running), return_when=asyncio.FIRST_COMPLETED)
                 for future in done:
@@ -270,7 +373,7 @@ class RaySynthesis:
                         queue.appendleft(unit)
                         self._lose(executor, exc)
                         continue
-                    on_record(AttemptRecord.model_validate_json(payload))
+                    on_result(payload)
         finally:
             for future in running:
                 future.cancel()
@@ -280,7 +383,7 @@ class RaySynthesis:
             return
         executor.alive = False
         logger.warning(
-            "executor %s on node %s was lost (%s); its unfinished attempts are re-queued",
+            "executor %s on node %s was lost (%s); its unfinished units are re-queued",
             executor.name,
             executor.node,
             type(error).__name__,

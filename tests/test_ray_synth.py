@@ -14,6 +14,7 @@ import orjson
 
 from harness.library import load_library
 from tests.doubles.mock_openai import MockOpenAIServer, PolicyRequest
+from tests.doubles.scripted_synth import ScriptedSynthModel
 from tests.ray_cluster import cli
 from tests.test_synth_scen_e2e import ScriptedQueryModel, ScriptedScenarioWriter, ScriptedTeacher
 
@@ -138,3 +139,54 @@ def test_an_unreachable_cluster_is_one_line_before_any_work(tmp_path):
     lines = [line for line in stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "cannot reach a Ray cluster at 127.0.0.1:9" in lines[0], stderr
     assert not out.exists()
+
+
+TASKS = [
+    "Please cancel my parking permit P-1, I moved to another city.",
+    "Cancel the parking permit P-2 for me, I sold the car.",
+    "What is 17 times 23?",
+]
+
+
+def environments_output(out: Path) -> dict[str, Any]:
+    """What ``synth envs`` wrote, without creation times and model latencies."""
+    environments = {}
+    for path in sorted((out / "environments").glob("*.json")):
+        record = orjson.loads(path.read_bytes())
+        record["provenance"].pop("created_at", None)
+        costs = record["provenance"]["details"]["costs"]
+        record["provenance"]["details"]["costs"] = {stage: counts(usage) for stage, usage in costs.items()}
+        environments[path.name] = record
+    code = {path.name: path.read_text() for path in sorted((out / "environments").glob("*.py"))}
+    costs = orjson.loads((out / "costs.json").read_bytes())
+    return {
+        "environments": environments,
+        "code": code,
+        "rejected": (out / "rejected.jsonl").read_text(),
+        "themes": (out / "themes.json").read_text(),
+        "stages": sorted(str(p.relative_to(out)) for p in (out / "stages").rglob("*.json")),
+        "cost totals": counts(costs["total"]),
+    }
+
+
+def test_envs_over_the_cluster_match_a_local_run_and_resume_without_work(ray_cluster, tmp_path):
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("".join(orjson.dumps({"task": task}).decode() + "\n" for task in TASKS))
+    mock = MockOpenAIServer(record_bodies=False)
+    with mock.running_in_thread():
+        env = serve_models(tmp_path, mock, {"builder": ScriptedSynthModel()})
+        common = ["synth", "envs", "--from", str(tasks), "--model", "mock-builder", "--rounds", "9"]
+        common += ["--concurrency", "4", "--workers", "1", "--no-cache"]
+        outputs = {}
+        for name, extra in (("local", []), ("ray", ["--ray", ray_cluster.address])):
+            code, stdout, stderr = run([*common, "--out", str(tmp_path / name), *extra], env)
+            assert code == 0, stdout + stderr
+            outputs[name] = environments_output(tmp_path / name)
+        assert outputs["ray"] == outputs["local"]
+        assert len(outputs["local"]["code"]) == 1 and outputs["local"]["stages"]
+
+        requests = len(mock.chat_requests())
+        code, stdout, stderr = run([*common, "--out", str(tmp_path / "ray"), "--ray", ray_cluster.address], env)
+        assert code == 0, stdout + stderr
+        assert len(mock.chat_requests()) == requests  # every stage was on disk: no model call
+        assert environments_output(tmp_path / "ray") == outputs["ray"]
