@@ -32,7 +32,7 @@ import orjson
 
 from harness.distributed.backend import alias_entries_for, forwarded_variables
 from harness.distributed.cluster import ClusterUnavailable, alive_nodes, check_nodes, import_ray, join, root_cause
-from harness.distributed.executor import probe_sandbox
+from harness.distributed.executor import ExecutorStatus, probe_sandbox
 from harness.distributed.limiter import ClusterLimiter, ClusterLLMClient
 from harness.llm import AliasTable, EndpointLimits, LLMClient, RetryPolicy
 from harness.llm.aliases import AliasEntry
@@ -125,12 +125,13 @@ class _SynthExecutor:
             )
         return self._pool, self._client
 
-    async def ready(self) -> str:
-        """Start this executor's services; returns its node id."""
+    async def ready(self) -> ExecutorStatus:
+        """Start this executor's services; returns where it runs and the confinement layers missing there."""
         import ray
 
-        await self._services()
-        return str(ray.get_runtime_context().get_node_id())
+        pool, _ = await self._services()
+        missing = tuple(f"{layer['name']} ({layer['detail']})" for layer in pool.missing_layers)
+        return ExecutorStatus(node_id=ray.get_runtime_context().get_node_id(), pid=os.getpid(), missing_layers=missing)
 
     async def shutdown(self) -> None:
         if self._client is not None:
@@ -333,7 +334,9 @@ class RaySynthesis:
     async def _ready(self, executor: _Executor) -> None:
         ray = import_ray()
         try:
-            await asyncio.wait_for(asyncio.wrap_future(executor.actor.ready.remote().future()), READY_TIMEOUT_S)
+            status: ExecutorStatus = await asyncio.wait_for(
+                asyncio.wrap_future(executor.actor.ready.remote().future()), READY_TIMEOUT_S
+            )
         except TimeoutError:
             raise ClusterUnavailable(
                 f"node {executor.node}: no synthesis executor started there within {READY_TIMEOUT_S:.0f}s"
@@ -342,6 +345,12 @@ class RaySynthesis:
             raise ClusterUnavailable(
                 f"node {executor.node}: the sandbox cannot start there: {root_cause(exc)}"
             ) from None
+        if status.missing_layers:
+            logger.warning(
+                "node %s runs the model's code without: %s (see `harness doctor` there)",
+                executor.node,
+                ", ".join(status.missing_layers),
+            )
 
     async def _execute(self, units: list[Any], on_result: Callable[[bytes], None]) -> None:
         """Run every unit once on the executors; ``on_result`` gets each unit's answer, in this process."""

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.ray_cluster import cli
+from tests.ray_cluster import ROOT, cli
 
 
 @pytest.fixture
@@ -62,3 +62,18 @@ def test_hub_code_is_refused_on_a_node_without_seccomp_before_any_episode(
     assert "seccomp" in lines[0] and "--allow-weak-sandbox" in lines[0], lines[0]
     assert "Traceback" not in stdout + stderr
     assert not (out / "results.jsonl").exists() or not (out / "results.jsonl").read_bytes()
+
+
+def test_a_node_without_seccomp_is_named_once_when_local_code_runs_there(ray_cluster, weak_node, tmp_path):
+    from harness.library import load_library
+
+    seed = load_library()
+    scenarios = len(seed.scenarios_for("banking"))
+    out = tmp_path / "run"
+    args = ["run", "--envs", "datasets/seed", "--env", "banking", "--agent", "oracle", "--out", str(out)]
+    process = cli([*args, "--workers", "1", "--ray", ray_cluster.address], {}, cwd=str(ROOT))
+    stdout, stderr = process.communicate(timeout=300)
+    assert process.returncode == 0, stdout + stderr
+    label = f"node {weak_node.node_ip_address} ({weak_node.node_id[:8]}) runs environment code without: seccomp"
+    assert sum(label in line for line in stderr.splitlines()) == 1, stderr
+    assert len((out / "results.jsonl").read_bytes().splitlines()) == scenarios

@@ -91,6 +91,8 @@ class EpisodeTicket:
 class ExecutorStatus:
     node_id: str
     pid: int
+    missing_layers: tuple[str, ...] = ()
+    """Confinement layers the sandbox runs without on this node, each as ``name (why)``."""
 
 
 class EpisodeExecutor:
@@ -129,7 +131,8 @@ class EpisodeExecutor:
                 limiter=self.limiter,
             )
             await self._probe_sandbox(self._pool)
-        return ExecutorStatus(node_id=ray.get_runtime_context().get_node_id(), pid=os.getpid())
+        missing = tuple(f"{layer['name']} ({layer['detail']})" for layer in self._pool.missing_layers)
+        return ExecutorStatus(node_id=ray.get_runtime_context().get_node_id(), pid=os.getpid(), missing_layers=missing)
 
     async def _probe_sandbox(self, pool: SandboxPool) -> None:
         await probe_sandbox(pool)
