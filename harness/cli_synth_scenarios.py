@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -78,7 +78,8 @@ def cluster_for(ray: str | None, workers: int) -> Any:
     return cluster
 
 
-def refuse(exc: Exception) -> None:
+def refuse(exc: Exception) -> NoReturn:
+    """One line on stderr, exit status 2."""
     err_console.print(Text.assemble(("error:", "bold red"), f" {exc}"), soft_wrap=True)
     raise typer.Exit(2) from None
 
@@ -92,7 +93,6 @@ async def _synthesize(cluster: Any, work: Any) -> SynthesisReport:
         return report
     except ClusterUnavailable as exc:
         refuse(exc)
-        raise
     finally:
         if cluster is not None:
             await cluster.close()
