@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 
 from harness.library import load_library
 from tests.doubles.mock_openai import MockOpenAIServer, PolicyRequest
@@ -131,9 +132,13 @@ def test_queries_over_the_cluster_match_a_local_run(ray_cluster, tmp_path):
     assert outputs["local"]["report"]["attempted"] == 4
 
 
-def test_an_unreachable_cluster_is_one_line_before_any_work(tmp_path):
+@pytest.mark.parametrize("command", ["scenarios", "envs"])
+def test_an_unreachable_cluster_is_one_line_before_any_work(command, tmp_path):
     out = tmp_path / "out"
-    args = ["synth", "scenarios", "--env", ENVIRONMENT, "--model", "nobody/never-called", "--out", str(out)]
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(orjson.dumps({"task": TASKS[0]}).decode() + "\n")
+    given = ["--env", ENVIRONMENT] if command == "scenarios" else ["--from", str(tasks)]
+    args = ["synth", command, *given, "--model", "nobody/never-called", "--out", str(out)]
     code, stdout, stderr = run([*args, "--ray", "127.0.0.1:9"], {})
     assert code == 2, stdout + stderr
     lines = [line for line in stderr.splitlines() if line.strip()]
