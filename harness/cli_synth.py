@@ -50,8 +50,17 @@ def envs_command(
     workers: Annotated[int, typer.Option(help="Sandbox zygotes (fork servers; default 1).")] = 0,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not cache model answers under OUT.")] = False,
     timeout: Annotated[float, typer.Option(help="Seconds one model request may take.", min=0.001)] = 120.0,
+    ray: Annotated[
+        str | None,
+        typer.Option(
+            help="Build each theme's environment on a Ray cluster: HOST:PORT or ray://HOST:PORT to join one, "
+            "'auto' for the cluster this machine belongs to; alone, start a local one. This process still writes OUT."
+        ),
+    ] = None,
 ) -> None:
     """Build environments from a task set: discover, plan, model, assess and repair, validate."""
+    from harness.cli_synth_scenarios import cluster_for, refuse
+    from harness.distributed.cluster import ClusterUnavailable
     from synth.costs import UnknownPriceModel
     from synth.discovery import TaskSourceError
     from synth.pipeline import SynthEnvsConfig, synthesize_environments
@@ -78,11 +87,22 @@ def envs_command(
         cache_answers=not no_cache,
         timeout=timeout,
     )
+    cluster = cluster_for(ray, workers)
+
+    async def run() -> SynthEnvsResult:
+        try:
+            return await synthesize_environments(config, cluster=cluster)
+        finally:
+            if cluster is not None:
+                await cluster.close()
+
     try:
-        result = asyncio.run(synthesize_environments(config))
+        result = asyncio.run(run())
     except (TaskSourceError, UnknownPriceModel) as exc:
         err_console.print(Text.assemble(("error:", "bold red"), " ", str(exc)), soft_wrap=True)
         raise typer.Exit(2) from None
+    except ClusterUnavailable as exc:
+        refuse(exc)
     print_envs_result(result, out)
 
 

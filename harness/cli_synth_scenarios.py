@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -23,6 +23,14 @@ console = Console()
 err_console = Console(stderr=True)
 
 DEFAULT_SIMILARITY = 0.92  # synth.dedup.DEFAULT_SIMILARITY, without importing synth at CLI start-up
+
+RayOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Run the attempts on a Ray cluster: HOST:PORT or ray://HOST:PORT to join one, 'auto' for the cluster "
+        "this machine belongs to; alone, start a local one. This process still writes OUT."
+    ),
+]
 
 EnvsOption = Annotated[
     str | None, typer.Option("--envs", help="Environments: a folder or Hub id (default: seed library).")
@@ -53,6 +61,41 @@ def _environments(envs: str | None, only: list[str] | None) -> tuple[list[Any], 
         err_console.print(Text.assemble(("error:", "bold red"), " no environments found"))
         raise typer.Exit(2)
     return environments, samples
+
+
+def cluster_for(ray: str | None, workers: int) -> Any:
+    """The cluster the attempts run on (joined now, before any work), or None for a local run."""
+    if ray is None:
+        return None
+    from harness.distributed import ClusterUnavailable
+    from synth.distributed import RaySynthesis
+
+    cluster = RaySynthesis(ray, sandbox_workers=workers or None)
+    try:
+        cluster.connect()
+    except ClusterUnavailable as exc:
+        refuse(exc)
+    return cluster
+
+
+def refuse(exc: Exception) -> NoReturn:
+    """One line on stderr, exit status 2."""
+    err_console.print(Text.assemble(("error:", "bold red"), f" {exc}"), soft_wrap=True)
+    raise typer.Exit(2) from None
+
+
+async def _synthesize(cluster: Any, work: Any) -> SynthesisReport:
+    """Await ``work`` and close ``cluster`` after it; a refusal of the cluster is one line and exit status 2."""
+    from harness.distributed import ClusterUnavailable
+
+    try:
+        report: SynthesisReport = await work
+        return report
+    except ClusterUnavailable as exc:
+        refuse(exc)
+    finally:
+        if cluster is not None:
+            await cluster.close()
 
 
 def print_report(report: SynthesisReport, out: Path, what: str) -> None:
@@ -104,6 +147,7 @@ def register(synth_app: typer.Typer) -> None:
         workers: Annotated[int, typer.Option(help="Sandbox zygotes (fork servers; default 1).")] = 0,
         no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not cache model answers under OUT.")] = False,
         timeout: Annotated[float, typer.Option(help="Seconds one model request may take.", min=0.001)] = 120.0,
+        ray: RayOption = None,
     ) -> None:
         """Initial states, tasks, user profiles and check functions for each environment, gated."""
         from harness.sandbox import SandboxPool
@@ -123,9 +167,15 @@ def register(synth_app: typer.Typer) -> None:
             embedding_model=embedding_model,
         )
 
+        cluster = cluster_for(ray, workers)
+
         async def run() -> SynthesisReport:
-            client = _client(out, concurrency, rpm, tpm, not no_cache, timeout)
+            # over Ray, answers are not cached: executors cannot write into OUT, whose one writer is this process
+            client = _client(out, concurrency, rpm, tpm, not no_cache and cluster is None, timeout)
             try:
+                if cluster is not None:
+                    work = synthesize_scenarios(environments, config, out, client=client, cluster=cluster)
+                    return await _synthesize(cluster, work)
                 async with SandboxPool(workers=workers or None) as pool:
                     return await synthesize_scenarios(environments, config, out, client=client, pool=pool)
             finally:
@@ -242,6 +292,7 @@ def register(synth_app: typer.Typer) -> None:
         workers: Annotated[int, typer.Option(help="Sandbox zygotes (fork servers; default 1).")] = 0,
         no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not cache model answers under OUT.")] = False,
         timeout: Annotated[float, typer.Option(help="Seconds one model request may take.", min=0.001)] = 120.0,
+        ray: RayOption = None,
     ) -> None:
         """Sample tool chains on the graph, execute them, and turn them into multi-turn natural requests."""
         from harness.sandbox import SandboxPool
@@ -273,9 +324,15 @@ def register(synth_app: typer.Typer) -> None:
             ),
         )
 
+        cluster = cluster_for(ray, workers)
+
         async def run() -> SynthesisReport:
-            client = _client(out, concurrency, rpm, tpm, not no_cache, timeout)
+            # over Ray, answers are not cached: executors cannot write into OUT, whose one writer is this process
+            client = _client(out, concurrency, rpm, tpm, not no_cache and cluster is None, timeout)
             try:
+                if cluster is not None:
+                    work = synthesize_queries(environments, tool_graph, config, out, client=client, cluster=cluster)
+                    return await _synthesize(cluster, work)
                 async with SandboxPool(workers=workers or None) as pool:
                     return await synthesize_queries(environments, tool_graph, config, out, client=client, pool=pool)
             finally:

@@ -15,7 +15,7 @@ import re
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
@@ -42,6 +42,9 @@ from synth.planning import plan_environment
 from synth.records import AssessmentReport, EnvironmentPlan, ModelingResult, Rejection, TaskOutcome, Theme
 from synth.stages import StageStore, content_key
 from synth.templates import load_template, prompt_versions
+
+if TYPE_CHECKING:
+    from synth.distributed import RaySynthesis
 
 logger = logging.getLogger(__name__)
 
@@ -101,11 +104,13 @@ def _usage_dump(usage: Usage) -> dict[str, Any]:
 
 
 class _Run:
-    def __init__(self, config: SynthEnvsConfig, client: LLMClient, pool: SandboxPool):
+    def __init__(
+        self, config: SynthEnvsConfig, client: LLMClient, pool: SandboxPool | None, store: StageStore | None = None
+    ):
         self.config = config
         self.client = client
-        self.pool = pool
-        self.store = StageStore(config.out)
+        self._pool = pool
+        self.store = store or StageStore(config.out)
         self.asker = Asker(
             client,
             ModelSettings(model=config.model, temperature=config.temperature, max_tokens=config.max_tokens),
@@ -114,6 +119,12 @@ class _Run:
         self.limit = asyncio.Semaphore(config.concurrency)
         self.fresh = Usage()
         self.versions = prompt_versions()
+
+    @property
+    def pool(self) -> SandboxPool:
+        if self._pool is None:
+            raise RuntimeError("this run plans only: its environments are built elsewhere")
+        return self._pool
 
     def _versions(self, *names: str) -> dict[str, str]:
         return {name: load_template(name).version for name in names}
@@ -169,8 +180,8 @@ class _Run:
 
     # ----------------------------------------------------------------------------- one environment
 
-    async def plan(self, theme: Theme) -> dict[str, Any]:
-        key = content_key(
+    def plan_key(self, theme: Theme) -> str:
+        return content_key(
             "planning",
             theme.model_dump(mode="json"),
             self.config.model,
@@ -178,6 +189,59 @@ class _Run:
             self._versions("plan_environment"),
             self.config.answer_retries,
         )
+
+    def model_key(self, plan_key: str) -> str:
+        return content_key(
+            "modeling",
+            plan_key,
+            self.config.model,
+            self.config.temperature,
+            self._versions("write_method", "initial_state"),
+            self.config.method_attempts,
+        )
+
+    def assess_key(self, plan_key: str, modeled: ModelingResult) -> str:
+        return content_key(
+            "assessment",
+            plan_key,
+            modeled.code,
+            modeled.initial_state,
+            self.config.model,
+            self.config.temperature,
+            self.config.rounds,
+            self.config.threshold,
+            self.config.tests_per_tool,
+            self.config.repairs,
+            self.config.method_attempts,
+            self._versions("test_call", "check_call", "write_method"),
+        )
+
+    def stored_stages(self, theme: Theme) -> dict[tuple[str, str], dict[str, Any]]:
+        """The stage outputs of ``theme`` already on disk (planning, then modeling, then assessment): what a
+        build elsewhere needs to skip finished work."""
+        found: dict[tuple[str, str], dict[str, Any]] = {}
+        plan_key = self.plan_key(theme)
+        planned = self.store.load("planning", plan_key)
+        if planned is None:
+            return found
+        found["planning", plan_key] = planned
+        if planned.get("plan") is None:
+            return found
+        model_key = self.model_key(plan_key)
+        modeled = self.store.load("modeling", model_key)
+        if modeled is None:
+            return found
+        found["modeling", model_key] = modeled
+        result = ModelingResult.model_validate({k: v for k, v in modeled.items() if k != "usage"})
+        if result.ok:
+            assess_key = self.assess_key(plan_key, result)
+            assessed = self.store.load("assessment", assess_key)
+            if assessed is not None:
+                found["assessment", assess_key] = assessed
+        return found
+
+    async def plan(self, theme: Theme) -> dict[str, Any]:
+        key = self.plan_key(theme)
 
         async def compute(usage: Usage) -> dict[str, Any]:
             try:
@@ -191,14 +255,7 @@ class _Run:
         return data
 
     async def model(self, plan: EnvironmentPlan, plan_key: str, env_id: str) -> tuple[ModelingResult, Usage]:
-        key = content_key(
-            "modeling",
-            plan_key,
-            self.config.model,
-            self.config.temperature,
-            self._versions("write_method", "initial_state"),
-            self.config.method_attempts,
-        )
+        key = self.model_key(plan_key)
 
         async def compute(usage: Usage) -> dict[str, Any]:
             result = await self._model(plan, env_id, usage)
@@ -250,20 +307,7 @@ class _Run:
     async def assess(
         self, plan: EnvironmentPlan, theme: Theme, modeled: ModelingResult, plan_key: str
     ) -> dict[str, Any]:
-        key = content_key(
-            "assessment",
-            plan_key,
-            modeled.code,
-            modeled.initial_state,
-            self.config.model,
-            self.config.temperature,
-            self.config.rounds,
-            self.config.threshold,
-            self.config.tests_per_tool,
-            self.config.repairs,
-            self.config.method_attempts,
-            self._versions("test_call", "check_call", "write_method"),
-        )
+        key = self.assess_key(plan_key, modeled)
 
         async def compute(usage: Usage) -> dict[str, Any]:
             repair_usage = Usage()
@@ -445,9 +489,16 @@ def _write_jsonl(path: Path, records: list[BaseModel]) -> None:
 
 
 async def synthesize_environments(
-    config: SynthEnvsConfig, *, client: LLMClient | None = None, pool: SandboxPool | None = None
+    config: SynthEnvsConfig,
+    *,
+    client: LLMClient | None = None,
+    pool: SandboxPool | None = None,
+    cluster: RaySynthesis | None = None,
 ) -> SynthEnvsResult:
-    """Run (or resume) environment synthesis; see the module docstring for what lands in ``config.out``."""
+    """Run (or resume) environment synthesis; see the module docstring for what lands in ``config.out``.
+
+    With ``cluster``, each theme's environment is built (planned, modeled, assessed, validated) on the cluster's
+    executors; this process discovers tasks, merges themes, and is the only writer of ``config.out``."""
     price_for(config.price_model)  # an unknown price model fails before any token is spent
     started = asyncio.get_running_loop().time()
     tasks = await asyncio.to_thread(load_tasks, config.source, config.column, config.max_tasks)  # before any output
@@ -458,23 +509,25 @@ async def synthesize_environments(
         default_limits=EndpointLimits(concurrency=config.concurrency, rpm=config.rpm, tpm=None),
         timeout=config.timeout,
     )
-    own_pool = pool is None
-    sandbox = pool or SandboxPool(workers=config.sandbox_workers)
+    own_pool = pool is None and cluster is None
+    sandbox = SandboxPool(workers=config.sandbox_workers) if own_pool else pool
     try:
-        if own_pool:
+        if own_pool and sandbox is not None:
             await sandbox.start()
         run = _Run(config, llm, sandbox)
         discovered = await asyncio.gather(*(run.discover(task) for task in tasks))
         outcomes = [outcome for outcome, _ in discovered]
         usage_by_task = {outcome.task: usage for outcome, usage in discovered}
         themes = (await run.themes(outcomes))[: config.max_envs]
-        built = await asyncio.gather(
-            *(run.build(theme, _sum(usage_by_task.get(t, Usage()) for t in theme.tasks)) for theme in themes)
-        )
+        theme_usage = [_sum(usage_by_task.get(t, Usage()) for t in theme.tasks) for theme in themes]
+        if cluster is not None:
+            built = await cluster.build_environments(run, themes, theme_usage)
+        else:
+            built = list(await asyncio.gather(*(run.build(t, u) for t, u in zip(themes, theme_usage, strict=True))))
     finally:
         if own_client:
             await llm.aclose()
-        if own_pool:
+        if own_pool and sandbox is not None:
             await sandbox.close()
     accepted = [item for item, _ in built if isinstance(item, Environment)]
     rejected = [item for item, _ in built if isinstance(item, Rejection)]

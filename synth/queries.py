@@ -62,6 +62,7 @@ from synth.verification import minimize_reference, verify_by_rollouts
 
 if TYPE_CHECKING:
     from harness.llm import LLMClient
+    from synth.distributed import RaySynthesis
 
 logger = logging.getLogger(__name__)
 
@@ -600,25 +601,38 @@ async def synthesize_queries(
     out: Path,
     *,
     client: LLMClient,
-    pool: SandboxPool,
+    pool: SandboxPool | None = None,
+    cluster: RaySynthesis | None = None,
 ) -> SynthesisReport:
-    """Sample ``config.chains`` chains (seeds ``seed``, ``seed + 1``, …) and turn each into a scenario; resumable."""
+    """Sample ``config.chains`` chains (seeds ``seed``, ``seed + 1``, …) and turn each into a scenario; resumable.
+
+    Chains run here in ``pool``, or with ``cluster`` on its executors (this process still plans them and is the
+    only writer of ``out``)."""
     out.mkdir(parents=True, exist_ok=True)
     by_id = {e.id: e for e in environments}
     sampling = config.sampling
     known = [e for e in (sampling.environments or graph.environment_ids) if e in by_id]
     config = config.model_copy(update={"sampling": sampling.model_copy(update={"environments": known})})
-    synthesizer = QuerySynthesizer(client, pool, graph, config)
+    synthesizer = QuerySynthesizer(client, pool, graph, config)  # type: ignore[arg-type]  # no pool: plans only
     journal = Journal(out / "attempts.jsonl")
     limit = asyncio.Semaphore(config.concurrency)
     keys = {seed: synthesizer.key(seed, by_id) for seed in range(config.seed, config.seed + config.chains)}
+    pending = [seed for seed, key in keys.items() if key not in journal]
 
     async def run(seed: int) -> None:
         async with limit:
             record = await synthesizer.attempt(seed, by_id, keys[seed])
         journal.append(record)
 
-    await asyncio.gather(*(run(seed) for seed, key in keys.items() if key not in journal))
+    if cluster is not None and pending:
+        from synth.distributed import AttemptUnit
+
+        await cluster.start("queries", config, list(environments), client, graph=graph)
+        await cluster.execute([AttemptUnit("", seed, keys[seed]) for seed in pending], journal.append)
+    elif cluster is None:
+        if pool is None:
+            raise ValueError("synthesize_queries needs a sandbox pool or a cluster")
+        await asyncio.gather(*(run(seed) for seed in pending))
     records = [journal.records[k] for k in keys.values() if k in journal]
     return await finish_synthesis(
         out, environments, records, config.price_model, config.dedup_similarity, config.embedding_model

@@ -53,6 +53,7 @@ from synth.templates import allowed_modules_text, load_template
 if TYPE_CHECKING:
     from harness.llm import LLMClient
     from harness.schema import Trajectory
+    from synth.distributed import RaySynthesis
 
 logger = logging.getLogger(__name__)
 
@@ -467,12 +468,16 @@ async def synthesize_scenarios(
     out: Path,
     *,
     client: LLMClient,
-    pool: SandboxPool,
+    pool: SandboxPool | None = None,
+    cluster: RaySynthesis | None = None,
 ) -> SynthesisReport:
-    """Run (or resume) scenario synthesis into ``out``; returns the report over every attempt in the journal."""
+    """Run (or resume) scenario synthesis into ``out``; returns the report over every attempt in the journal.
+
+    Attempts run here in ``pool``, or with ``cluster`` on its executors (this process still plans them and is
+    the only writer of ``out``)."""
     out.mkdir(parents=True, exist_ok=True)
     journal = Journal(out / "attempts.jsonl")
-    synthesizer = ScenarioSynthesizer(client, pool, config)
+    synthesizer = ScenarioSynthesizer(client, pool, config)  # type: ignore[arg-type]  # no pool: plans only
     limit = asyncio.Semaphore(config.concurrency)
     jobs = []
     keys = []
@@ -481,17 +486,27 @@ async def synthesize_scenarios(
             key = synthesizer.key(environment, index)
             keys.append(key)
             if key not in journal:
-                jobs.append((environment, index))
+                jobs.append((environment, index, key))
+
+    def journaled(record: AttemptRecord) -> None:
+        journal.append(record)
+        outcome = "accepted" if record.accepted else f"rejected ({record.rejected_by})"
+        logger.info("%s #%d: %s", record.environment_id, record.index, outcome)
 
     async def run(environment: Environment, index: int) -> None:
         async with limit:
             record = await synthesizer.attempt(environment, index)
-        journal.append(record)
-        logger.info(
-            "%s #%d: %s", environment.id, index, "accepted" if record.accepted else f"rejected ({record.rejected_by})"
-        )
+        journaled(record)
 
-    await asyncio.gather(*(run(environment, index) for environment, index in jobs))
+    if cluster is not None and jobs:
+        from synth.distributed import AttemptUnit
+
+        await cluster.start("scenarios", config, list(environments), client)
+        await cluster.execute([AttemptUnit(e.id, index, key) for e, index, key in jobs], journaled)
+    elif cluster is None:
+        if pool is None:
+            raise ValueError("synthesize_scenarios needs a sandbox pool or a cluster")
+        await asyncio.gather(*(run(environment, index) for environment, index, _ in jobs))
     records = [journal.records[k] for k in keys if k in journal]
     return await finish_synthesis(
         out, environments, records, config.price_model, config.dedup_similarity, config.embedding_model

@@ -111,6 +111,7 @@ class RayBackend:
         self._max_concurrency = 1000
         self._replacing: set[asyncio.Task[None]] = set()
         self._started = 0
+        self._weak_nodes_reported: set[str] = set()
 
     async def start(self, job: EpisodeJob) -> ClusterInfo:
         began = time.monotonic()
@@ -239,6 +240,13 @@ class RayBackend:
                 f"node {executor.node}: the sandbox cannot start there: {root_cause(exc)}"
             ) from None
         executor.node_id, executor.pid = status.node_id, status.pid
+        if status.missing_layers and executor.node_id not in self._weak_nodes_reported:
+            self._weak_nodes_reported.add(executor.node_id)
+            logger.warning(
+                "node %s runs environment code without: %s (see `harness doctor` there)",
+                executor.node,
+                ", ".join(status.missing_layers),
+            )
 
     async def execute(
         self, specs: list[EpisodeSpec], *, run_id: str, in_flight: int, on_result: Callable[[Trajectory], None]

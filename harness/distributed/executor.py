@@ -44,6 +44,18 @@ PROBE_ENVIRONMENT = Environment(
 )
 
 
+async def probe_sandbox(pool: SandboxPool) -> None:
+    """One session of a known-good environment through the whole sandbox path: start, call, state, close."""
+    session = await pool.open_session(PROBE_ENVIRONMENT, {"count": 0}, seed=0)
+    try:
+        observation, _ = await session.call(ToolCall(id="probe", name="bump", arguments={}))
+        state = await session.state()
+    finally:
+        await session.close()
+    if state.get("count") != 1:
+        raise SandboxError(f"the probe environment answered {observation!r} and ended in state {state!r}")
+
+
 @dataclass(frozen=True)
 class ExecutorPlan:
     """What every executor of a run gets once, at start (the library travels separately, by reference)."""
@@ -79,6 +91,8 @@ class EpisodeTicket:
 class ExecutorStatus:
     node_id: str
     pid: int
+    missing_layers: tuple[str, ...] = ()
+    """Confinement layers the sandbox runs without on this node, each as ``name (why)``."""
 
 
 class EpisodeExecutor:
@@ -117,18 +131,11 @@ class EpisodeExecutor:
                 limiter=self.limiter,
             )
             await self._probe_sandbox(self._pool)
-        return ExecutorStatus(node_id=ray.get_runtime_context().get_node_id(), pid=os.getpid())
+        missing = tuple(f"{layer['name']} ({layer['detail']})" for layer in self._pool.missing_layers)
+        return ExecutorStatus(node_id=ray.get_runtime_context().get_node_id(), pid=os.getpid(), missing_layers=missing)
 
     async def _probe_sandbox(self, pool: SandboxPool) -> None:
-        """One session of a known-good environment through the whole sandbox path: start, call, state, close."""
-        session = await pool.open_session(PROBE_ENVIRONMENT, {"count": 0}, seed=0)
-        try:
-            observation, _ = await session.call(ToolCall(id="probe", name="bump", arguments={}))
-            state = await session.state()
-        finally:
-            await session.close()
-        if state.get("count") != 1:
-            raise SandboxError(f"the probe environment answered {observation!r} and ended in state {state!r}")
+        await probe_sandbox(pool)
 
     async def run(self, ticket: EpisodeTicket, run_id: str) -> bytes:
         """Run one episode; the trajectory comes back as its JSON line."""

@@ -1,0 +1,197 @@
+"""``harness synth scenarios|queries --ray``: attempts on the test cluster's executors give the local outputs,
+the driver alone writes the output folder, a re-run over it does nothing twice, and a cluster that cannot be
+reached is one line before any work.
+
+The scripted models of ``tests.test_synth_scen_e2e`` answer behind the mock OpenAI-compatible server, so the
+executors' own model clients reach them over HTTP exactly as the driver's does."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from harness.library import load_library
+from tests.doubles.mock_openai import MockOpenAIServer, PolicyRequest
+from tests.doubles.scripted_synth import ScriptedSynthModel
+from tests.ray_cluster import cli
+from tests.test_synth_scen_e2e import ScriptedQueryModel, ScriptedScenarioWriter, ScriptedTeacher
+
+ENVIRONMENT = "retail_orders"
+
+
+class Scripted:
+    """A scripted synthesis model (a callable on the request body) as a policy of the mock server."""
+
+    def __init__(self, handler: Any) -> None:
+        self.handler = handler
+
+    def respond(self, request: PolicyRequest) -> dict[str, Any]:
+        reply = dict(self.handler({"messages": request.messages}))
+        reply.pop("usage", None)  # the server counts tokens itself
+        return reply
+
+
+def serve_models(tmp_path: Path, mock: MockOpenAIServer, models: dict[str, Any]) -> dict[str, str]:
+    """Each scripted model as the alias ``mock-NAME``; the environment that points the CLI at them."""
+    lines = []
+    for name, handler in models.items():
+        mock.set_policy(name, Scripted(handler))
+        lines.append(f'[aliases.mock-{name}]\nmodel = "hosted_vllm/{name}"\napi_base = "{mock.base_url}"\n')
+    path = tmp_path / "models.toml"
+    path.write_text("\n".join(lines))
+    return {"HARNESS_MODELS_FILE": str(path)}
+
+
+def counts(usage: dict[str, Any]) -> dict[str, Any]:
+    """A usage record's counts (requests and tokens), without its timings."""
+    return {k: v for k, v in usage.items() if "tokens" in k or "requests" in k}
+
+
+def comparable(out: Path) -> dict[str, Any]:
+    """The output folder's records without their creation times and model latencies, in a stable order."""
+
+    def scrub(record: dict[str, Any]) -> dict[str, Any]:
+        scenario = record.get("scenario") or record
+        if isinstance(scenario.get("provenance"), dict):
+            scenario["provenance"].pop("created_at", None)
+            usage = scenario["provenance"]["details"].get("usage")
+            if usage:
+                scenario["provenance"]["details"]["usage"] = counts(usage)
+        return record
+
+    attempts = sorted(
+        (scrub(orjson.loads(line)) for line in (out / "attempts.jsonl").read_bytes().splitlines()),
+        key=lambda r: r["key"],
+    )
+    for attempt in attempts:
+        attempt["usage"] = counts(attempt["usage"])
+    scenarios = sorted((scrub(s.model_dump(mode="json")) for s in load_library(out).scenarios), key=lambda s: s["id"])
+    rejected = sorted(
+        (scrub(orjson.loads(line)) for line in (out / "rejected.jsonl").read_bytes().splitlines()),
+        key=lambda r: r["key"],
+    )
+    report = orjson.loads((out / "report.json").read_bytes())
+    report["usage"] = counts(report["usage"])
+    return {"attempts": attempts, "scenarios": scenarios, "rejected": rejected, "report": report}
+
+
+def run(args: list[str], env: dict[str, str]) -> tuple[int, str, str]:
+    process = cli(args, env)
+    stdout, stderr = process.communicate(timeout=600)
+    return process.returncode, stdout, stderr
+
+
+def test_scenarios_over_the_cluster_match_a_local_run_and_resume_without_work(ray_cluster, tmp_path):
+    mock = MockOpenAIServer(record_bodies=False)
+    with mock.running_in_thread():
+        env = serve_models(
+            tmp_path, mock, {"writer": ScriptedScenarioWriter([ENVIRONMENT]), "teacher": ScriptedTeacher()}
+        )
+        common = ["synth", "scenarios", "--env", ENVIRONMENT, "--per-env", "4", "--model", "mock-writer"]
+        common += ["--solve-with", "mock-teacher", "--attempts", "1", "--workers", "1", "--dedup-similarity", "0"]
+        outputs = {}
+        for name, extra in (("local", []), ("ray", ["--ray", ray_cluster.address])):
+            code, stdout, stderr = run([*common, "--out", str(tmp_path / name), *extra], env)
+            assert code == 0, stdout + stderr
+            outputs[name] = comparable(tmp_path / name)
+        assert outputs["ray"] == outputs["local"]
+        assert outputs["local"]["report"]["attempted"] == 4
+        assert outputs["local"]["report"]["accepted"] == len(outputs["local"]["scenarios"]) >= 1
+        files = {
+            name: sorted(str(f.relative_to(tmp_path / name)) for f in (tmp_path / name).rglob("*")) for name in outputs
+        }
+        assert files["ray"] == [f for f in files["local"] if not f.startswith("llm_cache")]  # no cache in OUT
+
+        requests = len(mock.chat_requests())
+        journal = (tmp_path / "ray" / "attempts.jsonl").read_bytes()
+        code, stdout, stderr = run([*common, "--out", str(tmp_path / "ray"), "--ray", ray_cluster.address], env)
+        assert code == 0, stdout + stderr
+        assert len(mock.chat_requests()) == requests  # every attempt was in the journal: no model call
+        assert (tmp_path / "ray" / "attempts.jsonl").read_bytes() == journal
+
+
+def test_queries_over_the_cluster_match_a_local_run(ray_cluster, tmp_path):
+    graph = tmp_path / "graph.json"
+    code, stdout, stderr = run(["synth", "graph", "--env", ENVIRONMENT, "--out", str(graph)], {})
+    assert code == 0, stdout + stderr
+    mock = MockOpenAIServer(record_bodies=False)
+    with mock.running_in_thread():
+        env = serve_models(tmp_path, mock, {"querier": ScriptedQueryModel([ENVIRONMENT])})
+        common = ["synth", "queries", "--env", ENVIRONMENT, "--graph", str(graph), "--model", "mock-querier"]
+        common += ["--chains", "4", "--seed", "3", "--workers", "1", "--dedup-similarity", "0"]
+        common += ["--no-cache"]  # chains repeat requests; over Ray they are never answered from a cache
+        outputs = {}
+        for name, extra in (("local", []), ("ray", ["--ray", ray_cluster.address])):
+            code, stdout, stderr = run([*common, "--out", str(tmp_path / name), *extra], env)
+            assert code == 0, stdout + stderr
+            outputs[name] = comparable(tmp_path / name)
+    assert outputs["ray"] == outputs["local"]
+    assert outputs["local"]["report"]["attempted"] == 4
+
+
+@pytest.mark.parametrize("command", ["scenarios", "envs"])
+def test_an_unreachable_cluster_is_one_line_before_any_work(command, tmp_path):
+    out = tmp_path / "out"
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(orjson.dumps({"task": TASKS[0]}).decode() + "\n")
+    given = ["--env", ENVIRONMENT] if command == "scenarios" else ["--from", str(tasks)]
+    args = ["synth", command, *given, "--model", "nobody/never-called", "--out", str(out)]
+    code, stdout, stderr = run([*args, "--ray", "127.0.0.1:9"], {})
+    assert code == 2, stdout + stderr
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "cannot reach a Ray cluster at 127.0.0.1:9" in lines[0], stderr
+    assert not out.exists()
+
+
+TASKS = [
+    "Please cancel my parking permit P-1, I moved to another city.",
+    "Cancel the parking permit P-2 for me, I sold the car.",
+    "What is 17 times 23?",
+]
+
+
+def environments_output(out: Path) -> dict[str, Any]:
+    """What ``synth envs`` wrote, without creation times and model latencies."""
+    environments = {}
+    for path in sorted((out / "environments").glob("*.json")):
+        record = orjson.loads(path.read_bytes())
+        record["provenance"].pop("created_at", None)
+        costs = record["provenance"]["details"]["costs"]
+        record["provenance"]["details"]["costs"] = {stage: counts(usage) for stage, usage in costs.items()}
+        environments[path.name] = record
+    code = {path.name: path.read_text() for path in sorted((out / "environments").glob("*.py"))}
+    costs = orjson.loads((out / "costs.json").read_bytes())
+    return {
+        "environments": environments,
+        "code": code,
+        "rejected": (out / "rejected.jsonl").read_text(),
+        "themes": (out / "themes.json").read_text(),
+        "stages": sorted(str(p.relative_to(out)) for p in (out / "stages").rglob("*.json")),
+        "cost totals": counts(costs["total"]),
+    }
+
+
+def test_envs_over_the_cluster_match_a_local_run_and_resume_without_work(ray_cluster, tmp_path):
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("".join(orjson.dumps({"task": task}).decode() + "\n" for task in TASKS))
+    mock = MockOpenAIServer(record_bodies=False)
+    with mock.running_in_thread():
+        env = serve_models(tmp_path, mock, {"builder": ScriptedSynthModel()})
+        common = ["synth", "envs", "--from", str(tasks), "--model", "mock-builder", "--rounds", "9"]
+        common += ["--concurrency", "4", "--workers", "1", "--no-cache"]
+        outputs = {}
+        for name, extra in (("local", []), ("ray", ["--ray", ray_cluster.address])):
+            code, stdout, stderr = run([*common, "--out", str(tmp_path / name), *extra], env)
+            assert code == 0, stdout + stderr
+            outputs[name] = environments_output(tmp_path / name)
+        assert outputs["ray"] == outputs["local"]
+        assert len(outputs["local"]["code"]) == 1 and outputs["local"]["stages"]
+
+        requests = len(mock.chat_requests())
+        code, stdout, stderr = run([*common, "--out", str(tmp_path / "ray"), "--ray", ray_cluster.address], env)
+        assert code == 0, stdout + stderr
+        assert len(mock.chat_requests()) == requests  # every stage was on disk: no model call
+        assert environments_output(tmp_path / "ray") == outputs["ray"]
