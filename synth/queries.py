@@ -58,6 +58,7 @@ from synth.scenarios import (
     template_versions,
 )
 from synth.templates import load_template
+from synth.vectors import TextVectors
 from synth.verification import minimize_reference, verify_by_rollouts
 
 if TYPE_CHECKING:
@@ -613,13 +614,20 @@ async def synthesize_queries(
     limit = asyncio.Semaphore(config.concurrency)
     keys = {seed: synthesizer.key(seed, by_id) for seed in range(config.seed, config.seed + config.chains)}
 
+    vectors = TextVectors(config.embedding_model)
+
     async def run(seed: int) -> None:
         async with limit:
             record = await synthesizer.attempt(seed, by_id, keys[seed])
         journal.append(record)
+        if record.accepted and record.scenario is not None and config.dedup_similarity is not None:
+            vectors.add(record.scenario.task)  # embedded while other chains still wait on the model
 
-    await asyncio.gather(*(run(seed) for seed, key in keys.items() if key not in journal))
-    records = [journal.records[k] for k in keys.values() if k in journal]
-    return await finish_synthesis(
-        out, environments, records, config.price_model, config.dedup_similarity, config.embedding_model
-    )
+    try:
+        await asyncio.gather(*(run(seed) for seed, key in keys.items() if key not in journal))
+        records = [journal.records[k] for k in keys.values() if k in journal]
+        return await finish_synthesis(
+            out, environments, records, config.price_model, config.dedup_similarity, config.embedding_model, vectors
+        )
+    finally:
+        await vectors.aclose()
