@@ -409,12 +409,12 @@ class QuerySynthesizer:
         self.asker = Asker(client, ModelSettings(model=config.model, temperature=config.temperature), config.retries)
         self.versions = template_versions(QUERY_TEMPLATES)
         self.sampler = ChainSampler(graph, config.sampling)
+        self.graph_hash = hashlib.sha256(orjson.dumps(graph.model_dump(mode="json"))).hexdigest()
 
     def key(self, seed: int, environments: dict[str, Environment]) -> str:
         codes = {e: hashlib.sha256(env.code.encode()).hexdigest() for e, env in sorted(environments.items())}
-        graph_hash = hashlib.sha256(orjson.dumps(self.graph.model_dump(mode="json"))).hexdigest()
         settings = self.config.model_dump(mode="json", exclude={"dedup_similarity", "embedding_model"})
-        return content_key("query", seed, codes, graph_hash, settings, self.versions)
+        return content_key("query", seed, codes, self.graph_hash, settings, self.versions)
 
     async def attempt(self, seed: int, environments: dict[str, Environment], key: str) -> AttemptRecord:
         usage = Usage()
