@@ -2,8 +2,8 @@
 spent outside model calls on the seed library with scripted models answering after a simulated latency (both
 pipelines; queries verified by solver rollouts), and tool-graph build time and memory for 1,000 tools.
 
-    python bench/synth_scenarios.py [--per-env N] [--chains N] [--rollouts K] [--latency-ms 100] [--tools 1000]
-                                    [--skip-graph]
+    python bench/synth_scenarios.py [--per-env N] [--chains N] [--rollouts K] [--latency-ms 100] [--concurrency 16]
+                                    [--tools 1000] [--skip-graph]
 
 Costs are token counts priced at the gpt-4.1 list price (the scripted models report 1,200 prompt and 400
 completion tokens per answer), so the figure is comparable with EnvScaler's $0.06 per scenario only in method.
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import resource
 import sys
 import tempfile
@@ -36,12 +37,52 @@ from synth.queries import QueryConfig, synthesize_queries
 from synth.sampling import SamplingParams
 from synth.scenarios import ScenarioSynthesisConfig, SynthesisReport, synthesize_scenarios
 from tests.test_synth_scen_e2e import (
+    _STEP,
     ScriptedQueryModel,
     ScriptedScenarioWriter,
-    ScriptedSolver,
     ScriptedTeacher,
+    _tool_call,
     scripted,
 )
+
+
+class ConcurrentQueryModel(ScriptedQueryModel):
+    """The scripted query model, remembering for every request it writes or refines the calls of its turn, so
+    that solvers of many chains in flight at once can each find their own."""
+
+    def __init__(self, environment_ids: list[str]):
+        super().__init__(environment_ids)
+        self.steps_of: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+
+    def __call__(self, request: dict[str, Any]) -> dict[str, Any]:
+        answer = super().__call__(request)
+        system = request["messages"][0]["content"]
+        user = request["messages"][1]["content"]
+        if system.startswith("You turn steps"):
+            steps = [(m.group(1), json.loads(m.group(2))) for m in _STEP.finditer(user)]
+            self.steps_of[json.loads(answer["content"])["request"]] = steps
+        elif "refinement rule" in system:
+            before = user.split("Request: ", 1)[1].split("\n\nContext: ", 1)[0]
+            # The pipeline may have appended the values a request lost: the written request is a prefix.
+            known = max((k for k in self.steps_of if before.startswith(k.rstrip(".").rstrip())), key=len, default=None)
+            if known is not None:
+                self.steps_of[json.loads(answer["content"])["request"]] = self.steps_of[known]
+        return answer
+
+
+class ConcurrentSolver:
+    """Makes the calls behind each line of the request it is given (one line per turn)."""
+
+    def __init__(self, query_model: ConcurrentQueryModel):
+        self.query_model = query_model
+
+    def __call__(self, request: dict[str, Any]) -> dict[str, Any]:
+        task = next(m["content"] for m in request["messages"] if m["role"] == "user")
+        steps = [step for line in task.split("\n") for step in self.query_model.steps_of.get(line, [])]
+        done = sum(1 for m in request["messages"] if m["role"] == "assistant" and m.get("tool_calls"))
+        if done < len(steps):
+            return _tool_call(*steps[done], done)
+        return {"role": "assistant", "content": "Done.", "usage": {"prompt_tokens": 9, "completion_tokens": 5}}
 
 
 class Latency:
@@ -93,7 +134,7 @@ def print_report(
     )
 
 
-async def scenarios_run(per_env: int, chains: int, rollouts: int, latency: float) -> None:
+async def scenarios_run(per_env: int, chains: int, rollouts: int, latency: float, concurrency: int) -> None:
     library = load_library()
     environments = list(library.environments.values())
     ids = [e.id for e in environments]
@@ -107,7 +148,7 @@ async def scenarios_run(per_env: int, chains: int, rollouts: int, latency: float
                 solve_with=scripted(Latency(ScriptedTeacher(), latency, intervals)),
                 per_env=per_env,
                 attempts=2,
-                concurrency=16,
+                concurrency=concurrency,
             )
             started = time.perf_counter()
             report = await synthesize_scenarios(environments, config, Path(folder) / "scen", client=client, pool=pool)
@@ -123,13 +164,13 @@ async def scenarios_run(per_env: int, chains: int, rollouts: int, latency: float
             graph = await build_graph(environments, sample_states=samples)
             intervals = []
             client = LLMClient(cache_dir=None)
-            writer = ScriptedQueryModel(ids)
+            writer = ConcurrentQueryModel(ids)
             query_config = QueryConfig(
                 model=scripted(Latency(writer, latency, intervals)),
-                solve_with=scripted(Latency(ScriptedSolver(writer), latency, intervals)),
+                solve_with=scripted(Latency(ConcurrentSolver(writer), latency, intervals)),
                 rollouts=rollouts,
                 chains=chains,
-                concurrency=1,  # the scripted solver replays the chain the writer last wrote up
+                concurrency=concurrency,
                 sampling=SamplingParams(max_tools=6, max_environments=1),
             )
             started = time.perf_counter()
@@ -221,10 +262,11 @@ def main() -> None:
     parser.add_argument("--chains", type=int, default=24)
     parser.add_argument("--rollouts", type=int, default=3)
     parser.add_argument("--latency-ms", type=float, default=100.0, help="simulated model latency per answer")
+    parser.add_argument("--concurrency", type=int, default=16, help="candidates in flight at once (both pipelines)")
     parser.add_argument("--tools", type=int, default=1000)
     parser.add_argument("--skip-graph", action="store_true")
     args = parser.parse_args()
-    asyncio.run(scenarios_run(args.per_env, args.chains, args.rollouts, args.latency_ms / 1000))
+    asyncio.run(scenarios_run(args.per_env, args.chains, args.rollouts, args.latency_ms / 1000, args.concurrency))
     if not args.skip_graph:
         asyncio.run(graph_run(args.tools))
 

@@ -136,6 +136,7 @@ async def assess_environment(
     session = await pool.open_session(environment, initial_state, seed=0)
     try:
         state = await session.state()
+        shown = _clip(state)  # the state as prompts show it, serialized once per state
         for number in range(1, rounds + 1):
             allowed, instruction = allowed_tools(tools, tried, kinds, tests_per_tool, rounds - number + 1)
             if not allowed:
@@ -146,7 +147,7 @@ async def assess_environment(
                 "rounds": str(rounds),
                 "introduction": environment.introduction,
                 "tools": tools_text,
-                "state": _clip(state),
+                "state": shown,
                 "coverage": coverage_table(tool_coverage(tools, judged), tests_per_tool),
                 "history": _history_text(judged),
             }
@@ -160,11 +161,12 @@ async def assess_environment(
                 continue
             tried[proposal.tool] += 1
             kinds[(proposal.tool, proposal.expect)] += 1
-            before = state
+            before = shown
             observation, diff = await session.call(
                 ToolCall(id=f"assess_{attempt}_{number}", name=proposal.tool, arguments=proposal.arguments)
             )
             state = await session.state()
+            shown = _clip(state)
             diff_dicts = [d.model_dump(mode="json") for d in diff]
             try:
                 judgement = await asker.json(
@@ -175,9 +177,9 @@ async def assess_environment(
                         expect=proposal.expect,
                         intent=proposal.intent or "no intent given",
                         source=method_sources.get(proposal.tool, NO_METHOD),
-                        before=_clip(before),
+                        before=before,
                         diff=_diff_text(diff_dicts),
-                        after=_clip(state),
+                        after=shown,
                         kind=observation.kind.value,
                         result=_clip(observation.content if observation.error is None else observation.error, 3000),
                     ),

@@ -18,6 +18,7 @@ import orjson
 from harness.llm.embeddings import cosine, embed
 from harness.schema import Usage
 from synth.answers import AnswerError, Asker
+from synth.dedup import EmbedFunction
 from synth.records import InferredEnvironment, TaskOutcome, TaskVerdict, Theme
 from synth.templates import load_template, similar_examples
 
@@ -106,14 +107,19 @@ def theme_id(description: str) -> str:
 
 
 async def merge_into_themes(
-    outcomes: list[TaskOutcome], similarity: float, embedding_model: str | None = None
+    outcomes: list[TaskOutcome],
+    similarity: float,
+    embedding_model: str | None = None,
+    embed_texts: EmbedFunction | None = None,
 ) -> list[Theme]:
     """Greedy merge in task order: a description joins the first theme whose representative description is
-    at least ``similarity`` cosine-similar, or starts a new theme."""
+    at least ``similarity`` cosine-similar, or starts a new theme. ``embed_texts`` replaces embedding with
+    ``embedding_model`` (``synth.vectors.TextVectors.embed``: vectors started while discovery was running)."""
     kept = [o for o in outcomes if o.keep and o.description]
     if not kept:
         return []
-    vectors = await embed([o.description or "" for o in kept], embedding_model)
+    texts = [o.description or "" for o in kept]
+    vectors = await embed_texts(texts) if embed_texts is not None else await embed(texts, embedding_model)
     themes: list[Theme] = []
     representatives: list[list[float]] = []
     for outcome, vector in zip(kept, vectors, strict=True):

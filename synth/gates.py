@@ -27,7 +27,7 @@ from pydantic import BaseModel, Field
 from harness.sandbox import EnvironmentLoadError, SandboxPool
 from harness.schema import Check, CheckResult, Environment, ReferenceAction, Scenario, ToolCall, Trajectory
 from harness.validate import validate_scenario
-from synth.graph import configured_state_keys, read_tools, state_keys
+from synth.graph import configured_state_keys, state_changing_tools, state_keys
 
 logger = logging.getLogger(__name__)
 
@@ -181,11 +181,17 @@ _DEFAULTS: dict[str, Any] = {"string": "probe", "integer": 1, "number": 1.0, "bo
 
 
 def guess_arguments(
-    schema: dict[str, Any], state: dict[str, Any], rng: random.Random, preferred: set[str] | None = None
+    schema: dict[str, Any],
+    state: dict[str, Any],
+    rng: random.Random,
+    preferred: set[str] | None = None,
+    values: dict[str, list[Any]] | None = None,
 ) -> dict[str, Any]:
     """Plausible arguments for a call: values the state holds under the parameter's name (ids the scenario's
-    checks mention first), else a value of the parameter's type."""
-    values = _values_by_field(state)
+    checks mention first), else a value of the parameter's type. ``values`` is ``_values_by_field(state)`` when
+    the caller has it already."""
+    if values is None:
+        values = _values_by_field(state)
     arguments: dict[str, Any] = {}
     for name, prop in (schema.get("properties") or {}).items():
         candidates = values.get(name) or values.get(name.removesuffix("s")) or []
@@ -207,8 +213,8 @@ def guess_arguments(
 def probe_calls(environment: Environment, scenario: Scenario, count: int, seed: int = 0) -> list[ToolCall]:
     """Single calls to probe with: state-changing tools first, aimed at the records the checks mention."""
     rng = random.Random(seed)
-    sources = read_tools(environment, scenario.initial_state)
-    changing = [t for t in environment.tools if sources.get(t.name) is None or sources[t.name].state_changing]
+    state_changing = state_changing_tools(environment)
+    changing = [t for t in environment.tools if state_changing.get(t.name, True)]
     others = [t for t in environment.tools if t not in changing]
     rng.shuffle(changing)
     rng.shuffle(others)
@@ -217,8 +223,11 @@ def probe_calls(environment: Environment, scenario: Scenario, count: int, seed: 
     calls: list[ToolCall] = []
     # A first pass aims every tool at the records the checks mention; a second picks records at random.
     plan = [(tool, True) for tool in ordered] + [(tool, False) for tool in ordered]
+    values = _values_by_field(scenario.initial_state)
     for index, (tool, aimed) in enumerate(plan[:count]):
-        arguments = guess_arguments(tool.function.parameters, scenario.initial_state, rng, mentioned if aimed else None)
+        arguments = guess_arguments(
+            tool.function.parameters, scenario.initial_state, rng, mentioned if aimed else None, values
+        )
         calls.append(ToolCall(id=f"probe_{index}", name=tool.name, arguments=arguments))
     return calls
 

@@ -15,6 +15,7 @@ rule that an identifier some tool outputs is internal.
 from __future__ import annotations
 
 import ast
+import functools
 import logging
 import math
 import re
@@ -316,15 +317,29 @@ def _constructor_containers(class_node: ast.ClassDef) -> dict[str, str]:
     return containers
 
 
+# What is read from an environment's source depends on its code alone; synthesis asks again for every candidate
+# scenario of the same environment, so the answers are kept (keyed by the code) instead of parsing it each time.
+_SOURCE_CACHE_SIZE = 256
+
+
 def state_keys(environment: Environment) -> list[str]:
     """The keys of an initial state: the attributes the constructor sets."""
-    tree = ast.parse(environment.code)
-    return list(_constructor_containers(find_class(tree, environment.class_name)))
+    return list(_state_keys(environment.code, environment.class_name))
+
+
+@functools.lru_cache(maxsize=_SOURCE_CACHE_SIZE)
+def _state_keys(code: str, class_name: str) -> tuple[str, ...]:
+    return tuple(_constructor_containers(find_class(ast.parse(code), class_name)))
 
 
 def configured_state_keys(environment: Environment) -> list[str]:
     """The attributes the constructor takes from its configuration (``init_config``); the others have defaults."""
-    class_node = find_class(ast.parse(environment.code), environment.class_name)
+    return list(_configured_state_keys(environment.code, environment.class_name))
+
+
+@functools.lru_cache(maxsize=_SOURCE_CACHE_SIZE)
+def _configured_state_keys(code: str, class_name: str) -> tuple[str, ...]:
+    class_node = find_class(ast.parse(code), class_name)
     keys: list[str] = []
     for node in class_node.body:
         if not (isinstance(node, ast.FunctionDef) and node.name == "__init__" and len(node.args.args) > 1):
@@ -342,7 +357,7 @@ def configured_state_keys(environment: Environment) -> list[str]:
             reads_config = any(isinstance(n, ast.Name) and n.id == config_name for n in ast.walk(value))
             if target.value.id == "self" and reads_config and target.attr not in keys:
                 keys.append(target.attr)
-    return keys
+    return tuple(keys)
 
 
 def _entity_for(collection: str, entities: list[StateEntity]) -> StateEntity | None:
@@ -576,6 +591,19 @@ class ToolSource:
     state_changing: bool
     outputs: list[OutputField]
     outputs_from: OutputOrigin
+
+
+def state_changing_tools(environment: Environment) -> dict[str, bool]:
+    """Per tool with a method in the class: whether it changes the state (as :func:`read_tools` says)."""
+    return dict(_state_changing(environment.code, environment.class_name, tuple(environment.tool_names)))
+
+
+@functools.lru_cache(maxsize=_SOURCE_CACHE_SIZE)
+def _state_changing(code: str, class_name: str, tools: tuple[str, ...]) -> tuple[tuple[str, bool], ...]:
+    class_node = find_class(ast.parse(code), class_name)
+    methods = {n.name: n for n in class_node.body if isinstance(n, ast.FunctionDef)}
+    helpers = {name: node for name, node in methods.items() if name.startswith("_") and name != "__init__"}
+    return tuple((name, _mutates_state(methods[name], helpers, set())) for name in tools if name in methods)
 
 
 def read_tools(environment: Environment, sample_state: dict[str, Any] | None = None) -> dict[str, ToolSource]:

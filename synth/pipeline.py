@@ -42,6 +42,7 @@ from synth.planning import plan_environment
 from synth.records import AssessmentReport, EnvironmentPlan, ModelingResult, Rejection, TaskOutcome, Theme
 from synth.stages import StageStore, content_key
 from synth.templates import load_template, prompt_versions
+from synth.vectors import TextVectors
 
 if TYPE_CHECKING:
     from synth.distributed import RaySynthesis
@@ -119,6 +120,7 @@ class _Run:
         self.limit = asyncio.Semaphore(config.concurrency)
         self.fresh = Usage()
         self.versions = prompt_versions()
+        self.vectors = TextVectors(config.embedding_model)
 
     @property
     def pool(self) -> SandboxPool:
@@ -158,6 +160,8 @@ class _Run:
         async def compute(usage: Usage) -> dict[str, Any]:
             async with self.limit:
                 outcome = await judge_task(self.asker, task, usage)
+            if outcome.keep and outcome.description:
+                self.vectors.add(outcome.description)  # embedded while other tasks still wait on the model
             return {"outcome": outcome.model_dump(mode="json")}
 
         try:
@@ -172,7 +176,9 @@ class _Run:
         key = content_key("themes", kept, self.config.similarity, self.config.embedding_model)
 
         async def compute(_usage: Usage) -> dict[str, Any]:
-            themes = await merge_into_themes(outcomes, self.config.similarity, self.config.embedding_model)
+            themes = await merge_into_themes(
+                outcomes, self.config.similarity, self.config.embedding_model, self.vectors.embed
+            )
             return {"themes": [t.model_dump(mode="json") for t in themes]}
 
         data = await self._stage("themes", key, compute)
@@ -511,20 +517,22 @@ async def synthesize_environments(
     )
     own_pool = pool is None and cluster is None
     sandbox = SandboxPool(workers=config.sandbox_workers) if own_pool else pool
+    run = _Run(config, llm, sandbox)
     try:
         if own_pool and sandbox is not None:
             await sandbox.start()
-        run = _Run(config, llm, sandbox)
         discovered = await asyncio.gather(*(run.discover(task) for task in tasks))
         outcomes = [outcome for outcome, _ in discovered]
         usage_by_task = {outcome.task: usage for outcome, usage in discovered}
         themes = (await run.themes(outcomes))[: config.max_envs]
+        await run.vectors.aclose()
         theme_usage = [_sum(usage_by_task.get(t, Usage()) for t in theme.tasks) for theme in themes]
         if cluster is not None:
             built = await cluster.build_environments(run, themes, theme_usage)
         else:
             built = list(await asyncio.gather(*(run.build(t, u) for t, u in zip(themes, theme_usage, strict=True))))
     finally:
+        await run.vectors.aclose()
         if own_client:
             await llm.aclose()
         if own_pool and sandbox is not None:

@@ -58,6 +58,7 @@ from synth.scenarios import (
     template_versions,
 )
 from synth.templates import load_template
+from synth.vectors import TextVectors
 from synth.verification import minimize_reference, verify_by_rollouts
 
 if TYPE_CHECKING:
@@ -409,12 +410,12 @@ class QuerySynthesizer:
         self.asker = Asker(client, ModelSettings(model=config.model, temperature=config.temperature), config.retries)
         self.versions = template_versions(QUERY_TEMPLATES)
         self.sampler = ChainSampler(graph, config.sampling)
+        self.graph_hash = hashlib.sha256(orjson.dumps(graph.model_dump(mode="json"))).hexdigest()
 
     def key(self, seed: int, environments: dict[str, Environment]) -> str:
         codes = {e: hashlib.sha256(env.code.encode()).hexdigest() for e, env in sorted(environments.items())}
-        graph_hash = hashlib.sha256(orjson.dumps(self.graph.model_dump(mode="json"))).hexdigest()
         settings = self.config.model_dump(mode="json", exclude={"dedup_similarity", "embedding_model"})
-        return content_key("query", seed, codes, graph_hash, settings, self.versions)
+        return content_key("query", seed, codes, self.graph_hash, settings, self.versions)
 
     async def attempt(self, seed: int, environments: dict[str, Environment], key: str) -> AttemptRecord:
         usage = Usage()
@@ -619,21 +620,31 @@ async def synthesize_queries(
     keys = {seed: synthesizer.key(seed, by_id) for seed in range(config.seed, config.seed + config.chains)}
     pending = [seed for seed, key in keys.items() if key not in journal]
 
+    vectors = TextVectors(config.embedding_model)
+
+    def journaled(record: AttemptRecord) -> None:
+        journal.append(record)
+        if record.accepted and record.scenario is not None and config.dedup_similarity is not None:
+            vectors.add(record.scenario.task)  # embedded while other chains still wait on the model
+
     async def run(seed: int) -> None:
         async with limit:
             record = await synthesizer.attempt(seed, by_id, keys[seed])
-        journal.append(record)
+        journaled(record)
 
-    if cluster is not None and pending:
-        from synth.distributed import AttemptUnit
+    try:
+        if cluster is not None and pending:
+            from synth.distributed import AttemptUnit
 
-        await cluster.start("queries", config, list(environments), client, graph=graph)
-        await cluster.execute([AttemptUnit("", seed, keys[seed]) for seed in pending], journal.append)
-    elif cluster is None:
-        if pool is None:
-            raise ValueError("synthesize_queries needs a sandbox pool or a cluster")
-        await asyncio.gather(*(run(seed) for seed in pending))
-    records = [journal.records[k] for k in keys.values() if k in journal]
-    return await finish_synthesis(
-        out, environments, records, config.price_model, config.dedup_similarity, config.embedding_model
-    )
+            await cluster.start("queries", config, list(environments), client, graph=graph)
+            await cluster.execute([AttemptUnit("", seed, keys[seed]) for seed in pending], journaled)
+        elif cluster is None:
+            if pool is None:
+                raise ValueError("synthesize_queries needs a sandbox pool or a cluster")
+            await asyncio.gather(*(run(seed) for seed in pending))
+        records = [journal.records[k] for k in keys.values() if k in journal]
+        return await finish_synthesis(
+            out, environments, records, config.price_model, config.dedup_similarity, config.embedding_model, vectors
+        )
+    finally:
+        await vectors.aclose()

@@ -49,6 +49,7 @@ from synth.gates import (
 from synth.graph import state_keys
 from synth.records import Answer, Reasoned
 from synth.templates import allowed_modules_text, load_template
+from synth.vectors import TextVectors
 
 if TYPE_CHECKING:
     from harness.llm import LLMClient
@@ -488,8 +489,12 @@ async def synthesize_scenarios(
             if key not in journal:
                 jobs.append((environment, index, key))
 
+    vectors = TextVectors(config.embedding_model)
+
     def journaled(record: AttemptRecord) -> None:
         journal.append(record)
+        if record.accepted and record.scenario is not None and config.dedup_similarity is not None:
+            vectors.add(record.scenario.task)  # embedded while other candidates still wait on the model
         outcome = "accepted" if record.accepted else f"rejected ({record.rejected_by})"
         logger.info("%s #%d: %s", record.environment_id, record.index, outcome)
 
@@ -498,19 +503,22 @@ async def synthesize_scenarios(
             record = await synthesizer.attempt(environment, index)
         journaled(record)
 
-    if cluster is not None and jobs:
-        from synth.distributed import AttemptUnit
+    try:
+        if cluster is not None and jobs:
+            from synth.distributed import AttemptUnit
 
-        await cluster.start("scenarios", config, list(environments), client)
-        await cluster.execute([AttemptUnit(e.id, index, key) for e, index, key in jobs], journaled)
-    elif cluster is None:
-        if pool is None:
-            raise ValueError("synthesize_scenarios needs a sandbox pool or a cluster")
-        await asyncio.gather(*(run(environment, index) for environment, index, _ in jobs))
-    records = [journal.records[k] for k in keys if k in journal]
-    return await finish_synthesis(
-        out, environments, records, config.price_model, config.dedup_similarity, config.embedding_model
-    )
+            await cluster.start("scenarios", config, list(environments), client)
+            await cluster.execute([AttemptUnit(e.id, index, key) for e, index, key in jobs], journaled)
+        elif cluster is None:
+            if pool is None:
+                raise ValueError("synthesize_scenarios needs a sandbox pool or a cluster")
+            await asyncio.gather(*(run(environment, index) for environment, index, _ in jobs))
+        records = [journal.records[k] for k in keys if k in journal]
+        return await finish_synthesis(
+            out, environments, records, config.price_model, config.dedup_similarity, config.embedding_model, vectors
+        )
+    finally:
+        await vectors.aclose()
 
 
 async def finish_synthesis(
@@ -520,13 +528,16 @@ async def finish_synthesis(
     price_model: str,
     dedup_similarity: float | None,
     embedding_model: str | None,
+    vectors: TextVectors | None = None,
 ) -> SynthesisReport:
-    """Drop duplicates, write the outputs and ``report.json``; returns the report."""
+    """Drop duplicates, write the outputs and ``report.json``; returns the report. ``vectors`` holds the task
+    embeddings started during the run (the others are computed here)."""
     from harness.llm.embeddings import EmbeddingsUnavailable
 
     how = f"normalized text, and embeddings at similarity >= {dedup_similarity}" if dedup_similarity else "text"
+    vectors = vectors or TextVectors(embedding_model)
     try:
-        duplicates = await find_duplicates(records, threshold=dedup_similarity, embedding_model=embedding_model)
+        duplicates = await find_duplicates(records, threshold=dedup_similarity, embed=vectors.embed)
     except EmbeddingsUnavailable as exc:
         logger.warning("duplicates are found by normalized text only: %s", exc)
         how = f"normalized text only ({exc})"

@@ -10,7 +10,16 @@ import pytest
 from harness.library import load_library
 from harness.schema import Environment
 from harness.toolspec import derive_tools
-from synth.graph import GraphModel, ToolEdge, ToolGraph, build_graph, docstring_outputs, draw_graph, read_tools
+from synth.graph import (
+    GraphModel,
+    ToolEdge,
+    ToolGraph,
+    build_graph,
+    docstring_outputs,
+    draw_graph,
+    read_tools,
+    state_changing_tools,
+)
 
 ENVIRONMENTS = ("retail_orders", "banking", "airline_reservations")
 
@@ -357,3 +366,11 @@ def test_pictures_have_one_panel_per_environment(seed_graph: ToolGraph, tmp_path
     one, three = matplotlib.image.imread(single), matplotlib.image.imread(several)
     # Three environments lay out as a 2 x 2 grid of panels: twice the width and height of one panel.
     assert three.shape[1] > 1.8 * one.shape[1] and three.shape[0] > 1.6 * one.shape[0]
+
+
+def test_state_changing_tools_agree_with_reading_the_source_each_time() -> None:
+    for environment in load_library().environments.values():
+        expected = {name: source.state_changing for name, source in read_tools(environment).items()}
+        assert state_changing_tools(environment) == expected
+        assert state_changing_tools(environment) == expected  # the kept answer, not a changed one
+        assert any(expected.values()) and not all(expected.values()), environment.id
