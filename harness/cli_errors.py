@@ -103,8 +103,13 @@ class RepeatFilter(logging.Filter):
         return [(self.first[kind], count - 1) for kind, count in self.counts.items() if count > 1]
 
 
-class Terminated(BaseException):
-    """SIGTERM outside a run's own clean stop (which handles it itself): unwinds like Ctrl-C does."""
+class Terminated(SystemExit):
+    """SIGTERM outside a run's own clean stop (which handles it itself). A SystemExit because that is what gets
+    out of wherever the signal lands: asyncio logs and swallows any other exception raised in one of its
+    callbacks, and typer turns a KeyboardInterrupt into a silent status 130."""
+
+    def __init__(self) -> None:
+        super().__init__(EXIT_SIGTERM)
 
 
 def _raise_terminated(number: int, frame: object) -> None:
