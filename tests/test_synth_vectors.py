@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from harness.llm.embeddings import embed
 from synth.vectors import TextVectors
 
@@ -32,3 +34,26 @@ async def test_closing_stops_what_is_still_pending() -> None:
     again = await vectors.embed(TEXTS[:1])  # a closed instance starts afresh
     await vectors.aclose()
     assert again == [(await embed([TEXTS[0]]))[0]]
+
+
+async def test_a_text_gets_the_same_vector_in_any_batch() -> None:
+    texts = [f"Book table {n} for {'a long family dinner with grandparents and ' * (n % 5)}tonight." for n in range(24)]
+    alone = [(await embed([text]))[0] for text in texts]
+    together = await embed(texts)
+    shuffled = await embed(list(reversed(texts)))
+    assert together == alone  # bit for bit, not merely close
+    assert list(reversed(shuffled)) == alone
+    assert len({len(text.split()) for text in texts}) == 5  # lengths that pad to different shapes
+
+
+async def test_texts_added_while_a_batch_runs_get_their_own_vectors() -> None:
+    vectors = TextVectors()
+    texts = [f"Refund order O-{n} to the original card." + " Thanks!" * n for n in range(12)]
+    try:
+        for text in texts:
+            vectors.add(text)
+            await asyncio.sleep(0)
+        found = await vectors.embed(texts)
+    finally:
+        await vectors.aclose()
+    assert found == [(await embed([text]))[0] for text in texts]

@@ -24,6 +24,7 @@ INSTALL_HINT = "pip install torch==2.13.0 && pip install 'envharness[embeddings]
 
 _local_model: Any = None
 _local_lock = threading.Lock()
+PADDED_LENGTH_STEP = 16  # tokens; see _encode_locally
 
 
 class EmbeddingsUnavailable(RuntimeError):
@@ -54,10 +55,44 @@ def _load_local_model() -> Any:
 
 
 def _encode_locally(texts: list[str]) -> list[list[float]]:
+    """Unit vectors, each a function of its text alone, whatever else shares the batch.
+
+    A text's tokens are padded to the next multiple of ``PADDED_LENGTH_STEP`` (attention-masked), and texts are
+    run in groups of one padded length, so a text always meets the model in the same shape: callers may batch
+    freely (and batching is several times faster than one text at a time) without a vector changing in its last
+    digits, which could flip a similarity threshold between a run and its resume.
+    """
+    import torch
+
     model = _load_local_model()
+    by_length: dict[int, list[int]] = {}
     with _local_lock:  # one encode at a time: the model is shared and torch already uses every core
-        vectors = model.encode(texts, normalize_embeddings=True, show_progress_bar=False, convert_to_numpy=True)
-    return [[float(x) for x in row] for row in vectors]
+        lengths = [int(model.preprocess([text])["attention_mask"].shape[1]) for text in texts]
+        for index, length in enumerate(lengths):
+            padded = min(-(-length // PADDED_LENGTH_STEP) * PADDED_LENGTH_STEP, model.max_seq_length)
+            by_length.setdefault(padded, []).append(index)
+        vectors: list[list[float]] = [[] for _ in texts]
+        for padded, indices in by_length.items():
+            batch = model.preprocess([texts[i] for i in indices])
+            features = _pad_features(batch, padded, model.tokenizer.pad_token_id)
+            with torch.inference_mode():
+                embedded = torch.nn.functional.normalize(model.forward(features)["sentence_embedding"], p=2, dim=1)
+            for index, row in zip(indices, embedded.tolist(), strict=True):
+                vectors[index] = [float(x) for x in row]
+    return vectors
+
+
+def _pad_features(features: dict[str, Any], length: int, pad_token_id: int) -> dict[str, Any]:
+    import torch
+
+    width = int(features["attention_mask"].shape[1])
+    padded: dict[str, Any] = {}
+    for name, value in features.items():
+        if isinstance(value, torch.Tensor) and value.dim() == 2 and value.shape[1] == width and width < length:
+            fill = pad_token_id if name == "input_ids" else 0
+            value = torch.nn.functional.pad(value, (0, length - width), value=fill)
+        padded[name] = value
+    return padded
 
 
 async def _embed_with_litellm(texts: list[str], model: str, params: dict[str, Any]) -> list[list[float]]:
