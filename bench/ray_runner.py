@@ -1,12 +1,13 @@
 """The Ray path against the local path, same machine, same concurrency, mock server at a fixed latency.
 
-    python bench/ray_runner.py [--latency 0.1] [--concurrency 256] [--episodes 768] [--workers 2]
+    python bench/ray_runner.py [--latency 0.1] [--concurrency 256] [--episodes 768] [--workers 2] [--repeat 3]
 
 Each path runs in a fresh process against the mock OpenAI-compatible server (its own process; the mock model
 replays each seed scenario's reference actions, about five requests per episode). The Ray path starts a local
 Ray instance and one executor on it, so the difference is what the Ray path costs: cluster start, the probes,
-shipping the library, one actor call per episode and the trajectory's trip back. Printed per path: time to the
-first result (from the call to ``run``), episodes/s over the whole run and between the first and last result.
+shipping the library, the batched submit and collect calls and the trajectories' trip back. Printed per path
+and round (the paths alternate, ``--repeat`` rounds): time to the first result (from the call to ``run``),
+episodes/s over the whole run and between the first and last result; then the medians.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import multiprocessing
+import statistics
 import sys
 import tempfile
 import time
@@ -93,6 +95,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=256)
     parser.add_argument("--episodes", type=int, default=768)
     parser.add_argument("--workers", type=int, default=2, help="Sandbox worker processes (each path).")
+    parser.add_argument("--repeat", type=int, default=3, help="Rounds; each runs both paths, figures are medians.")
     args = parser.parse_args()
     context = multiprocessing.get_context("spawn")
     ready = context.Queue()
@@ -105,17 +108,22 @@ def main() -> None:
         f"{args.workers} sandbox workers"
     )
     print(f"{'path':>6} {'episodes':>9} {'first result s':>15} {'total s':>8} {'episodes/s':>11} {'steady ep/s':>12}")
-    figures = {}
-    for name, ray in (("local", None), ("ray", "local")):
-        ran, first, last, steady = measure(base_url, ray, args.concurrency, args.episodes, args.workers)
-        figures[name] = (ran / last, (ran - 1) / steady if steady > 0 else float("nan"))
-        print(f"{name:>6} {ran:>9} {first:>15.2f} {last:>8.1f} {ran / last:>11.1f} {figures[name][1]:>12.1f}")
+    figures: dict[str, list[tuple[float, float, float]]] = {"local": [], "ray": []}
+    for _ in range(args.repeat):
+        for name, ray in (("local", None), ("ray", "local")):
+            ran, first, last, steady = measure(base_url, ray, args.concurrency, args.episodes, args.workers)
+            figures[name].append((first, ran / last, (ran - 1) / steady if steady > 0 else float("nan")))
+            row = figures[name][-1]
+            print(f"{name:>6} {ran:>9} {first:>15.2f} {last:>8.1f} {row[1]:>11.1f} {row[2]:>12.1f}")
     stop.set()
     server.join()
-    overall = 100 * (1 - figures["ray"][0] / figures["local"][0])
-    steady = 100 * (1 - figures["ray"][1] / figures["local"][1])
+    medians = {name: [statistics.median(col) for col in zip(*rows, strict=True)] for name, rows in figures.items()}
+    for name, (first, overall, steady_rate) in medians.items():
+        print(f"median {name}: first result {first:.2f} s, {overall:.1f} episodes/s overall, {steady_rate:.1f} steady")
+    overall = 100 * (1 - medians["ray"][1] / medians["local"][1])
+    steady = 100 * (1 - medians["ray"][2] / medians["local"][2])
     print(
-        f"Ray path: {overall:.1f}% fewer episodes/s over the whole run, "
+        f"Ray path (medians): {overall:.1f}% fewer episodes/s over the whole run, "
         f"{steady:.1f}% fewer between first and last result"
     )
 

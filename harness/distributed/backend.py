@@ -1,10 +1,12 @@
 """The driver side of a run on a Ray cluster: place executors, dispatch episodes, collect every result once.
 
 The runner plans episodes and owns the run folder as for a local run; this backend only decides where each
-episode runs. Each dispatched episode is one actor call whose answer is its trajectory. When an executor or
-its node dies, the calls it held fail with a Ray error: those episodes go back to the front of the queue and
-run on another executor (a replacement is started on the lost one's node when the node is still there). A
-call that failed is never counted, so each planned episode gets exactly one ``on_result``.
+episode runs. Episodes go to an executor in batches (one ``submit`` call) and come back in batches (a
+``collect`` long poll that each executor always has one of outstanding), so a Ray call's cost is shared by
+the episodes it carries. The driver remembers which episodes each executor holds. When an executor or its
+node dies, its calls fail with a Ray error: every episode it held and had not returned goes back to the front
+of the queue and runs on another executor (a replacement is started on the lost one's node when the node is
+still there), and nothing more is accepted from it. So each planned episode gets exactly one ``on_result``.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from harness.llm import LLMClient
@@ -33,6 +35,7 @@ from .limiter import ClusterLimiter
 logger = logging.getLogger(__name__)
 
 READY_TIMEOUT_S = 300.0
+COLLECT_WAIT_S = 5.0
 SHUTDOWN_TIMEOUT_S = 20.0
 LIMITER_MAX_CONCURRENCY = 100_000
 _shipped_libraries: dict[tuple[str, str], Any] = {}
@@ -45,8 +48,10 @@ class ExecutorHandle:
     node_id: str
     node_address: str
     pid: int = 0
-    load: int = 0
     alive: bool = True
+    held: dict[str, EpisodeSpec] = field(default_factory=dict)
+    """Episodes submitted to this executor whose trajectories have not come back."""
+    collecting: asyncio.Future[Any] | None = None
 
     @property
     def node(self) -> str:
@@ -253,11 +258,11 @@ class RayBackend:
     ) -> None:
         ray = import_ray()
         queue = deque(specs)
-        running: dict[asyncio.Future[bytes], tuple[EpisodeSpec, ExecutorHandle]] = {}
+        calls: dict[asyncio.Future[Any], ExecutorHandle] = {}
         try:
-            while queue or running:
+            while queue or any(executor.held for executor in self.executors):
                 alive = [executor for executor in self.executors if executor.alive]
-                if not alive and not running:
+                if not alive:
                     if not self._replacing:
                         raise ClusterUnavailable(
                             f"no episode executor is left on the cluster; {len(queue)} episodes did not run: "
@@ -265,31 +270,63 @@ class RayBackend:
                         )
                     await asyncio.wait(set(self._replacing), return_when=asyncio.FIRST_COMPLETED)
                     continue
-                while queue and alive and len(running) < in_flight:
-                    executor = min(alive, key=lambda e: e.load)
-                    spec = queue.popleft()
-                    reference = executor.actor.run.remote(EpisodeTicket.of(spec), run_id)
-                    running[asyncio.wrap_future(reference.future())] = (spec, executor)
-                    executor.load += 1
-                waiting: set[asyncio.Future[Any]] = {*running, *self._replacing}
-                done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+                self._submit(queue, alive, in_flight, run_id, calls)
+                for executor in alive:
+                    if executor.collecting is None:
+                        reference = executor.actor.collect.remote(COLLECT_WAIT_S)
+                        executor.collecting = asyncio.wrap_future(reference.future())
+                        calls[executor.collecting] = executor
+                done, _ = await asyncio.wait({*calls, *self._replacing}, return_when=asyncio.FIRST_COMPLETED)
                 for future in done:
-                    if future not in running:
-                        continue
-                    spec, executor = running.pop(future)
-                    executor.load -= 1
+                    executor = calls.pop(future, None)  # type: ignore[arg-type]
+                    if executor is None:
+                        continue  # a replacement finished starting: it is picked up above
+                    if future is executor.collecting:
+                        executor.collecting = None
                     try:
-                        payload = future.result()
+                        answer = future.result()
                     except ray.exceptions.RayTaskError as exc:
                         raise exc.as_instanceof_cause() from None
                     except ray.exceptions.RayError as exc:
-                        queue.appendleft(spec)
+                        if executor.alive:
+                            queue.extendleft(reversed(list(executor.held.values())))
+                            executor.held.clear()
                         self._lose(executor, exc)
                         continue
-                    on_result(Trajectory.model_validate_json(payload))
+                    if not executor.alive or answer is None:
+                        continue  # a lost executor's late answer: its episodes were re-queued already
+                    for episode_id, payload in answer:
+                        if executor.held.pop(episode_id, None) is not None:
+                            on_result(Trajectory.model_validate_json(payload))
         finally:
-            for future in running:
+            for future in calls:
                 future.cancel()
+            for executor in self.executors:
+                executor.collecting = None
+                executor.held.clear()
+
+    def _submit(
+        self,
+        queue: deque[EpisodeSpec],
+        alive: list[ExecutorHandle],
+        in_flight: int,
+        run_id: str,
+        calls: dict[asyncio.Future[Any], ExecutorHandle],
+    ) -> None:
+        """Top every executor up, least loaded first, until ``in_flight`` episodes are held in all."""
+        held = sum(len(executor.held) for executor in self.executors)
+        batches: dict[str, list[EpisodeSpec]] = {}
+        while queue and held < in_flight:
+            executor = min(alive, key=lambda e: len(e.held))
+            spec = queue.popleft()
+            executor.held[spec.episode_id] = spec
+            batches.setdefault(executor.name, []).append(spec)
+            held += 1
+        for executor in alive:
+            batch = batches.get(executor.name)
+            if batch:
+                reference = executor.actor.submit.remote([EpisodeTicket.of(spec) for spec in batch], run_id)
+                calls[asyncio.wrap_future(reference.future())] = executor
 
     def _lose(self, executor: ExecutorHandle, error: BaseException) -> None:
         """An executor failed a call: stop using it, and start a replacement on its node if it is alive."""

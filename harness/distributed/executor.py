@@ -1,13 +1,17 @@
 """The episode executor: a Ray actor on one node with its own sandbox pool and model client.
 
-It runs the very code a local run runs (``harness.runner``'s per-episode function) and returns each finished
-trajectory to the driver as JSON; it never writes a result itself. The library is put in Ray's object store
-once by the driver (keyed by its fingerprint there) and each node fetches it once: every executor on a node,
-including a replacement after a crash, reads that node's copy.
+It runs the very code a local run runs (``harness.runner``'s per-episode function) and returns finished
+trajectories to the driver as JSON; it never writes a result itself. Episodes arrive in batches
+(:meth:`EpisodeExecutor.submit`) and leave in batches (:meth:`EpisodeExecutor.collect`, a long poll), so the
+cost of a Ray call is shared by the episodes it carries rather than paid twice by each one. The library is put
+in Ray's object store once by the driver (keyed by its fingerprint there) and each node fetches it once: every
+executor on a node, including a replacement after a crash, reads that node's copy.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
 from contextlib import AsyncExitStack
@@ -25,6 +29,13 @@ from harness.toolspec import derive_tools
 from .limiter import ClusterLLMClient
 
 logger = logging.getLogger(__name__)
+
+COLLECT_LINGER_S = 0.05
+"""Once a trajectory is ready, :meth:`EpisodeExecutor.collect` waits this long for others to join it, when at
+least ``COLLECT_LINGER_MIN_RUNNING`` episodes are still running: a busy executor saves Ray calls (CPU it would
+take from the episodes), a quiet one answers at once (the wait would hold an episode slot idle)."""
+COLLECT_LINGER_MIN_RUNNING = 32
+COLLECT_BATCH = 256
 
 PROBE_CODE = """class Probe:
     def __init__(self, init_config: dict):
@@ -108,6 +119,10 @@ class EpisodeExecutor:
         self._stack = AsyncExitStack()
         self._pool: SandboxPool | None = None
         self._client: ClusterLLMClient | None = None
+        self._running: dict[str, asyncio.Task[None]] = {}
+        self._finished: list[tuple[str, bytes]] = []
+        self._failure: BaseException | None = None
+        self._arrived = asyncio.Event()
 
     async def ready(self) -> ExecutorStatus:
         """Start the sandbox pool and open one session in it, so a node that cannot confine environment code
@@ -137,6 +152,43 @@ class EpisodeExecutor:
     async def _probe_sandbox(self, pool: SandboxPool) -> None:
         await probe_sandbox(pool)
 
+    async def submit(self, tickets: list[EpisodeTicket], run_id: str) -> None:
+        """Start these episodes; their trajectories come back through :meth:`collect`."""
+        if self._pool is None or self._client is None:
+            await self.ready()
+        for ticket in tickets:
+            if ticket.episode_id not in self._running:
+                self._running[ticket.episode_id] = asyncio.create_task(self._run_submitted(ticket, run_id))
+
+    async def _run_submitted(self, ticket: EpisodeTicket, run_id: str) -> None:
+        try:
+            payload = await self.run(ticket, run_id)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug, not an episode failure (those are in the trajectory): the driver stops
+            logger.exception("episode %s raised", ticket.episode_id)
+            self._failure = self._failure or exc
+        else:
+            self._finished.append((ticket.episode_id, payload))
+        finally:
+            self._running.pop(ticket.episode_id, None)
+            self._arrived.set()
+
+    async def collect(self, wait_s: float) -> list[tuple[str, bytes]]:
+        """Trajectories finished since the last call, as ``(episode_id, JSON)``: waits up to ``wait_s`` for the
+        first (an empty list when none came), then briefly for others, so one answer carries several."""
+        if not self._finished and self._failure is None:
+            self._arrived.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._arrived.wait(), wait_s)
+        if self._finished and len(self._running) >= COLLECT_LINGER_MIN_RUNNING and len(self._finished) < COLLECT_BATCH:
+            await asyncio.sleep(COLLECT_LINGER_S)
+        if self._failure is not None:
+            failure, self._failure = self._failure, None
+            raise failure
+        finished, self._finished = self._finished[:COLLECT_BATCH], self._finished[COLLECT_BATCH:]
+        return finished
+
     async def run(self, ticket: EpisodeTicket, run_id: str) -> bytes:
         """Run one episode; the trajectory comes back as its JSON line."""
         if self._pool is None or self._client is None:
@@ -160,6 +212,10 @@ class EpisodeExecutor:
         return trajectory.model_dump_json().encode()
 
     async def shutdown(self) -> None:
+        running = list(self._running.values())
+        for task in running:
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
         if self._client is not None:
             await self._client.aclose()
             self._client = None
