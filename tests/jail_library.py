@@ -209,6 +209,16 @@ class Hostile:
             done.append("check runner")
         return {"success": True, "data": done}
 
+    def poison_builtins(self) -> dict:
+        """Replace builtins in the dictionary the environment's module reads them from (shared by every module the
+        runtime loads in this process): ``getattr`` now adds 1000 to every ``bump``."""
+        runtime = typing.sys.modules.get("harness.sandbox.runtime")
+        shared = getattr(runtime, "_SHARED_BUILTINS", None)
+        if not isinstance(shared, dict):
+            return {"success": False, "error": "no shared builtins"}
+        shared["getattr"] = lambda *arguments: 1000
+        return {"success": True, "data": sorted(shared)[:3]}
+
     def forge_frames(self) -> dict:
         """Write protocol frames on every descriptor, pretending to be the harness's other children."""
         os = _os()
@@ -228,10 +238,11 @@ class Hostile:
         return {"success": True, "data": _import("ctypes").string_at(0)}
 
     def memory_bomb(self) -> dict:
-        """Allocate far past the memory limit."""
+        """Allocate far past the memory limit (as address space: how fast the machine fills pages must not decide
+        whether the call first hits its time limit)."""
         hoard = []
         while True:
-            hoard.append(" " * 50_000_000)
+            hoard.append(bytes(50_000_000))  # zeroed pages, never touched: the cap stops it at once
 
     def spin(self) -> dict:
         """Loop forever, swallowing the call timer's interruption."""

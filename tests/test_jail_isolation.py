@@ -23,7 +23,7 @@ def call(name: str, **arguments: object) -> ToolCall:
 
 
 HONEST_CALLS = ["bump", "bump", "bump"]
-ATTACKS = ["poison_shared_state", "start_thread", "forge_frames", "bump", "kill_zygote"]
+ATTACKS = ["poison_shared_state", "start_thread", "poison_builtins", "bump", "kill_zygote", "forge_frames"]
 
 
 async def honest_run(pool: SandboxPool, attacker_calls: list[str]) -> tuple[dict, list]:
@@ -66,11 +66,25 @@ async def test_class_attributes_do_not_carry_over_between_sessions_of_one_enviro
     assert theirs.content["data"] == 1
 
 
+async def test_builtins_replaced_by_one_session_stay_in_its_own_process():
+    async with SandboxPool() as pool:
+        first = await pool.open_session(hostile_environment(), {"counter": 0})
+        poisoned, _ = await first.call(call("poison_builtins"))
+        own, _ = await first.call(call("bump"))  # getattr now answers 1000 in this process
+        second = await pool.open_session(hostile_environment(), {"counter": 0})
+        theirs, _ = await second.call(call("bump"))
+        await first.close()
+        await second.close()
+    assert poisoned.content["success"] is True
+    assert own.content["data"] == 1001
+    assert theirs.content["data"] == 1
+
+
 async def test_code_under_test_cannot_make_an_impossible_check_pass():
     checks = [Check(id="impossible", description="never true", source=IMPOSSIBLE_CHECK)]
     async with SandboxPool() as pool:
         session = await pool.open_session(hostile_environment(), {"counter": 0, "flag": "honest"})
-        for attack in ("poison_shared_state", "start_thread", "bump"):
+        for attack in ("poison_shared_state", "poison_builtins", "start_thread", "bump"):
             await session.call(call(attack))
         final = await session.state()
         results = await pool.run_checks(checks, {"counter": 0, "flag": "honest"}, final)

@@ -40,10 +40,11 @@ class Hostile:
                 pass
 
     def memory_bomb(self) -> dict:
-        """Allocate far past the memory limit."""
+        """Allocate far past the memory limit (as address space: how fast the machine fills pages must not decide
+        whether the call first hits its time limit)."""
         hoard = []
         while True:
-            hoard.append("x" * 10_000_000)
+            hoard.append(bytes(10_000_000))  # zeroed pages, never touched: the cap stops it at once
 
     def recurse(self, depth: int = 0) -> dict:
         """Unbounded recursion."""

@@ -24,10 +24,11 @@ the reason (``harness doctor``) and never silently assumed.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import ctypes
-import ctypes.util
 import errno
+import functools
 import os
 import platform
 import resource
@@ -246,8 +247,11 @@ def readable_roots() -> list[str]:
     return sorted(root for root in roots if os.path.isdir(root))
 
 
-def prepare(memory_mb: int, disabled: frozenset[str]) -> Confinement:
-    """Detect and prepare every layer in the zygote (once). Never raises: a missing layer is reported."""
+def prepare(memory_mb: int, disabled: frozenset[str], seccomp: dict[str, str] | None = None) -> Confinement:
+    """Detect and prepare every layer in the zygote (once). Never raises: a missing layer is reported.
+
+    ``seccomp`` is what :func:`seccomp_filter` built in the harness (the zygote never imports the bindings: they
+    pull in ``threading``, whose handler would then run, and write to memory, in every forked child)."""
     confinement = Confinement(memory_mb=memory_mb, disabled=disabled)
     statuses = confinement.statuses
 
@@ -256,9 +260,11 @@ def prepare(memory_mb: int, disabled: frozenset[str]) -> Confinement:
             active, detail = False, f"disabled by {DISABLE_VARIABLE}"
         statuses[name] = LayerStatus(name, active, detail)
 
-    libc_path = ctypes.util.find_library("c")
-    libc = ctypes.CDLL(libc_path, use_errno=True) if libc_path else None
+    libc = _libc()
     confinement._libc = libc
+    if libc is not None:
+        # ctypes looks a function up on first use and caches it on the library object: do it once, here.
+        _ = libc.prctl, libc.capset
     record("environment", True, "started with no variable of the parent; cleared again in each child")
     record("rlimits", True, f"address space {memory_mb} MB" if memory_mb > 0 else "no address-space cap")
     if libc is None:
@@ -278,7 +284,7 @@ def prepare(memory_mb: int, disabled: frozenset[str]) -> Confinement:
     else:
         record("landlock", False, "")
     if "seccomp" not in disabled:
-        _prepare_seccomp(confinement, record)
+        _prepare_seccomp(confinement, record, seccomp or seccomp_filter())
     else:
         record("seccomp", False, "")
     # Last: everything above opens files of the host; after this the zygote sees only the readable roots.
@@ -438,12 +444,24 @@ def _prepare_landlock(confinement: Confinement, record: Any) -> None:
     record("landlock", True, f"ABI {abi}: read-only access to the standard library, nothing else")
 
 
-def _prepare_seccomp(confinement: Confinement, record: Any) -> None:
+def _libc() -> Any:
+    """The C library, through the process's own symbols (the interpreter links it)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        _ = libc.prctl
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
+@functools.cache
+def seccomp_filter() -> dict[str, str]:
+    """The seccomp allow-list compiled to BPF by libseccomp, for the zygote: ``{"bpf": base64}`` and a
+    ``detail``, or an ``error`` saying why there is none. Built once per harness process."""
     try:
         import pyseccomp as seccomp
     except (ImportError, RuntimeError) as exc:
-        record("seccomp", False, f"libseccomp or its bindings are missing: {exc}")
-        return
+        return {"error": f"libseccomp or its bindings are missing: {exc}"}
     try:
         syscall_filter = seccomp.SyscallFilter(defaction=seccomp.ERRNO(errno.EPERM))
         for name in _ALLOWED_SYSCALLS:
@@ -455,20 +473,36 @@ def _prepare_seccomp(confinement: Confinement, record: Any) -> None:
         _allow(seccomp, syscall_filter, "prlimit64", read_only(2, seccomp.EQ, 0))
         # clone3's flags sit behind a pointer seccomp cannot read; ENOSYS makes libc fall back to clone (denied).
         _deny(seccomp, syscall_filter, "clone3", errno.ENOSYS)
-        program = _compiled_program(syscall_filter)
+        code = _exported_bpf(syscall_filter)
     except (OSError, RuntimeError, ValueError) as exc:
-        record("seccomp", False, f"building the filter failed: {exc}")
+        return {"error": f"building the filter failed: {exc}"}
+    return {
+        "bpf": base64.b64encode(code).decode(),
+        "detail": f"allow-list of {len(_ALLOWED_SYSCALLS) + 3} system calls; everything else EPERM",
+    }
+
+
+def _prepare_seccomp(confinement: Confinement, record: Any, built: dict[str, str]) -> None:
+    if "bpf" not in built:
+        record("seccomp", False, built.get("error", "no filter was built"))
         return
+    code = base64.b64decode(built["bpf"])
+    if not code or len(code) % 8:
+        record("seccomp", False, f"the filter has {len(code)} bytes, not whole BPF instructions")
+        return
+    buffer = ctypes.create_string_buffer(code, len(code))
+    program = _SockFprog(len(code) // 8, ctypes.addressof(buffer))
+    program._buffer = buffer  # keep the instructions alive as long as the program
     confinement.seccomp_program = program
-    record("seccomp", True, f"allow-list of {len(_ALLOWED_SYSCALLS) + 3} system calls; everything else EPERM")
+    record("seccomp", True, built.get("detail", ""))
 
 
 class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
-def _compiled_program(syscall_filter: Any) -> _SockFprog:
-    """The BPF program libseccomp generates for the filter, ready for prctl(PR_SET_SECCOMP)."""
+def _exported_bpf(syscall_filter: Any) -> bytes:
+    """The BPF program libseccomp generates for the filter."""
     read_end, write_end = os.pipe()
     try:
         with os.fdopen(write_end, "wb", closefd=True) as sink:
@@ -480,10 +514,7 @@ def _compiled_program(syscall_filter: Any) -> _SockFprog:
         os.close(read_end)
     if not code or len(code) % 8:
         raise RuntimeError(f"libseccomp exported {len(code)} bytes of BPF")
-    buffer = ctypes.create_string_buffer(code, len(code))
-    program = _SockFprog(len(code) // 8, ctypes.addressof(buffer))
-    program._buffer = buffer  # keep the instructions alive as long as the program
-    return program
+    return code
 
 
 def _allow(seccomp: Any, syscall_filter: Any, name: str, *args: Any) -> None:
@@ -511,4 +542,5 @@ __all__ = [
     "disabled_layers",
     "prepare",
     "readable_roots",
+    "seccomp_filter",
 ]

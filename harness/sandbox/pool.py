@@ -25,7 +25,7 @@ from pydantic import BaseModel, Field
 from harness.errors import BadInput
 from harness.sandbox.arguments import CallRejected, validate_call
 from harness.sandbox.children import Child, ChildLost, Zygote, ZygoteFailed
-from harness.sandbox.confine import DISABLE_VARIABLE, disabled_layers
+from harness.sandbox.confine import DISABLE_VARIABLE, disabled_layers, seccomp_filter
 from harness.sandbox.static import StaticCheckError, check_code, find_problems
 from harness.schema import (
     Check,
@@ -246,6 +246,7 @@ class SandboxPool:
             "max_result_bytes": limits.max_result_bytes,
             "max_state_bytes": limits.max_state_bytes,
             "disabled_env": {DISABLE_VARIABLE: os.environ.get(DISABLE_VARIABLE, "")},
+            "seccomp": seccomp_filter(),
         }
 
     @property

@@ -79,6 +79,7 @@ def _discard_print(*_args: Any, **_kwargs: Any) -> None:
 
 
 def restricted_builtins() -> dict[str, Any]:
+    """A fresh namespace of the builtins sandboxed code may use."""
     names = {k: v for k, v in vars(builtins).items() if k not in REMOVED_BUILTINS}
     names.update(
         __import__=_guarded_import,
@@ -89,6 +90,12 @@ def restricted_builtins() -> dict[str, Any]:
         print=_discard_print,
     )
     return names
+
+
+_SHARED_BUILTINS: dict[str, Any] = {}
+"""The restricted builtins of the process's one environment module, built before the zygote forks: copying them
+in a child would write to every builtin object's reference count and so give each session private copies of
+those pages."""
 
 
 def _on_alarm(_signum: int, _frame: Any) -> None:
@@ -196,11 +203,12 @@ def _guarded(clock: Clock, timeout: float, fn: Any, *args: Any) -> Any:
         signal.setitimer(signal.ITIMER_REAL, 0)
 
 
-def load_module(code: str | CodeType, label: str) -> dict[str, Any]:
+def load_module(code: str | CodeType, label: str, *, sole_module: bool = False) -> dict[str, Any]:
     """Execute code (source, or an already compiled code object) as a fresh module with the restricted builtins;
-    its namespace."""
+    its namespace. The sole untrusted module of a process uses the builtins prepared before the fork."""
     module = type(sys)(label)
-    module.__dict__.update({"__builtins__": restricted_builtins(), "__name__": label})
+    namespace = _SHARED_BUILTINS if sole_module and _SHARED_BUILTINS else restricted_builtins()
+    module.__dict__.update({"__builtins__": namespace, "__name__": label})
     sys.modules[label] = module  # dataclasses and typing look the module up by name
     compiled = code if isinstance(code, CodeType) else compile(code, f"<{label}>", "exec")
     exec(compiled, module.__dict__)
@@ -233,7 +241,7 @@ class EnvironmentSession:
             else:
                 code = compile(request["code"], "<environment>", "exec")
                 compiled.append(base64.b64encode(marshal.dumps(code)).decode())
-            namespace = load_module(code, "environment")
+            namespace = load_module(code, "environment", sole_module=True)
             cls = namespace.get(class_name)
             if not isinstance(cls, type):
                 raise LookupError(f"the code does not define a class named {class_name!r}")
@@ -493,3 +501,83 @@ def prepare_interpreter() -> None:
     sys.dont_write_bytecode = True
     sys.setrecursionlimit(3000)
     signal.signal(signal.SIGALRM, _on_alarm)
+    _SHARED_BUILTINS.clear()
+    _SHARED_BUILTINS.update(restricted_builtins())
+
+
+_WARM_UP_ENVIRONMENT = """
+import datetime
+import uuid
+
+
+class Counter:
+    def __init__(self, init_config):
+        self.items = {}
+        self.log = []
+
+    def get_item(self, item_id: str) -> dict:
+        if item_id not in self.items:
+            return {"success": False, "error": f"no item {item_id}"}
+        return {"success": True, "data": dict(self.items[item_id])}
+
+    def add_item(self, item_id: str, count: int = 1) -> dict:
+        entry = self.items.setdefault(item_id, {"count": 0, "tags": []})
+        entry["count"] += count
+        entry["tags"].append(str(uuid.uuid4())[:8])
+        self.log.append({"at": datetime.datetime.now().isoformat(), "item": item_id})
+        return {"success": True, "count": entry["count"]}
+
+    def fail(self) -> dict:
+        raise ValueError("a tool that raises")
+"""
+
+_WARM_UP_CHECK = "def check(initial, final):\n    return final['items']['a']['count'] >= 1\n"
+_WARM_UP_CALLS = 12
+"""Pairs of calls in the first warm-up session (its replies wait in a socket buffer until it ends)."""
+_WARM_UP_ROUNDS = 64
+"""Enough runs for the interpreter to specialize the hot paths' bytecode (it rewrites a function's bytecode in
+place after its first few runs)."""
+
+
+def warm_up(settings: Settings) -> None:
+    """Serve trusted sessions and check batches in this process, before the zygote forks: lazy caches are filled
+    and the bytecode of the serving path is specialized once here instead of being rewritten in every child,
+    which would make those pages private to each session (and cost each one the CPU to redo it)."""
+    opening: dict[str, Any] = {"op": "open", "class_name": "Counter", "code": _WARM_UP_ENVIRONMENT, "state": {}}
+    calls: list[dict[str, Any]] = []
+    for index in range(_WARM_UP_CALLS):
+        calls.append({"op": "call", "name": "add_item", "args": {"item_id": "a", "count": index}})
+        calls.append({"op": "call", "name": "get_item", "args": {"item_id": "a" if index % 2 else "b"}})
+    ending: list[dict[str, Any]] = [{"op": "call", "name": "fail", "args": {}}, {"op": "state"}, {"op": "close"}]
+    checks = {"checks": [{"source": _WARM_UP_CHECK}], "initial": {"items": {}}, "final": {"items": {"a": {"count": 1}}}}
+    replies = _serve_locally(serve_session, [opening, *calls, *ending], settings)
+    bytecode = replies[0].get("bytecode") if replies else None
+    if bytecode:
+        opening = {**opening, "code": None, "bytecode": bytecode}
+    for _ in range(_WARM_UP_ROUNDS):
+        _serve_locally(serve_session, [opening, *calls[:2], *ending], settings)
+        _serve_locally(serve_checks, [checks], settings)
+    for label in [name for name in sys.modules if name == "environment" or name.startswith("check_")]:
+        del sys.modules[label]
+    CONTEXT.current = Clock(0)
+
+
+def _serve_locally(serve: Any, requests: list[dict[str, Any]], settings: Settings) -> list[dict[str, Any]]:
+    """Run ``serve`` on a socket pair preloaded with ``requests``; the replies, decoded."""
+    import socket
+
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        ours.sendall(b"".join(_frame(orjson.dumps(request), n) for n, request in enumerate(requests)))
+        ours.shutdown(socket.SHUT_WR)
+        serve(theirs.fileno(), settings)
+        theirs.shutdown(socket.SHUT_WR)
+        data = b""
+        while chunk := ours.recv(1 << 20):
+            data += chunk
+    replies = []
+    while len(data) >= 8:
+        size = int.from_bytes(data[:4], "little")
+        replies.append(orjson.loads(data[8 : 8 + size]))
+        data = data[8 + size :]
+    return replies

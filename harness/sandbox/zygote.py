@@ -230,7 +230,10 @@ def main() -> None:
     if os.getppid() == 1:
         return
     runtime.prepare_interpreter()
-    confinement = prepare(int(options["memory_mb"]), disabled_layers(options.get("disabled_env", {})))
+    confinement = prepare(
+        int(options["memory_mb"]), disabled_layers(options.get("disabled_env", {})), options.get("seccomp")
+    )
+    runtime.warm_up(settings)
     zygote = Zygote(control, confinement, settings)
     report = _layer_report(confinement, zygote.probe())
     gc.collect()
