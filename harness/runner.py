@@ -27,6 +27,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
 from harness import __version__
+from harness.collector import tuned_for_throughput
 from harness.episode import EpisodeConfig, run_episode
 from harness.errors import BadInput, Unavailable
 from harness.library import Library, LibraryError, load_library
@@ -632,20 +633,21 @@ async def run(
         require_full_confinement=library.from_hub and not config.allow_weak_sandbox,
     ) as pool:
         scenarios, invalid = await drop_invalid(pool, library, scenarios, config)
-        return await _plan_and_run(
-            config,
-            library,
-            scenarios,
-            invalid,
-            pool,
-            client,
-            agent_factory,
-            user_factory,
-            on_progress,
-            on_start,
-            stop_on_signals,
-            backend,
-        )
+        with tuned_for_throughput():
+            return await _plan_and_run(
+                config,
+                library,
+                scenarios,
+                invalid,
+                pool,
+                client,
+                agent_factory,
+                user_factory,
+                on_progress,
+                on_start,
+                stop_on_signals,
+                backend,
+            )
 
 
 async def _plan_and_run(

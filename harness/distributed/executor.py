@@ -18,6 +18,7 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
 
+from harness.collector import tune_for_throughput
 from harness.library import Library
 from harness.llm import AliasTable, EndpointLimits, RetryPolicy
 from harness.llm.aliases import AliasEntry
@@ -146,6 +147,7 @@ class EpisodeExecutor:
                 limiter=self.limiter,
             )
             await self._probe_sandbox(self._pool)
+            tune_for_throughput()  # this process only runs episodes from here on
         missing = tuple(f"{layer['name']} ({layer['detail']})" for layer in self._pool.missing_layers)
         return ExecutorStatus(node_id=ray.get_runtime_context().get_node_id(), pid=os.getpid(), missing_layers=missing)
 
