@@ -1,12 +1,13 @@
 """Runner throughput against the mock OpenAI-compatible server at a fixed latency.
 
-    python bench/runner.py [--latency 0.1] [--levels 16,64,256,1024] [--rpm-seconds 130]
+    python bench/runner.py [--latency 0.1] [--levels 16,64,256,1024] [--rpm-seconds 130] [--default-collector]
 
 For each concurrency level, in a fresh process: episodes/s and requests/s against the bound concurrency / L,
 harness CPU per request, CPU of the sandbox processes (zygote, session and check processes) per episode, and
 peak memory (RSS). The mock model replays each seed scenario's reference actions
 (about five requests per episode); the server runs in its own process. Then the requests per minute achieved
-with ``rpm=600`` while demand exceeds it, counted by the server.
+with ``rpm=600`` while demand exceeds it, counted by the server. ``--default-collector`` runs with CPython's
+default garbage-collector settings instead of the ones a run uses (``harness/collector.py``), for comparison.
 """
 
 from __future__ import annotations
@@ -39,7 +40,20 @@ def serve(
         counts.put(([r.t for r in server.chat_requests()], server.max_open_connections))
 
 
-def run_level(base_url: str, concurrency: int, episodes: int, rpm: int | None, results: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+def run_level(
+    base_url: str,
+    concurrency: int,
+    episodes: int,
+    rpm: int | None,
+    results: multiprocessing.Queue,  # type: ignore[type-arg]
+    default_collector: bool = False,
+) -> None:
+    import contextlib
+
+    import harness.runner
+
+    if default_collector:
+        harness.runner.tuned_for_throughput = contextlib.nullcontext  # type: ignore[assignment]
     from agents.run_adapters import agent_factory
     from harness.library import load_library
     from harness.llm import AliasTable, EndpointLimits, LLMClient
@@ -74,11 +88,11 @@ def run_level(base_url: str, concurrency: int, episodes: int, rpm: int | None, r
 
 
 def measure(
-    base_url: str, concurrency: int, episodes: int, rpm: int | None = None
+    base_url: str, concurrency: int, episodes: int, rpm: int | None = None, default_collector: bool = False
 ) -> tuple[float, int, int, float, float, float]:
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
-    process = context.Process(target=run_level, args=(base_url, concurrency, episodes, rpm, results))
+    process = context.Process(target=run_level, args=(base_url, concurrency, episodes, rpm, results, default_collector))
     process.start()
     value = results.get()
     process.join()
@@ -90,6 +104,7 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.1)
     parser.add_argument("--levels", default="16,64,256,1024")
     parser.add_argument("--rpm-seconds", type=float, default=130.0, help="0 skips the rpm measurement")
+    parser.add_argument("--default-collector", action="store_true", help="CPython's default collector settings")
     args = parser.parse_args()
     context = multiprocessing.get_context("spawn")
     ready, counts = context.Queue(), context.Queue()
@@ -104,7 +119,7 @@ def main() -> None:
     )
     for level in [int(x) for x in args.levels.split(",")]:
         episodes = max(3 * level, 200)
-        elapsed, ran, requests, cpu, peak, jail_cpu = measure(base_url, level, episodes)
+        elapsed, ran, requests, cpu, peak, jail_cpu = measure(base_url, level, episodes, None, args.default_collector)
         bound = level / args.latency
         rate = requests / elapsed
         print(
