@@ -119,7 +119,9 @@ def main() -> None:
     )
     for level in [int(x) for x in args.levels.split(",")]:
         episodes = max(3 * level, 200)
-        elapsed, ran, requests, cpu, peak, jail_cpu = measure(base_url, level, episodes, None, args.default_collector)
+        elapsed, ran, requests, cpu, peak, jail_cpu = measure(
+            base_url, level, episodes, default_collector=args.default_collector
+        )
         bound = level / args.latency
         rate = requests / elapsed
         print(

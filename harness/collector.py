@@ -23,7 +23,8 @@ YOUNG_THRESHOLD = 50_000
 OLDER_THRESHOLDS = (20, 20)
 
 _depth = 0
-_saved: tuple[int, int, int] | None = None
+_saved_thresholds = (700, 10, 10)
+_caller_froze = False
 
 
 def tune_for_throughput() -> None:
@@ -43,20 +44,22 @@ def _freeze_and_raise() -> None:
 def tuned_for_throughput() -> Iterator[None]:
     """Freeze and raise the thresholds while the block runs; afterwards the thresholds are restored and the
     frozen objects are visible to the collector again (garbage frozen with them is collected then). Nested or
-    overlapping uses restore once, at the last exit."""
-    global _depth, _saved
+    overlapping uses restore once, at the last exit. A process that had frozen objects itself (before forking
+    workers, say) keeps everything frozen: CPython cannot unfreeze only part of the permanent generation."""
+    global _depth, _saved_thresholds, _caller_froze
     if _depth == 0:
-        _saved = gc.get_threshold()
+        _saved_thresholds = gc.get_threshold()
+        _caller_froze = gc.get_freeze_count() > 0
         _freeze_and_raise()
     _depth += 1
     try:
         yield
     finally:
         _depth -= 1
-        if _depth == 0 and _saved is not None:
-            gc.set_threshold(*_saved)
-            gc.unfreeze()
-            _saved = None
+        if _depth == 0:
+            gc.set_threshold(*_saved_thresholds)
+            if not _caller_froze:
+                gc.unfreeze()
 
 
 __all__ = ["OLDER_THRESHOLDS", "YOUNG_THRESHOLD", "tune_for_throughput", "tuned_for_throughput"]

@@ -44,3 +44,15 @@ def test_cycles_are_still_collected_during_and_after_a_run() -> None:
         assert new_garbage() is None
     gc.collect()
     assert old_garbage() is None
+
+
+def test_objects_the_caller_froze_stay_frozen_after_a_run() -> None:
+    gc.freeze()
+    try:
+        frozen_by_caller = gc.get_freeze_count()
+        with tuned_for_throughput():
+            pass
+        assert gc.get_freeze_count() >= frozen_by_caller
+        assert gc.get_threshold()[0] != YOUNG_THRESHOLD
+    finally:
+        gc.unfreeze()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import subprocess
@@ -15,6 +16,7 @@ from typer.testing import CliRunner
 
 from agents.run_adapters import agent_factory, user_factory
 from harness.cli import app
+from harness.collector import YOUNG_THRESHOLD
 from harness.library import load_library
 from harness.llm import AliasTable, EndpointLimits, LLMClient, RetryPolicy
 from harness.llm.aliases import AliasEntry
@@ -81,6 +83,25 @@ async def test_500_episodes_at_concurrency_200(server, tmp_path):
     assert summary["overall"]["scored"] == 500
     manifest = orjson.loads((outcome.run_dir / "manifest.json").read_bytes())
     assert manifest["episodes_planned"] == 500 and manifest["dataset"]["fingerprint"] == LIBRARY.source.fingerprint
+
+
+async def test_episodes_run_with_the_tuned_collector_and_the_run_restores_it(server, tmp_path):
+    seen_thresholds: list[tuple[int, int, int]] = []
+
+    def recording_agent_factory(*args, **kwargs):
+        seen_thresholds.append(gc.get_threshold())
+        return agent_factory(*args, **kwargs)
+
+    before = gc.get_threshold()
+    client = client_for(server)
+    outcome = await run(
+        config(tmp_path, limit=3), agent_factory=recording_agent_factory, client=client, library=LIBRARY
+    )
+    await client.aclose()
+    assert outcome.ran == 3
+    assert seen_thresholds and all(t[0] == YOUNG_THRESHOLD for t in seen_thresholds)
+    assert gc.get_threshold() == before
+    assert gc.get_freeze_count() == 0
 
 
 async def test_both_modes_and_resume_runs_nothing_twice(server, tmp_path):
