@@ -8,6 +8,7 @@ check that declares a third parameter also gets the transcript. What held "at re
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from harness.rules import EpisodeRules, rules_profile
@@ -64,7 +65,8 @@ def zero_reward(scenario: Scenario) -> RewardBreakdown:
 async def checks_at_reset(
     pool: SandboxPool, scenario: Scenario, initial_state: dict[str, Any] | None = None
 ) -> list[CheckResult]:
-    """The checks on (snapshot, snapshot, empty transcript), computed once per scenario and pool.
+    """The checks on (snapshot, snapshot, empty transcript), computed once per scenario and pool (concurrent callers
+    share one computation).
 
     ``initial_state`` is the snapshot taken at reset; without one the scenario's raw state stands in.
     """
@@ -72,11 +74,20 @@ async def checks_at_reset(
     # The key includes the scenario's state object's identity (the entry keeps the object alive, so the identity
     # cannot be reused) so that two scenarios sharing an id but not a state never share an entry.
     key = (scenario.id, id(scenario.initial_state), tuple(c.source for c in scenario.checks))
+    # Episodes of one scenario usually start together: the first computes, the others wait for its result
+    # instead of each paying for a check process. If the first fails, the next waiter computes.
+    while (pending := pool.reset_pending.get(key)) is not None:
+        await pending.wait()
     cached = pool.reset_results.get(key)
     if cached is not None:
         return cached[1]
-    results = await pool.run_checks(prepared_checks(scenario.checks), state, state, transcript=[])
-    pool.reset_results[key] = (scenario.initial_state, results)
+    done = pool.reset_pending[key] = asyncio.Event()
+    try:
+        results = await pool.run_checks(prepared_checks(scenario.checks), state, state, transcript=[])
+        pool.reset_results[key] = (scenario.initial_state, results)
+    finally:
+        del pool.reset_pending[key]
+        done.set()
     return results
 
 

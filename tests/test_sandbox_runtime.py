@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import orjson
 import pytest
 
-from harness.sandbox import SandboxPool
+from harness.sandbox import SandboxError, SandboxPool
 from harness.schema import Check, Environment, ObservationKind, Scenario, ToolCall
 from harness.scoring import ScenarioWithoutChecks, score_final_state
 from harness.toolspec import derive_tools
@@ -222,6 +224,48 @@ async def test_do_nothing_scores_below_the_solution(pool):
     await session.call(transfer(30))
     _, solved = await score_final_state(pool, good, await session.state())
     assert solved.success and solved.state_reward == 1.0 and solved.delta_reward == 1.0
+
+
+async def test_episodes_of_one_scenario_scored_together_run_the_reset_checks_once(pool):
+    """Trials of a scenario finish together: one check process computes what held at reset for all of them."""
+    runs: list[str] = []
+    real_run_checks = pool.run_checks
+
+    async def counted(checks, initial_state, final_state, transcript=None):
+        runs.append("reset" if transcript == [] else "final")
+        return await real_run_checks(checks, initial_state, final_state, transcript=transcript)
+
+    pool.run_checks = counted
+    shared = scenario(CHECKS[:3])
+    session = await pool.open_session(wallet(), STATE)
+    await session.call(transfer(30))
+    solved = await session.state()
+    scored = await asyncio.gather(*(score_final_state(pool, shared, solved, transcript=[{}]) for _ in range(6)))
+    assert runs.count("reset") == 1 and runs.count("final") == 6
+    assert all(reward.success and reward.delta_reward == 1.0 for _, reward in scored)
+    assert all(r.passed_at_reset is True for results, _ in scored for r in results if r.check_id == "untouched")
+
+
+async def test_when_the_first_reset_computation_fails_a_waiting_episode_computes_it(pool):
+    runs: list[str] = []
+    real_run_checks = pool.run_checks
+
+    async def first_reset_fails(checks, initial_state, final_state, transcript=None):
+        runs.append("reset" if transcript == [] else "final")
+        if runs.count("reset") == 1 and transcript == []:
+            await asyncio.sleep(0.05)  # the others are waiting for it by now
+            raise SandboxError("the check process died")
+        return await real_run_checks(checks, initial_state, final_state, transcript=transcript)
+
+    pool.run_checks = first_reset_fails
+    shared = scenario(CHECKS[:3])
+    outcomes = await asyncio.gather(
+        *(score_final_state(pool, shared, STATE, transcript=[{}]) for _ in range(4)), return_exceptions=True
+    )
+    failed = [o for o in outcomes if isinstance(o, BaseException)]
+    assert len(failed) == 1 and "check process died" in str(failed[0])
+    assert runs.count("reset") == 2  # the failed one, then one computation shared by the three that waited
+    assert all(reward.success is False for _, reward in (o for o in outcomes if not isinstance(o, BaseException)))
 
 
 async def test_scenario_without_checks_is_refused(pool):

@@ -237,6 +237,8 @@ class SandboxPool:
         self.layers: list[dict[str, Any]] = []
         self.reset_results: dict[tuple[str, int, tuple[str, ...]], tuple[Any, list[CheckResult]]] = {}
         """Check results on each scenario's initial state, computed once per scenario (see harness.scoring)."""
+        self.reset_pending: dict[tuple[str, int, tuple[str, ...]], asyncio.Event] = {}
+        """Keys of ``reset_results`` being computed, each set when its computation ends (stored or not)."""
 
     def _options(self) -> dict[str, Any]:
         limits = self.limits
