@@ -50,6 +50,7 @@ from harness.schema import (
     TerminationReason,
     Trajectory,
 )
+from harness.scoring import SharedResetResults, known_reset_results
 from harness.store import ResultStore, ResultStoreError
 from harness.validate import invalid_scenarios
 
@@ -230,6 +231,8 @@ class EpisodeJob:
     agent_factory: AgentFactory
     user_factory: UserFactory | None
     sandbox_limits: SandboxLimits | None
+    reset_results: SharedResetResults = field(default_factory=dict)
+    """What held at reset for each scenario, from this run's screening: executors start from it."""
 
 
 class EpisodeBackend(Protocol):
@@ -764,7 +767,15 @@ async def _run_planned(
         backend = RayBackend(config.ray)
     if backend is not None:
         try:
-            job = EpisodeJob(config, library, client, agent_factory, user_factory, pool.limits)
+            job = EpisodeJob(
+                config,
+                library,
+                client,
+                agent_factory,
+                user_factory,
+                pool.limits,
+                reset_results=known_reset_results(pool, [spec.scenario for spec in specs]),
+            )
             cluster = await backend.start(job)
         except BaseException:
             store.close()

@@ -62,6 +62,41 @@ def zero_reward(scenario: Scenario) -> RewardBreakdown:
     )
 
 
+ResetKey = tuple[str, int, tuple[str, ...]]
+SharedResetResults = dict[tuple[str, str], tuple[tuple[str, ...], list[CheckResult]]]
+"""Reset results by (environment id, scenario id), with the check sources they were computed for."""
+
+
+def _reset_key(scenario: Scenario) -> ResetKey:
+    # The key includes the scenario's state object's identity (the entry keeps the object alive, so the identity
+    # cannot be reused) so that two scenarios sharing an id but not a state never share an entry.
+    return (scenario.id, id(scenario.initial_state), tuple(c.source for c in scenario.checks))
+
+
+def known_reset_results(pool: SandboxPool, scenarios: list[Scenario]) -> SharedResetResults:
+    """What the pool already computed as holding at reset for these scenarios, for another pool to start from
+    (a Ray executor reuses the driver's screening, as a local run does)."""
+    known: SharedResetResults = {}
+    for scenario in scenarios:
+        cached = pool.reset_results.get(_reset_key(scenario))
+        if cached is not None:
+            known[(scenario.environment_id, scenario.id)] = (_reset_key(scenario)[2], cached[1])
+    return known
+
+
+def adopt_reset_results(pool: SandboxPool, scenarios: list[Scenario], known: SharedResetResults) -> int:
+    """Store ``known`` in this pool for these scenarios (only where the checks are the ones they were computed
+    for); returns how many were adopted."""
+    adopted = 0
+    for scenario in scenarios:
+        entry = known.get((scenario.environment_id, scenario.id))
+        key = _reset_key(scenario)
+        if entry is not None and entry[0] == key[2] and key not in pool.reset_results:
+            pool.reset_results[key] = (scenario.initial_state, entry[1])
+            adopted += 1
+    return adopted
+
+
 async def checks_at_reset(
     pool: SandboxPool, scenario: Scenario, initial_state: dict[str, Any] | None = None
 ) -> list[CheckResult]:
@@ -71,9 +106,7 @@ async def checks_at_reset(
     ``initial_state`` is the snapshot taken at reset; without one the scenario's raw state stands in.
     """
     state = initial_state if initial_state is not None else scenario.initial_state
-    # The key includes the scenario's state object's identity (the entry keeps the object alive, so the identity
-    # cannot be reused) so that two scenarios sharing an id but not a state never share an entry.
-    key = (scenario.id, id(scenario.initial_state), tuple(c.source for c in scenario.checks))
+    key = _reset_key(scenario)
     # Episodes of one scenario usually start together: the first computes, the others wait for its result
     # instead of each paying for a check process. If the first fails, the next waiter computes.
     while (pending := pool.reset_pending.get(key)) is not None:

@@ -268,6 +268,38 @@ async def test_when_the_first_reset_computation_fails_a_waiting_episode_computes
     assert all(reward.success is False for _, reward in (o for o in outcomes if not isinstance(o, BaseException)))
 
 
+async def test_another_pool_starts_from_the_reset_results_one_pool_computed(pool):
+    """How a Ray executor reuses the driver's screening: its scenarios are copies (they crossed the wire), and
+    only those whose checks are unchanged adopt the results."""
+    from harness.scoring import adopt_reset_results, checks_at_reset, known_reset_results
+
+    original = scenario(CHECKS[:3])
+    await checks_at_reset(pool, original)
+    known = known_reset_results(pool, [original])
+    same = Scenario.model_validate_json(original.model_dump_json())
+    changed = same.model_copy(update={"id": "s2", "checks": CHECKS[:2]})
+    known[(changed.environment_id, changed.id)] = known[(original.environment_id, original.id)]
+    async with SandboxPool(workers=1) as other:
+        assert adopt_reset_results(other, [same, changed], known) == 1
+        runs: list[str] = []
+        real_run_checks = other.run_checks
+
+        async def counted(checks, initial_state, final_state, transcript=None):
+            runs.append("reset" if transcript == [] else "final")
+            return await real_run_checks(checks, initial_state, final_state, transcript=transcript)
+
+        other.run_checks = counted
+        results, _ = await score_final_state(other, same, STATE, transcript=[{}])
+        assert runs == ["final"]
+        assert {r.check_id: r.passed_at_reset for r in results} == {
+            "moved": False,
+            "envscaler": False,
+            "untouched": True,
+        }
+        await score_final_state(other, changed, STATE, transcript=[{}])
+        assert runs == ["final", "reset", "final"]
+
+
 async def test_scenario_without_checks_is_refused(pool):
     with pytest.raises(ScenarioWithoutChecks, match="no checks"):
         await score_final_state(pool, scenario([]), STATE)

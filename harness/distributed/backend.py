@@ -148,6 +148,7 @@ class RayBackend:
             default_limits=client.default_limits,
             sandbox_limits=job.sandbox_limits,
             sandbox_workers=config.workers,
+            reset_results=job.reset_results,
         )
         self._library_ref = self._ship_library(job)
         names = forwarded_variables(client, models)

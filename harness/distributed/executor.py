@@ -15,7 +15,7 @@ import contextlib
 import logging
 import os
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from harness.collector import tune_for_throughput
@@ -25,6 +25,7 @@ from harness.llm.aliases import AliasEntry
 from harness.runner import AgentFactory, EpisodeSpec, RunConfig, UserFactory, _run_one, agent_settings, user_settings
 from harness.sandbox import SandboxError, SandboxLimits, SandboxPool
 from harness.schema import Environment, Mode, Scenario, ToolCall
+from harness.scoring import SharedResetResults, adopt_reset_results
 from harness.toolspec import derive_tools
 
 from .limiter import ClusterLLMClient
@@ -80,6 +81,8 @@ class ExecutorPlan:
     default_limits: EndpointLimits
     sandbox_limits: SandboxLimits | None
     sandbox_workers: int | None
+    reset_results: SharedResetResults = field(default_factory=dict)
+    """What held at reset per scenario, from the driver's screening (a local run's pool has the same)."""
 
 
 @dataclass(frozen=True)
@@ -146,6 +149,7 @@ class EpisodeExecutor:
                 aliases=AliasTable(plan.aliases, environ={}),
                 limiter=self.limiter,
             )
+            adopt_reset_results(self._pool, self.library.scenarios, plan.reset_results)
             await self._probe_sandbox(self._pool)
             tune_for_throughput()  # this process only runs episodes from here on
         missing = tuple(f"{layer['name']} ({layer['detail']})" for layer in self._pool.missing_layers)
