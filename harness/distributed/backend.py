@@ -128,8 +128,6 @@ class RayBackend:
             raise ClusterUnavailable(f"the Ray cluster at {self.address} has no alive node")
         factories = [job.agent_factory, job.user_factory]
         modules = sorted({f.__module__ for f in factories if f is not None and f.__module__ != "__main__"})
-        nodes = await asyncio.to_thread(check_nodes, nodes, modules)
-        checked = time.monotonic()
 
         client, config = job.client, job.config
         models = models_of(config)
@@ -157,12 +155,23 @@ class RayBackend:
             logger.info("executors get these variables from the driver: %s", ", ".join(sorted(self._environment)))
         self._max_concurrency = config.concurrency + 8
 
+        # Executors start (each imports the package, seconds) while the nodes are checked; none gets an episode
+        # unless its node passed, and all are stopped if one did not.
         starting = [
             self._start_executor(node["NodeID"], node["NodeManagerAddress"])
             for node in nodes
             for _ in range(self.executors_per_node)
         ]
         self.executors.extend(starting)
+        try:
+            passed = {node["NodeID"] for node in await asyncio.to_thread(check_nodes, nodes, modules)}
+        except BaseException:
+            self._stop_now(starting)
+            raise
+        self._stop_now([executor for executor in starting if executor.node_id not in passed])
+        starting = [executor for executor in starting if executor.alive]
+        nodes = [node for node in nodes if node["NodeID"] in passed]
+        checked = time.monotonic()
         outcomes = await asyncio.gather(*(self._await_ready(executor) for executor in starting), return_exceptions=True)
         lost = ""
         for executor, outcome in zip(starting, outcomes, strict=True):
@@ -177,7 +186,7 @@ class RayBackend:
         if not any(executor.alive for executor in starting):
             raise ClusterUnavailable(f"no episode executor could start on the cluster at {self.address}: {lost}")
         logger.info(
-            "cluster ready: joined in %.1fs, %d nodes checked in %.1fs, executors started in %.1fs",
+            "cluster ready: joined in %.1fs, %d nodes checked in %.1fs, executors ready %.1fs later",
             joined - began,
             len(nodes),
             checked - joined,
@@ -200,6 +209,14 @@ class RayBackend:
                 for node in nodes
             ],
         )
+
+    def _stop_now(self, executors: list[ExecutorHandle]) -> None:
+        """Kill executors that must not run episodes (their node failed its check) without waiting for them."""
+        ray = import_ray()
+        for executor in executors:
+            executor.alive = False
+            with contextlib.suppress(Exception):  # already gone
+                ray.kill(executor.actor, no_restart=True)
 
     def _ship_library(self, job: EpisodeJob) -> Any:
         """Put the library in the object store once per Ray job and fingerprint."""
