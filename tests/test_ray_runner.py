@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -226,6 +227,24 @@ async def test_a_node_without_a_package_the_run_needs_is_one_line_before_any_epi
     assert "\n" not in str(caught.value)
     assert not server.chat_requests()
     assert not (tmp_path / "run" / "results.jsonl").exists() and not (tmp_path / "run" / "manifest.json").exists()
+    # Executors are started while nodes are checked: the refusal stops them too.
+    assert executors_alive_within(10.0) == []
+
+
+def executors_alive_within(seconds: float) -> list[str]:
+    """The run's executors still alive, polled until none is left or ``seconds`` pass (killing is asynchronous)."""
+    import ray
+
+    deadline = time.monotonic() + seconds
+    while True:
+        alive = [
+            actor["name"]
+            for actor in ray.util.list_named_actors(all_namespaces=True)
+            if actor["name"].startswith("harness-executor-")
+        ]
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.2)
 
 
 def write_aliases(path: Path, server: MockOpenAIServer, key_variable: str | None = None) -> None:
