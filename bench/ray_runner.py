@@ -15,11 +15,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import multiprocessing
+import queue
 import statistics
 import sys
 import tempfile
 import time
+from multiprocessing.process import BaseProcess
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -84,9 +87,19 @@ def measure(
     results = context.Queue()
     process = context.Process(target=run_path, args=(base_url, ray, concurrency, episodes, workers, results))
     process.start()
-    value = results.get()
+    value = receive(results, process, f"the {ray or 'local'} path")
     process.join()
     return value  # type: ignore[no-any-return]
+
+
+def receive(answers: Any, process: BaseProcess, what: str) -> Any:
+    """The next answer from ``process``; stops the bench if the process ends without one."""
+    while True:
+        try:
+            return answers.get(timeout=1.0)
+        except queue.Empty:
+            if not process.is_alive():
+                raise SystemExit(f"{what} ended (exit code {process.exitcode}) without an answer") from None
 
 
 def main() -> None:
@@ -102,7 +115,7 @@ def main() -> None:
     stop = context.Event()
     server = context.Process(target=serve, args=(args.latency, ready, stop))
     server.start()
-    base_url = ready.get()
+    base_url = receive(ready, server, "the mock server")
     print(
         f"mock server latency {args.latency * 1000:.0f} ms, concurrency {args.concurrency}, "
         f"{args.workers} sandbox workers"
