@@ -316,3 +316,26 @@ def test_ray_without_an_address_means_a_local_cluster():
     assert with_default_ray_address(["run", "--ray"]) == ["run", "--ray", "local"]
     assert with_default_ray_address(["run", "--ray", "--limit", "2"]) == ["run", "--ray", "local", "--limit", "2"]
     assert with_default_ray_address(["run", "--ray", "auto"]) == ["run", "--ray", "auto"]
+
+
+def test_a_run_on_a_cluster_it_starts_prints_no_notice_from_ray(ray_cluster, tmp_path):
+    """``--ray`` alone starts a cluster here even though RAY_ADDRESS (set by this test's own cluster) names
+    another one, and the run's terminal shows no notice of Ray's."""
+    mock = MockOpenAIServer()
+    register_scenarios(mock)
+    with mock.running_in_thread():
+        models = tmp_path / "models.toml"
+        write_aliases(models, mock)
+        out = tmp_path / "run"
+        args = ["run", "--model", "mock-agent", "--out", str(out), "--limit", "2", "--workers", "1", "--ray"]
+        process = cli(args, {"HARNESS_MODELS_FILE": str(models)})
+        _, stderr = process.communicate(timeout=300)
+    assert process.returncode == 0, stderr
+    assert "Token authentication" not in stderr
+    assert_exactly_once(out, 2)
+    manifest = orjson.loads((out / "manifest.json").read_bytes())
+    assert manifest["cluster"]["address"] == "local"
+    import ray
+
+    ran_on = {node["node_id"] for node in manifest["cluster"]["nodes"]}
+    assert len(ran_on) == 1 and not ran_on & {node["NodeID"] for node in ray.nodes()}

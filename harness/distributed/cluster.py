@@ -52,9 +52,12 @@ def join(address: str) -> bool:
     ray = import_ray()
     if ray.is_initialized():
         return False
-    target: str | None
+    target: str
     if address == "local":
-        target = None
+        target = "local"  # a new instance here, even when RAY_ADDRESS names another cluster
+        # Ray announces on every start that the cluster it starts uses its default token authentication; that
+        # notice is not about the run, and a run's terminal shows only what is.
+        logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
     elif address == "auto":
         target = "auto"
     else:
@@ -77,7 +80,7 @@ def join(address: str) -> bool:
             logging_level=logging.WARNING,
             log_to_driver=True,
             configure_logging=True,
-            include_dashboard=False if target is None else None,
+            include_dashboard=False if target == "local" else None,
         )
     except Exception as exc:
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
