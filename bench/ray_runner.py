@@ -15,17 +15,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import multiprocessing
-import queue
 import statistics
 import sys
 import tempfile
 import time
-from multiprocessing.process import BaseProcess
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from bench.children import receive  # noqa: E402
 
 
 def serve(latency: float, ready: multiprocessing.Queue, stop: multiprocessing.Event) -> None:  # type: ignore[type-arg]
@@ -90,16 +89,6 @@ def measure(
     value = receive(results, process, f"the {ray or 'local'} path")
     process.join()
     return value  # type: ignore[no-any-return]
-
-
-def receive(answers: Any, process: BaseProcess, what: str) -> Any:
-    """The next answer from ``process``; stops the bench if the process ends without one."""
-    while True:
-        try:
-            return answers.get(timeout=1.0)
-        except queue.Empty:
-            if not process.is_alive():
-                raise SystemExit(f"{what} ended (exit code {process.exitcode}) without an answer") from None
 
 
 def main() -> None:

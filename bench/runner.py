@@ -24,6 +24,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.children import receive  # noqa: E402
+
 
 def serve(
     latency: float, ready: multiprocessing.Queue, stop: multiprocessing.Event, counts: multiprocessing.Queue
@@ -94,7 +96,7 @@ def measure(
     results = context.Queue()
     process = context.Process(target=run_level, args=(base_url, concurrency, episodes, rpm, results, default_collector))
     process.start()
-    value = results.get()
+    value = receive(results, process, f"the run at concurrency {concurrency}")
     process.join()
     return value  # type: ignore[no-any-return]
 
@@ -111,7 +113,7 @@ def main() -> None:
     stop = context.Event()
     server = context.Process(target=serve, args=(args.latency, ready, stop, counts))
     server.start()
-    base_url, _ = ready.get()
+    base_url, _ = receive(ready, server, "the mock server")
     print(f"mock server latency {args.latency * 1000:.0f} ms; bound = concurrency / latency requests/s")
     print(
         f"{'conc.':>6} {'episodes':>9} {'episodes/s':>11} {'requests/s':>11} {'bound':>7} {'% bound':>8} "

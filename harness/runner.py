@@ -774,7 +774,7 @@ async def _run_planned(
                 agent_factory,
                 user_factory,
                 pool.limits,
-                reset_results=known_reset_results(pool, [spec.scenario for spec in specs]),
+                reset_results=known_reset_results(pool, (spec.scenario for spec in specs)),
             )
             cluster = await backend.start(job)
         except BaseException:

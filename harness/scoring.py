@@ -9,6 +9,7 @@ check that declares a third parameter also gets the transcript. What held "at re
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from typing import Any
 
 from harness.rules import EpisodeRules, rules_profile
@@ -73,14 +74,18 @@ def _reset_key(scenario: Scenario) -> ResetKey:
     return (scenario.id, id(scenario.initial_state), tuple(c.source for c in scenario.checks))
 
 
-def known_reset_results(pool: SandboxPool, scenarios: list[Scenario]) -> SharedResetResults:
-    """What the pool already computed as holding at reset for these scenarios, for another pool to start from
-    (a Ray executor reuses the driver's screening, as a local run does)."""
+def known_reset_results(pool: SandboxPool, scenarios: Iterable[Scenario]) -> SharedResetResults:
+    """What the pool already computed as holding at reset for these scenarios (repeats are fine), for another
+    pool to start from (a Ray executor reuses the driver's screening, as a local run does)."""
     known: SharedResetResults = {}
     for scenario in scenarios:
-        cached = pool.reset_results.get(_reset_key(scenario))
+        identity = (scenario.environment_id, scenario.id)
+        if identity in known:
+            continue
+        key = _reset_key(scenario)
+        cached = pool.reset_results.get(key)
         if cached is not None:
-            known[(scenario.environment_id, scenario.id)] = (_reset_key(scenario)[2], cached[1])
+            known[identity] = (key[2], cached[1])
     return known
 
 

@@ -105,6 +105,8 @@ async def test_a_run_over_two_nodes_equals_a_local_run(ray_cluster, server, tmp_
     assert len(cluster["nodes"]) == 2 and all(node["executors"] == 1 for node in cluster["nodes"])
     assert all(node["resources"]["CPU"] == 1.0 for node in cluster["nodes"])
     assert orjson.loads((local.run_dir / "manifest.json").read_bytes())["cluster"] is None
+    # Both executors scored from the driver's screening rather than recomputing what held at reset.
+    assert backend.reset_results_adopted == [8, 8]
 
 
 async def test_an_executor_killed_mid_run_leaves_exactly_one_result_per_episode(ray_cluster, tmp_path):

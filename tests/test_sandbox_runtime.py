@@ -226,16 +226,26 @@ async def test_do_nothing_scores_below_the_solution(pool):
     assert solved.success and solved.state_reward == 1.0 and solved.delta_reward == 1.0
 
 
-async def test_episodes_of_one_scenario_scored_together_run_the_reset_checks_once(pool):
-    """Trials of a scenario finish together: one check process computes what held at reset for all of them."""
+def count_check_runs(pool: SandboxPool, fail_first_reset: bool = False) -> list[str]:
+    """Record each ``run_checks`` of ``pool`` as "reset" (empty transcript) or "final", then run it for real;
+    with ``fail_first_reset`` the first reset computation fails after the others have started waiting for it."""
     runs: list[str] = []
     real_run_checks = pool.run_checks
 
     async def counted(checks, initial_state, final_state, transcript=None):
         runs.append("reset" if transcript == [] else "final")
+        if fail_first_reset and transcript == [] and runs.count("reset") == 1:
+            await asyncio.sleep(0.05)
+            raise SandboxError("the check process died")
         return await real_run_checks(checks, initial_state, final_state, transcript=transcript)
 
     pool.run_checks = counted
+    return runs
+
+
+async def test_episodes_of_one_scenario_scored_together_run_the_reset_checks_once(pool):
+    """Trials of a scenario finish together: one check process computes what held at reset for all of them."""
+    runs = count_check_runs(pool)
     shared = scenario(CHECKS[:3])
     session = await pool.open_session(wallet(), STATE)
     await session.call(transfer(30))
@@ -247,17 +257,7 @@ async def test_episodes_of_one_scenario_scored_together_run_the_reset_checks_onc
 
 
 async def test_when_the_first_reset_computation_fails_a_waiting_episode_computes_it(pool):
-    runs: list[str] = []
-    real_run_checks = pool.run_checks
-
-    async def first_reset_fails(checks, initial_state, final_state, transcript=None):
-        runs.append("reset" if transcript == [] else "final")
-        if runs.count("reset") == 1 and transcript == []:
-            await asyncio.sleep(0.05)  # the others are waiting for it by now
-            raise SandboxError("the check process died")
-        return await real_run_checks(checks, initial_state, final_state, transcript=transcript)
-
-    pool.run_checks = first_reset_fails
+    runs = count_check_runs(pool, fail_first_reset=True)
     shared = scenario(CHECKS[:3])
     outcomes = await asyncio.gather(
         *(score_final_state(pool, shared, STATE, transcript=[{}]) for _ in range(4)), return_exceptions=True
@@ -281,14 +281,7 @@ async def test_another_pool_starts_from_the_reset_results_one_pool_computed(pool
     known[(changed.environment_id, changed.id)] = known[(original.environment_id, original.id)]
     async with SandboxPool(workers=1) as other:
         assert adopt_reset_results(other, [same, changed], known) == 1
-        runs: list[str] = []
-        real_run_checks = other.run_checks
-
-        async def counted(checks, initial_state, final_state, transcript=None):
-            runs.append("reset" if transcript == [] else "final")
-            return await real_run_checks(checks, initial_state, final_state, transcript=transcript)
-
-        other.run_checks = counted
+        runs = count_check_runs(other)
         results, _ = await score_final_state(other, same, STATE, transcript=[{}])
         assert runs == ["final"]
         assert {r.check_id: r.passed_at_reset for r in results} == {

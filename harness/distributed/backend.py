@@ -117,6 +117,8 @@ class RayBackend:
         self._replacing: set[asyncio.Task[None]] = set()
         self._started = 0
         self._weak_nodes_reported: set[str] = set()
+        self.reset_results_adopted: list[int] = []
+        """Per executor that became ready: scenarios it took the driver's reset results for."""
 
     async def start(self, job: EpisodeJob) -> ClusterInfo:
         began = time.monotonic()
@@ -263,6 +265,7 @@ class RayBackend:
                 f"node {executor.node}: the sandbox cannot start there: {root_cause(exc)}"
             ) from None
         executor.node_id, executor.pid = status.node_id, status.pid
+        self.reset_results_adopted.append(status.reset_results_adopted)
         if status.missing_layers and executor.node_id not in self._weak_nodes_reported:
             self._weak_nodes_reported.add(executor.node_id)
             logger.warning(

@@ -108,6 +108,8 @@ class ExecutorStatus:
     pid: int
     missing_layers: tuple[str, ...] = ()
     """Confinement layers the sandbox runs without on this node, each as ``name (why)``."""
+    reset_results_adopted: int = 0
+    """Scenarios whose reset results this executor took from the driver's screening instead of computing."""
 
 
 class EpisodeExecutor:
@@ -127,6 +129,7 @@ class EpisodeExecutor:
         self._finished: list[tuple[str, bytes]] = []
         self._failure: BaseException | None = None
         self._arrived = asyncio.Event()
+        self._adopted = 0
 
     async def ready(self) -> ExecutorStatus:
         """Start the sandbox pool and open one session in it, so a node that cannot confine environment code
@@ -149,11 +152,16 @@ class EpisodeExecutor:
                 aliases=AliasTable(plan.aliases, environ={}),
                 limiter=self.limiter,
             )
-            adopt_reset_results(self._pool, self.library.scenarios, plan.reset_results)
+            self._adopted = adopt_reset_results(self._pool, self.library.scenarios, plan.reset_results)
             await self._probe_sandbox(self._pool)
             tune_for_throughput()  # this process only runs episodes from here on
         missing = tuple(f"{layer['name']} ({layer['detail']})" for layer in self._pool.missing_layers)
-        return ExecutorStatus(node_id=ray.get_runtime_context().get_node_id(), pid=os.getpid(), missing_layers=missing)
+        return ExecutorStatus(
+            node_id=ray.get_runtime_context().get_node_id(),
+            pid=os.getpid(),
+            missing_layers=missing,
+            reset_results_adopted=self._adopted,
+        )
 
     async def _probe_sandbox(self, pool: SandboxPool) -> None:
         await probe_sandbox(pool)
