@@ -134,9 +134,19 @@ class RayBackend:
         client, config = job.client, job.config
         models = models_of(config)
         if client.default_limits.rpm or client.default_limits.tpm:
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            # On the driver's node: the run ends with the driver anyway, while a limiter on a worker node that
+            # dies would fail every episode's model call.
+            driver_node = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
             self.limiter = (
                 ray.remote(ClusterLimiter)
-                .options(num_cpus=0, max_concurrency=LIMITER_MAX_CONCURRENCY, name=f"harness-limiter-{self._token}")
+                .options(
+                    num_cpus=0,
+                    max_concurrency=LIMITER_MAX_CONCURRENCY,
+                    name=f"harness-limiter-{self._token}",
+                    scheduling_strategy=driver_node,
+                )
                 .remote()
             )
         self._plan = ExecutorPlan(
