@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -23,7 +22,8 @@ from harness.sandbox import SandboxPool, WeakSandbox
 from harness.sandbox.confine import LAYERS, readable_roots
 from harness.schema import Environment, Observation, ObservationKind, ToolCall
 from harness.toolspec import derive_tools
-from tests.jail_library import CANARY, REPO, harness_cli, hostile_environment, hostile_scenario, write_hostile_library
+from tests.jail_library import CANARY, harness_cli, hostile_environment, hostile_scenario, write_hostile_library
+from tests.unprivileged import run_as_ordinary_user
 
 WITHOUT_LANDLOCK = "landlock"
 WITHOUT_READ_LIMITS = "landlock,mount_namespace"
@@ -229,37 +229,7 @@ def test_a_run_without_landlock_keeps_the_secret(tmp_path, secret):
     assert {r["check_id"]: r["passed"] for r in record["check_results"]} == {"impossible": False, "bumped": True}
 
 
-# A root harness is tested as an unprivileged one by a process that drops to uid 65534 before it starts the
-# sandbox. If the Python installation sits below a folder others cannot enter (a pyenv in /root), the launcher
-# first lays a tmpfs over that folder, in a mount namespace of its own, holding only the installation: the host
-# itself is not changed.
-LAUNCHER = """
-import ctypes, os, sys
-libc = ctypes.CDLL(None, use_errno=True)
-def mount(source, target, fstype, flags, data):
-    encoded = [None if value is None else value.encode() for value in (source, target, fstype, data)]
-    if libc.mount(encoded[0], encoded[1], encoded[2], ctypes.c_ulong(flags), encoded[3]) != 0:
-        raise OSError(ctypes.get_errno(), "mount " + target)
-if libc.unshare(0x20000) != 0:
-    raise OSError(ctypes.get_errno(), "unshare")
-mount(None, "/", None, 0x4000 | 0x40000, None)
-prefix = os.path.realpath(sys.base_prefix)
-parts = prefix.split("/")[1:]
-ancestors = ["/" + "/".join(parts[:n]) for n in range(1, len(parts))]
-blocked = [path for path in ancestors if not os.stat(path).st_mode & 0o001]
-if blocked:
-    held = os.open(prefix, os.O_PATH)
-    mount("tmpfs", blocked[0], "tmpfs", 0, "mode=0755")
-    os.makedirs(prefix, mode=0o755)
-    mount("/proc/self/fd/%d" % held, prefix, None, 0x1000 | 0x4000, None)
-    os.close(held)
-os.setgroups([])
-os.setresgid(65534, 65534, 65534)
-os.setresuid(65534, 65534, 65534)
-os.chdir("/")
-os.execve(sys.executable, [sys.executable, "-c", sys.argv[1], *sys.argv[2:]], dict(os.environ))
-"""
-
+# A root harness is tested as an unprivileged one by a process that drops to uid 65534 (tests/unprivileged.py).
 UNPRIVILEGED = """
 import asyncio, os, sys
 import orjson
@@ -285,17 +255,7 @@ sys.stdout.write(orjson.dumps(report).decode() + "\\n")
 
 
 def test_an_unprivileged_harness_builds_the_same_root(secret):
-    environment = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "PYTHONPATH": str(REPO),
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "HOME": str(secret.parent),
-    }
-    if os.geteuid() == 0:
-        command = [sys.executable, "-c", LAUNCHER, UNPRIVILEGED, str(secret)]
-    else:
-        command = [sys.executable, "-c", UNPRIVILEGED, str(secret)]
-    finished = subprocess.run(command, capture_output=True, text=True, env=environment, timeout=300)
+    finished = run_as_ordinary_user([sys.executable, "-c", UNPRIVILEGED, str(secret)], home=secret.parent)
     assert finished.returncode == 0, finished.stdout + finished.stderr
     report = orjson.loads(finished.stdout.splitlines()[-1])
     assert report["uid"] != 0
