@@ -137,15 +137,16 @@ class Check(Record):
     @model_validator(mode="before")
     @classmethod
     def _gate_from_a_stated_sentence(cls, data: Any) -> Any:
-        if not isinstance(data, dict) or not isinstance(data.get("description"), str):
+        description = data.get("description") if isinstance(data, dict) else None
+        if not isinstance(description, str) or "Counted only once" not in description:
             return data
-        stated = _STATED_GATE.search(data["description"])
+        stated = _STATED_GATE.search(description)
         if stated is None:
             return data
         gate = data.get("gate")
         if gate is not None and gate != stated.group(1):
             raise ValueError(f"check {data.get('id')!r}: gate {gate!r} but its description names {stated.group(1)!r}")
-        return {**data, "description": data["description"][: stated.start()], "gate": stated.group(1)}
+        return {**data, "description": description[: stated.start()], "gate": stated.group(1)}
 
     @property
     def statement(self) -> str:
