@@ -21,6 +21,7 @@ from typing import Any
 
 from rich.console import (
     Console,
+    ConsoleDimensions,
     ConsoleOptions,
     ConsoleRenderable,
     HighlighterType,
@@ -107,6 +108,17 @@ class TerminalConsole(Console):
         except MarkupError:
             return super().render_str(cleaned, markup=False, **options)
 
+    @property
+    def size(self) -> ConsoleDimensions:
+        dimensions = super().size
+        if self._width is None and not self.is_terminal and not os.environ.get("COLUMNS"):
+            return ConsoleDimensions(PIPED_WIDTH, dimensions.height)
+        return dimensions
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        self._width, self._height = new_size
+
     def render(self, renderable: RenderableType, options: ConsoleOptions | None = None) -> Iterable[Segment]:
         for segment in super().render(renderable, options):
             if segment.control is None and _CONTROL_KEEPING_LINES.search(segment.text):
@@ -116,10 +128,9 @@ class TerminalConsole(Console):
 
 
 def make_console(*, stderr: bool = False) -> TerminalConsole:
-    """A console on stdout (or stderr): the terminal's width on a terminal, else COLUMNS or ``PIPED_WIDTH``."""
-    if TerminalConsole(stderr=stderr).is_terminal or os.environ.get("COLUMNS"):
-        return TerminalConsole(stderr=stderr)
-    return TerminalConsole(stderr=stderr, width=PIPED_WIDTH)
+    """A console on stdout (or stderr) as wide as the terminal; when it writes to a pipe or a file, as wide as
+    COLUMNS says or else ``PIPED_WIDTH``."""
+    return TerminalConsole(stderr=stderr)
 
 
 class TerminalLogHandler(RichHandler):
@@ -127,6 +138,11 @@ class TerminalLogHandler(RichHandler):
 
     def render_message(self, record: logging.LogRecord, message: str) -> ConsoleRenderable:
         return super().render_message(record, terminal_text(message))
+
+
+def labelled(label: str, style: str | Style, message: object, *, multiline: bool = True) -> Text:
+    """A line of the project's ``label`` in ``style`` followed by outside text (an error, a skipped record)."""
+    return Text.assemble((label, style), " ", outside(message, multiline=multiline))
 
 
 console = make_console()
