@@ -59,6 +59,8 @@ def _configure(
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.WARNING, format="%(message)s", handlers=[handler], force=True
     )
+    # Python's warnings would otherwise reach stderr uncleaned (a library's warning may quote outside text).
+    logging.captureWarnings(True)
     for noisy in ("LiteLLM", "litellm", "httpx", "httpcore", "urllib3", "filelock"):
         logging.getLogger(noisy).setLevel(logging.WARNING if not verbose else logging.INFO)
 

@@ -286,3 +286,26 @@ def test_bad_input_is_one_plain_line(tmp_path: Path) -> None:
     assert len(lines) == 1 and lines[0].startswith("error: --mode "), lines
     assert "[bold red]x[/] [/nope]" in lines[0]
     assert not (tmp_path / "run").exists()
+
+
+def test_leaderboard_shows_a_hostile_model_and_set_name_as_text(tmp_path: Path) -> None:
+    from harness.schema import DatasetRef
+    from tests.leaderboard_runs import make_trajectory, write_run
+
+    run = write_run(
+        tmp_path / "run",
+        [make_trajectory("ep", model=f"model {LOUD}", assistant_text=LOUD)],
+        dataset=DatasetRef(source=f"set {LOUD}", revision="rev1", fingerprint="a" * 16),
+    )
+    built = harness_bytes("leaderboard", "build", str(run), "--out", str(tmp_path / "board"), colour=True)
+    assert built.returncode == 0, built.stderr
+    assert b"\x1b[" in built.stdout
+    assert_nothing_obeyed(built.stdout)
+    assert_nothing_obeyed(built.stderr)
+    board = visible(built.stdout)
+    assert "model loud [bold red]x[/] [/nope]" in board and "set loud [bold red]x[/] [/nope]" in board
+
+    shown = harness_bytes("show", str(run))
+    assert shown.returncode == 0, shown.stderr
+    assert_plain(shown)
+    assert "model loud [bold red]x[/] [/nope] [link=https://evil.example]click[/link] end" in shown.stdout.decode()
