@@ -309,3 +309,21 @@ def test_leaderboard_shows_a_hostile_model_and_set_name_as_text(tmp_path: Path) 
     assert shown.returncode == 0, shown.stderr
     assert_plain(shown)
     assert "model loud [bold red]x[/] [/nope] [link=https://evil.example]click[/link] end" in shown.stdout.decode()
+
+
+def test_an_unprivileged_validate_shows_hostile_errors_as_text() -> None:
+    import tempfile
+
+    from tests.unprivileged import open_to_ordinary_user, run_as_ordinary_user
+
+    # Not under pytest's tmp_path: another pytest session may close its parent (0700) at any moment.
+    with tempfile.TemporaryDirectory(prefix="harness-terminal-") as folder:
+        root = Path(folder)
+        library = loud_library(root / "library")
+        home = root / "home"
+        home.mkdir()
+        open_to_ordinary_user(root, home)
+        finished = run_as_ordinary_user([sys.executable, "-m", "harness.cli", "validate", str(library)], home=home)
+    assert finished.returncode == 1, finished.stderr  # the scenario whose state does not load is invalid
+    assert_plain(subprocess.CompletedProcess(finished.args, 1, finished.stdout.encode(), finished.stderr.encode()))
+    assert "could not be instantiated: ValueError: loud [bold red]x[/] [/nope]" in finished.stdout
