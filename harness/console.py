@@ -6,9 +6,9 @@ sequences (a window title, the clipboard through OSC 52, cursor movement) and Ri
 unbalanced ``[/x]`` that makes Rich raise). :func:`terminal_text` removes the sequences whole and every other
 control character; :func:`markup_text` also escapes the markup, for outside text placed inside a markup string;
 :func:`outside` wraps it in a ``Text`` that is never parsed as markup. The consoles clean every string and every
-rendered segment once more, so a command that forgets a helper can still not write a control character to the
-terminal nor crash on stray markup. Files and JSON written to disk keep the exact text: only the terminal is
-cleaned.
+rendered segment once more, so a command that forgets a helper still cannot write a control character to the
+terminal, and a printed string whose markup does not parse is shown as written instead of raising. Files and
+JSON written to disk keep the exact text: only the terminal is cleaned.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import threading
 from collections.abc import Iterable
 from typing import Any
 
@@ -82,6 +83,10 @@ class TerminalConsole(Console):
     """A console that cleans what it writes: every string before its markup is parsed (a string whose markup
     does not parse is shown literally rather than raising), and every rendered segment, whatever built it."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.rendering = threading.local()  # per thread: a live progress bar renders from a thread of its own
+
     def render_str(
         self,
         text: str,
@@ -120,11 +125,19 @@ class TerminalConsole(Console):
         self._width, self._height = new_size
 
     def render(self, renderable: RenderableType, options: ConsoleOptions | None = None) -> Iterable[Segment]:
-        for segment in super().render(renderable, options):
-            if segment.control is None and _CONTROL_KEEPING_LINES.search(segment.text):
-                yield Segment(terminal_text(segment.text), segment.style)
-            else:
-                yield segment
+        # Nested renders (a table's cells) pass through the outermost one, which cleans their segments once.
+        if getattr(self.rendering, "active", False):
+            yield from super().render(renderable, options)
+            return
+        self.rendering.active = True
+        try:
+            for segment in super().render(renderable, options):
+                if segment.control is None and _CONTROL_KEEPING_LINES.search(segment.text):
+                    yield Segment(terminal_text(segment.text), segment.style)
+                else:
+                    yield segment
+        finally:
+            self.rendering.active = False
 
 
 def make_console(*, stderr: bool = False) -> TerminalConsole:

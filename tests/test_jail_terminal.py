@@ -185,6 +185,37 @@ def test_markup_in_outside_text_is_shown_as_written() -> None:
     assert terminal_text(LOUD, limit=10) == SHOWN[:10] + f" … ({len(SHOWN) - 10} more characters)"
 
 
+def test_the_consoles_clean_what_a_command_forgot_to() -> None:
+    """Outside text printed raw (a ``Text`` or a string in a table in a panel, a markup string, a log message)
+    still reaches the terminal without its sequences, and stray markup in a string is shown rather than raised."""
+    import io
+    import logging
+
+    from rich.panel import Panel
+    from rich.table import Table
+    from rich.text import Text
+
+    from harness.console import TerminalConsole, TerminalLogHandler
+
+    buffer = io.StringIO()
+    console = TerminalConsole(file=buffer, width=300, force_terminal=True, color_system="truecolor")
+    table = Table(title=LOUD)
+    table.add_column(LOUD)
+    table.add_row(Text(LOUD, style="red"), LOUD)
+    console.print(Panel(table, title=Text(LOUD)))
+    console.print(f"[bold]error:[/bold] {LOUD}")  # the unbalanced [/nope] would make Rich raise
+    logger = logging.getLogger("tests.terminal")
+    logger.addHandler(TerminalLogHandler(console=console, show_path=False))
+    logger.propagate = False
+    logger.warning("a tool said %s", LOUD)
+    output = buffer.getvalue().encode()
+    assert b"\x1b[" in output  # Rich's own colours
+    assert_nothing_obeyed(output)
+    # Markup that does not parse is shown as written, the project's own tags with it.
+    assert "[bold]error:[/bold] loud [bold red]x[/] [/nope]" in visible(output)
+    assert "a tool said loud [bold red]x[/] [/nope]" in visible(output)
+
+
 def test_validate_shows_hostile_errors_as_text(tmp_path: Path) -> None:
     library = loud_library(tmp_path / "library")
     result = harness_bytes("validate", str(library), "--all")
