@@ -9,12 +9,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+# stdout is the protocol channel of a stdio server: everything this command says goes to stderr.
 from harness.console import err_console, labelled
 
 if TYPE_CHECKING:
     from harness.schema import Scenario
-
-# stdout is the protocol channel of a stdio server: everything this command says goes to stderr.
 
 
 class Transport(StrEnum):
