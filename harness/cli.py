@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import orjson
 import typer
-from rich.console import Console
-from rich.logging import RichHandler
 from rich.table import Table
+from rich.text import Text
 
 from harness.cli_errors import CommandLine
+from harness.console import TerminalLogHandler, console, err_console, labelled, outside
 
 if TYPE_CHECKING:
     from harness.runner import RunConfig, RunOutcome, RunPlan
@@ -28,9 +28,6 @@ app = typer.Typer(
 import_app = typer.Typer(help="Import other projects' releases into our records.", no_args_is_help=True)
 app.add_typer(import_app, name="import")
 
-# Piped output (CI logs, files) gets a wide console so the summary table's columns stay readable.
-console = Console() if Console().is_terminal else Console(width=160)
-err_console = Console(stderr=True) if Console(stderr=True).is_terminal else Console(stderr=True, width=160)
 command_line = CommandLine(app, err_console)
 
 AllowWeakSandbox = Annotated[
@@ -55,13 +52,15 @@ def _configure(
     from harness.redact import RedactingFilter
 
     command_line.debug = debug
-    handler = RichHandler(console=err_console, show_path=False, rich_tracebacks=False)
+    handler = TerminalLogHandler(console=err_console, show_path=False, rich_tracebacks=False)
     handler.addFilter(RedactingFilter())
     if not verbose:
         handler.addFilter(command_line.repeats)
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.WARNING, format="%(message)s", handlers=[handler], force=True
     )
+    # Python's warnings would otherwise reach stderr uncleaned (a library's warning may quote outside text).
+    logging.captureWarnings(True)
     for noisy in ("LiteLLM", "litellm", "httpx", "httpcore", "urllib3", "filelock"):
         logging.getLogger(noisy).setLevel(logging.WARNING if not verbose else logging.INFO)
 
@@ -106,7 +105,7 @@ def validate(
     try:
         report = asyncio.run(run())
     except RunRefused as exc:
-        err_console.print(f"[red]{exc}[/red]")
+        err_console.print(outside(exc, "red"), soft_wrap=True)
         raise typer.Exit(2) from None
     assert isinstance(report, ValidationReport)
     if json_output:
@@ -117,15 +116,17 @@ def validate(
         }
         sys.stdout.write(orjson.dumps(payload, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
-        table = Table(title=f"Validation of {report.source}")
+        table = Table(title=outside(f"Validation of {report.source}", multiline=False))
         for column in ("kind", "id", "status", "problems / warnings"):
             table.add_column(column, overflow="fold")
         for record in report.records:
             if record.ok and not show_all and not record.warnings:
                 continue
             status = "[green]ok[/green]" if record.ok else "[red]invalid[/red]"
-            notes = "\n".join([*record.problems, *(f"[yellow]{w}[/yellow]" for w in record.warnings)])
-            table.add_row(record.kind, record.id, status, notes)
+            notes = Text("\n").join(
+                [*(outside(p) for p in record.problems), *(outside(w, "yellow") for w in record.warnings)]
+            )
+            table.add_row(record.kind, outside(record.id, multiline=False), status, notes)
         environments = sum(r.kind == "environment" for r in report.records)
         scenarios = sum(r.kind == "scenario" for r in report.records)
         if table.row_count:
@@ -149,9 +150,13 @@ def import_envscaler_command(
 
     report = import_envscaler(environments, list(scenarios or []))
     write_seed_layout(report.environments, report.scenarios, out)
-    console.print(f"Imported {len(report.environments)} environments and {len(report.scenarios)} scenarios into {out}")
+    console.print(
+        f"Imported {len(report.environments)} environments and {len(report.scenarios)} scenarios into {out}",
+        markup=False,
+        highlight=False,
+    )
     for problem in report.problems:
-        err_console.print(f"[yellow]skipped[/yellow] {problem}")
+        err_console.print(labelled("skipped", "yellow", problem), soft_wrap=True)
     raise typer.Exit(0 if report.environments or report.scenarios else 1)
 
 
@@ -172,9 +177,7 @@ def run(
     env: Annotated[list[str] | None, typer.Option(help="Only this environment id; repeatable.")] = None,
     scenario: Annotated[list[str] | None, typer.Option(help="Only this scenario id; repeatable.")] = None,
     limit: Annotated[int | None, typer.Option(help="At most this many scenarios.")] = None,
-    concurrency: Annotated[
-        int, typer.Option(help="Episodes in flight (at most the model alias's max_episodes).")
-    ] = 32,
+    concurrency: Annotated[int, typer.Option(help="Episodes in flight (at most the model alias's max_episodes).")] = 32,
     rpm: Annotated[int | None, typer.Option(help="Requests per minute per endpoint.")] = None,
     tpm: Annotated[int | None, typer.Option(help="Tokens per minute per endpoint.")] = None,
     temperature: Annotated[float | None, typer.Option(help="Sampling temperature.")] = 0.0,
@@ -467,15 +470,15 @@ def sft(
         keep_reasoning=keep_reasoning,
         split=split_turns,
     )
-    table = Table(title=f"SFT data in {out}")
+    table = Table(title=outside(f"SFT data in {out}", multiline=False))
     table.add_column("")
     table.add_column("value", justify="right")
     table.add_row("teacher episodes", str(stats.episodes))
     table.add_row("kept", str(stats.kept))
     for reason, count in sorted(stats.dropped.items()):
-        table.add_row(f"dropped: {reason}", str(count))
+        table.add_row(outside(f"dropped: {reason}"), str(count))
     for stem, count in stats.samples.items():
-        table.add_row(f"rows in {stem}.jsonl", str(count))
+        table.add_row(outside(f"rows in {stem}.jsonl"), str(count))
     for label, figures in (("turns", stats.turns), ("tool calls", stats.tool_calls), ("tokens", stats.tokens)):
         if figures:
             table.add_row(f"{label} per sample (mean / max)", f"{figures['mean']:.1f} / {figures['max']:.0f}")

@@ -8,13 +8,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-export_app = typer.Typer(help="Write runs in other projects' formats.", no_args_is_help=True)
+from harness.console import console, err_console, labelled, markup_text, outside
 
-console = Console() if Console().is_terminal else Console(width=160)
-err_console = Console(stderr=True, soft_wrap=True)
+export_app = typer.Typer(help="Write runs in other projects' formats.", no_args_is_help=True)
 
 
 def import_bfcl_command(
@@ -54,27 +52,31 @@ def import_bfcl_command(
             problems, unavailable = asyncio.run(check())
             if problems:
                 for problem in problems:
-                    err_console.print(f"[red]error[/red] {problem}")
-                err_console.print(f"[red]nothing written:[/red] {len(problems)} problem(s) in {source}")
+                    err_console.print(labelled("error", "red", problem), soft_wrap=True)
+                err_console.print(
+                    labelled("nothing written:", "red", f"{len(problems)} problem(s) in {source}"), soft_wrap=True
+                )
                 raise typer.Exit(1)
         write_import(result, out)
     except (BfclSourceError, BfclImportError, OSError) as exc:
         if debug:
             raise
-        err_console.print(f"[red]error[/red] {exc}")
+        err_console.print(labelled("error", "red", exc), soft_wrap=True)
         raise typer.Exit(1) from None
-    table = Table(title=f"BFCL {result.version} → {out}")
+    table = Table(title=outside(f"BFCL {result.version} → {out}", multiline=False))
     table.add_column("category")
     table.add_column("entries", justify="right")
     for name, count in result.counts.items():
-        table.add_row(name, str(count))
+        table.add_row(outside(name, multiline=False), str(count))
     table.add_row("environments", str(len(result.environments)))
     console.print(table)
     for env_id, modules in sorted(unavailable.items()):
         scenarios = sum(1 for s in result.scenarios if s.environment_id == env_id)
         err_console.print(
-            f"[yellow]warning[/yellow] {env_id} imports {', '.join(modules)}, which this sandbox does not allow: "
-            f"its {scenarios} scenarios will fail to load until it does (install the 'bfcl' extra)"
+            f"[yellow]warning[/yellow] {markup_text(env_id)} imports {markup_text(', '.join(modules))}, "
+            "which this sandbox does not allow: "
+            f"its {scenarios} scenarios will fail to load until it does (install the 'bfcl' extra)",
+            soft_wrap=True,
         )
     console.print(f"Imported in {time.perf_counter() - started:.1f} s")
 
@@ -106,14 +108,14 @@ def export_bfcl_command(
     except (ValueError, LibraryError, OSError) as exc:
         if debug:
             raise
-        err_console.print(f"[red]error[/red] {exc}")
+        err_console.print(labelled("error", "red", exc), soft_wrap=True)
         raise typer.Exit(1) from None
     for category, path in report.files.items():
-        console.print(f"{category}: {report.entries[category]} entries → {path}")
+        console.print(f"{category}: {report.entries[category]} entries → {path}", markup=False)
     for line in report.skipped:
-        err_console.print(f"[yellow]skipped[/yellow] {line}")
+        err_console.print(labelled("skipped", "yellow", line), soft_wrap=True)
     if not report.files:
-        err_console.print("[red]error[/red] the run holds no BFCL episodes")
+        err_console.print("[red]error[/red] the run holds no BFCL episodes", soft_wrap=True)
     raise typer.Exit(0 if report.files and not report.skipped else 1)
 
 

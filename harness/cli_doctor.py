@@ -9,6 +9,7 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
+from harness.console import markup_text, outside
 from harness.sandbox import SandboxError, SandboxPool
 
 
@@ -22,7 +23,7 @@ def doctor(console: Console, *, json_output: bool = False) -> int:
     try:
         layers = asyncio.run(_layers())
     except SandboxError as exc:
-        console.print(f"[red]the sandbox does not start on this machine: {exc}[/red]")
+        console.print(f"[red]the sandbox does not start on this machine: {markup_text(exc)}[/red]", soft_wrap=True)
         return 2
     missing = [layer for layer in layers if not layer["active"]]
     if json_output:
@@ -35,7 +36,7 @@ def doctor(console: Console, *, json_output: bool = False) -> int:
     table.add_column("detail", overflow="fold")
     for layer in layers:
         mark = "[green]yes[/green]" if layer["active"] else "[red]no[/red]"
-        table.add_row(str(layer["name"]), mark, str(layer["detail"]))
+        table.add_row(outside(layer["name"], multiline=False), mark, outside(layer["detail"]))
     console.print(table)
     if missing:
         console.print(

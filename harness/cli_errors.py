@@ -17,9 +17,9 @@ from typing import Any
 import typer
 from pydantic import ValidationError
 from rich.console import Console
-from rich.markup import escape
 from typer._click import exceptions as click_errors
 
+from harness.console import markup_text
 from harness.errors import BadInput, Unavailable
 from harness.redact import redact
 
@@ -134,12 +134,13 @@ class CommandLine:
 
     def fail(self, lines: list[str]) -> None:
         for line in lines:
-            self.err_console.print(f"[red]error:[/red] {escape(redact(line))}", soft_wrap=True, highlight=False)
+            self.err_console.print(f"[red]error:[/red] {markup_text(redact(line))}", soft_wrap=True, highlight=False)
 
     def report_repeats(self) -> None:
         for message, count in self.repeats.repeats():
+            shown = markup_text(redact(message), multiline=False)
             self.err_console.print(
-                f"[yellow]({count} more like this were not printed: {escape(redact(message))})[/yellow]",
+                f"[yellow]({count} more like this were not printed: {shown})[/yellow]",
                 soft_wrap=True,
                 highlight=False,
             )
@@ -169,7 +170,9 @@ class CommandLine:
             return EXIT_SIGTERM
         except Exception as error:
             if self.debug:
-                self.err_console.print(redact("".join(traceback.format_exception(error))), highlight=False)
+                self.err_console.print(
+                    redact("".join(traceback.format_exception(error))), markup=False, highlight=False
+                )
             lines, status = error_lines(error)
             self.fail(lines)
             return status

@@ -6,16 +6,13 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.text import Text
 
-console = Console()
-err_console = Console(stderr=True)
+from harness.console import console, err_console, labelled
 
 
 def _fail(prefix: str, message: object, code: int) -> typer.Exit:
-    """Print an error (as plain text: messages may hold brackets) and give the exit to raise."""
-    err_console.print(Text.assemble((prefix, "bold red"), " ", str(message)), soft_wrap=True)
+    """Print an error (as outside text: messages may hold brackets and control characters) and give the exit."""
+    err_console.print(labelled(prefix, "bold red", message), soft_wrap=True)
     return typer.Exit(code)
 
 
@@ -52,7 +49,7 @@ def build(
     for table in leaderboard.tables:
         console.print(leaderboard_view(table))
         for warning in table.warnings:
-            err_console.print(Text.assemble(("warning:", "yellow"), " ", warning))
+            err_console.print(labelled("warning:", "yellow", warning), soft_wrap=True)
     console.print(
         f"Wrote {len(leaderboard.rows)} rows in {len(leaderboard.tables)} table(s): {files.rows}, "
         f"{files.markdown}, {files.html}, {files.index} (every episode) and {len(files.episodes)} episode pages.",

@@ -8,11 +8,12 @@ import time
 from types import TracebackType
 
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
 from rich.table import Table
+from rich.text import Text
 
 from harness.cli_errors import EXIT_FAILED, EXIT_OK, exit_status_for_signal
+from harness.console import markup_text, outside
 from harness.metrics import GroupSummary
 from harness.runner import RunConfig, RunOutcome, RunPlan, RunProgress
 
@@ -83,7 +84,7 @@ def _fmt(value: float | None, digits: int = 3) -> str:
     return "–" if value is None else f"{value:.{digits}f}"
 
 
-def _row(group: GroupSummary, label: str) -> list[str]:
+def _row(group: GroupSummary, label: Text) -> list[str | Text]:
     pass_k = " ".join(f"{k}:{v:.2f}" for k, v in sorted(group.pass_hat_k.items())) or "–"
     return [
         label,
@@ -119,25 +120,27 @@ def _plural(count: int, word: str) -> str:
 
 def print_header(console: Console, config: RunConfig, plan: RunPlan) -> None:
     """What is about to run, before the first episode."""
-    models = " · ".join(f"{escape(name)} → {escape(where)}" for name, where in plan.models.items())
+    models = " · ".join(f"{markup_text(name)} → {markup_text(where)}" for name, where in plan.models.items())
     models = models or "none (this agent calls no model)"
-    environments = ", ".join(plan.environments[:8]) + (" …" if len(plan.environments) > 8 else "")
+    environments = markup_text(", ".join(plan.environments[:8]), multiline=False)
+    environments += " …" if len(plan.environments) > 8 else ""
     steps = str(plan.max_steps) if plan.max_steps else "default (30 nonconv, 40 conv)"
     console.print(
-        f"[bold]harness run[/bold] · agent {escape(config.agent_kind)} · model {models}",
+        f"[bold]harness run[/bold] · agent {markup_text(config.agent_kind)} · model {models}",
         highlight=False,
         soft_wrap=True,
     )
     console.print(
-        f"  data {escape(config.envs or 'the bundled seed library')} · {_plural(len(plan.environments), 'environment')}"
-        f" ({escape(environments)}) · {_plural(plan.scenarios, 'scenario')} · modes {', '.join(plan.modes)} · "
+        f"  data {markup_text(config.envs or 'the bundled seed library')} · "
+        f"{_plural(len(plan.environments), 'environment')} ({environments}) · {_plural(plan.scenarios, 'scenario')} · "
+        f"modes {', '.join(plan.modes)} · "
         f"{_plural(plan.trials, 'trial')} · step limit {steps}",
         highlight=False,
         soft_wrap=True,
     )
     console.print(
         f"  {_plural(plan.episodes, 'episode')} planned, {plan.to_run} to run, {plan.recorded} already recorded · "
-        f"{plan.in_flight} at a time · run folder {escape(str(plan.run_dir))}",
+        f"{plan.in_flight} at a time · run folder {markup_text(plan.run_dir)}",
         highlight=False,
         soft_wrap=True,
     )
@@ -150,7 +153,7 @@ def print_summary(console: Console, outcome: RunOutcome, baselines: dict[str, Ru
         f"Run {summary.run_id}: {summary.overall.episodes} episodes recorded "
         f"({outcome.ran} run now, {outcome.skipped} already done)"
     )
-    table = Table(title=escape(title))
+    table = Table(title=outside(title, multiline=False))
     for column in (
         "environment / mode",
         "scored",
@@ -166,24 +169,28 @@ def print_summary(console: Console, outcome: RunOutcome, baselines: dict[str, Ru
     ):
         table.add_column(column, justify="left" if column.startswith("env") else "right")
     for group in summary.groups:
-        table.add_row(*_row(group, group.label))
+        table.add_row(*_row(group, outside(group.label, multiline=False)))
     table.add_section()
-    table.add_row(*_row(summary.overall, "[bold]all[/bold]"))
+    table.add_row(*_row(summary.overall, Text("all", style="bold")))
     if baselines:
         table.add_section()
         for label, baseline in baselines.items():
-            table.add_row(*_row(baseline.summary.overall, f"[dim]{escape(label)}[/dim]"))
+            table.add_row(*_row(baseline.summary.overall, Text(label, style="dim")))
     console.print(table)
     console.print(f"[dim]{LEGEND}[/dim]", highlight=False, soft_wrap=True)
     if baselines:
         console.print(f"[dim]{BASELINE_LEGEND}[/dim]", highlight=False, soft_wrap=True)
     terminations = ", ".join(f"{k} {v}" for k, v in sorted(summary.overall.terminations.items()))
-    console.print(f"terminations: {terminations or '–'}")
+    console.print(f"terminations: {markup_text(terminations or '–')}", highlight=False)
     for cause, count in outcome.infra_causes[:5]:
-        console.print(f"[yellow]infra error ×{count}:[/yellow] {escape(cause)}", highlight=False, soft_wrap=True)
+        console.print(
+            f"[yellow]infra error ×{count}:[/yellow] {markup_text(cause, multiline=False)}",
+            highlight=False,
+            soft_wrap=True,
+        )
     if len(outcome.infra_causes) > 5:
         console.print(f"[yellow]… and {len(outcome.infra_causes) - 5} other causes[/yellow]")
-    console.print(f"results: {escape(str(outcome.run_dir))}", highlight=False)
+    console.print(f"results: {markup_text(outcome.run_dir)}", highlight=False)
 
 
 def print_exit_line(
@@ -196,7 +203,7 @@ def print_exit_line(
         status = exit_status_for_signal(stopped_by)
         console.print(
             f"[yellow]exit {status}: stopped by {name} with {outcome.summary.overall.episodes} of "
-            f"{outcome.planned} episodes recorded; resume with: {escape(resume)}[/yellow]",
+            f"{outcome.planned} episodes recorded; resume with: {markup_text(resume)}[/yellow]",
             highlight=False,
             soft_wrap=True,
         )
@@ -210,7 +217,9 @@ def print_exit_line(
         if missing:
             parts.append(f"{missing} planned episodes have no result")
         console.print(
-            f"[red]exit 1: {'; '.join(parts)}; re-run them with: {escape(retry)}[/red]", highlight=False, soft_wrap=True
+            f"[red]exit 1: {'; '.join(parts)}; re-run them with: {markup_text(retry)}[/red]",
+            highlight=False,
+            soft_wrap=True,
         )
         return EXIT_FAILED
     extra = sum(b.summary.overall.scored for b in baselines.values())

@@ -9,11 +9,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.text import Text
 
-console = Console()
-err_console = Console(stderr=True)
+from harness.console import console, err_console, labelled
 
 
 class Kind(StrEnum):
@@ -25,8 +22,8 @@ class Kind(StrEnum):
 
 
 def _fail(prefix: str, message: object, code: int) -> typer.Exit:
-    # Plain text: messages hold paths and brackets that rich markup would eat.
-    err_console.print(Text.assemble((prefix, "bold red"), " ", str(message)), soft_wrap=True)
+    # Outside text: messages hold paths and brackets that rich markup would eat.
+    err_console.print(labelled(prefix, "bold red", message), soft_wrap=True)
     return typer.Exit(code)
 
 
@@ -84,7 +81,7 @@ def publish_command(
         raise _fail("Cannot build:", error, 2) from error
     summary = ", ".join(f"{c.name} ({c.num_rows} rows)" for c in built.configs)
     if out is not None:
-        console.print(f"Built {kind.value} dataset for {repo_id} in {folder}: {summary}")
+        console.print(f"Built {kind.value} dataset for {repo_id} in {folder}: {summary}", markup=False)
         return
     try:
         result = upload_built(built, private=private, revision=revision, message=message, keep_build=keep_build)
@@ -94,12 +91,15 @@ def publish_command(
         if not keep_build:
             shutil.rmtree(folder, ignore_errors=True)
     if result.made_private:
-        console.print(f"{result.repo_id} was public; made it private as --private asked.")
+        console.print(f"{result.repo_id} was public; made it private as --private asked.", markup=False)
     if result.committed:
-        console.print(f"Published {summary} to {result.url} ({result.revision}, commit {result.commit_sha})")
+        console.print(
+            f"Published {summary} to {result.url} ({result.revision}, commit {result.commit_sha})", markup=False
+        )
     else:
         console.print(
-            f"{result.repo_id}@{result.revision} already has this content (commit {result.commit_sha}); no commit made"
+            f"{result.repo_id}@{result.revision} already has this content (commit {result.commit_sha}); no commit made",
+            markup=False,
         )
 
 

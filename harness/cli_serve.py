@@ -8,14 +8,12 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.text import Text
+
+# stdout is the protocol channel of a stdio server: everything this command says goes to stderr.
+from harness.console import err_console, labelled
 
 if TYPE_CHECKING:
     from harness.schema import Scenario
-
-# stdout is the protocol channel of a stdio server: everything this command says goes to stderr.
-err_console = Console(stderr=True)
 
 
 class Transport(StrEnum):
@@ -24,7 +22,7 @@ class Transport(StrEnum):
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
-    err_console.print(Text.assemble(("error:", "bold red"), " ", message), soft_wrap=True)
+    err_console.print(labelled("error:", "bold red", message), soft_wrap=True)
     return typer.Exit(code)
 
 
@@ -107,7 +105,7 @@ def serve(
                 if transport is Transport.STDIO:
                     await server.serve_stdio()
                 else:
-                    err_console.print(f"Serving {environment.id} over MCP at http://{host}:{port}{path}")
+                    err_console.print(f"Serving {environment.id} over MCP at http://{host}:{port}{path}", markup=False)
                     await server.serve_http(host, port, path=path)
 
     with contextlib.suppress(KeyboardInterrupt):
@@ -120,7 +118,7 @@ def _offered(
     """The scenarios a client may load: the valid ones (all with ``include_invalid``); each invalid one named."""
     for scenario_id, problem in invalid.items():
         action = "offered anyway (--include-invalid)" if include_invalid else "not offered"
-        err_console.print(Text.assemble(("invalid scenario", "yellow"), f" {scenario_id}, {action}: {problem}"))
+        err_console.print(labelled("invalid scenario", "yellow", f"{scenario_id}, {action}: {problem}"), soft_wrap=True)
     if scenario is not None and scenario in invalid and not include_invalid:
         raise _fail(f"scenario {scenario!r} is invalid: {invalid[scenario]} (pass --include-invalid to serve it)")
     return scenarios if include_invalid else [s for s in scenarios if s.id not in invalid]

@@ -7,16 +7,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
-from rich.text import Text
+
+from harness.console import console, err_console, labelled, outside
 
 if TYPE_CHECKING:
     from synth.costs import CostReport
     from synth.pipeline import SynthEnvsResult
-
-console = Console()
-err_console = Console(stderr=True)
 
 synth_app = typer.Typer(help="Synthesize environments and scenarios with a model.", no_args_is_help=True)
 
@@ -99,7 +96,7 @@ def envs_command(
     try:
         result = asyncio.run(run())
     except (TaskSourceError, UnknownPriceModel) as exc:
-        err_console.print(Text.assemble(("error:", "bold red"), " ", str(exc)), soft_wrap=True)
+        err_console.print(labelled("error:", "bold red", exc), soft_wrap=True)
         raise typer.Exit(2) from None
     except ClusterUnavailable as exc:
         refuse(exc)
@@ -116,29 +113,30 @@ def report_command(
     from synth.report import ReportError, write_report
 
     if not folder.is_dir():
-        err_console.print(Text.assemble(("error:", "bold red"), f" {folder} is not a folder"), soft_wrap=True)
+        err_console.print(labelled("error:", "bold red", f"{folder} is not a folder"), soft_wrap=True)
         raise typer.Exit(2)
     try:
         page, markdown, page_html = write_report(folder, out)
     except ReportError as exc:
-        err_console.print(Text.assemble(("error:", "bold red"), f" {exc}"), soft_wrap=True)
+        err_console.print(labelled("error:", "bold red", exc), soft_wrap=True)
         raise typer.Exit(2) from None
     except (ValueError, KeyError) as exc:
         problem = " ".join(str(exc).split())
-        err_console.print(Text.assemble(("error:", "bold red"), f" cannot read {folder}: {problem}"), soft_wrap=True)
+        err_console.print(labelled("error:", "bold red", f"cannot read {folder}: {problem}"), soft_wrap=True)
         raise typer.Exit(2) from None
-    table = Table(title=f"Synthesis report ({page.kind})")
+    table = Table(title=outside(f"Synthesis report ({page.kind})", multiline=False))
     for name in ("stage", "evaluated", "passed"):
         table.add_column(name, justify="left" if name == "stage" else "right")
     for stage in page.stages:
-        table.add_row(stage.stage, str(stage.evaluated), str(stage.passed))
+        table.add_row(outside(stage.stage, multiline=False), str(stage.evaluated), str(stage.passed))
     console.print(table)
     per = f"${page.usd_per_accepted:.4f}" if page.usd_per_accepted is not None else "n/a"
     console.print(
         f"{page.accepted} of {page.attempted} accepted; {per} per accepted item at {page.price_model} prices "
-        f"({page.reference_label}: ${page.reference_usd:.2f})"
+        f"({page.reference_label}: ${page.reference_usd:.2f})",
+        markup=False,
     )
-    console.print(f"written to {markdown} and {page_html}")
+    console.print(f"written to {markdown} and {page_html}", markup=False)
 
 
 def print_envs_result(result: SynthEnvsResult, out: Path) -> None:
@@ -152,7 +150,12 @@ def print_envs_result(result: SynthEnvsResult, out: Path) -> None:
         for name in ("theme", "name", "stage", "reason"):
             table.add_column(name)
         for rejection in result.rejected:
-            table.add_row(rejection.theme_id, rejection.name or "", rejection.stage, Text(rejection.reason[:200]))
+            table.add_row(
+                outside(rejection.theme_id, multiline=False),
+                outside(rejection.name or "", multiline=False),
+                outside(rejection.stage, multiline=False),
+                outside(rejection.reason, limit=200),
+            )
         console.print(table)
     console.print(cost_table(result.costs))
     fresh = result.fresh_usage
@@ -160,17 +163,22 @@ def print_envs_result(result: SynthEnvsResult, out: Path) -> None:
         f"this invocation: {fresh.requests - fresh.cached_requests} model calls, {fresh.cached_requests} cached; "
         f"wall {result.wall_seconds:.1f}s"
     )
-    console.print(f"written to {out}/environments, {out}/rejected.jsonl, {out}/costs.json")
+    console.print(f"written to {out}/environments, {out}/rejected.jsonl, {out}/costs.json", markup=False)
 
 
 def cost_table(costs: CostReport) -> Table:
     input_price, output_price = costs.price_per_million
-    table = Table(title=f"Costs at {costs.price_model} prices (${input_price:.2f} / ${output_price:.2f} per 1M tokens)")
+    table = Table(
+        title=outside(
+            f"Costs at {costs.price_model} prices (${input_price:.2f} / ${output_price:.2f} per 1M tokens)",
+            multiline=False,
+        )
+    )
     for name in ("stage", "requests", "cached", "prompt tokens", "completion tokens", "USD"):
         table.add_column(name, justify="right" if name != "stage" else "left")
     for stage in [*costs.stages, costs.total]:
         table.add_row(
-            stage.stage,
+            outside(stage.stage, multiline=False),
             str(stage.requests),
             str(stage.cached_requests),
             f"{stage.prompt_tokens:,}",

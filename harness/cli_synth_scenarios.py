@@ -11,16 +11,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
-from rich.console import Console
 from rich.table import Table
-from rich.text import Text
+
+from harness.console import console, err_console, labelled, markup_text, outside
 
 if TYPE_CHECKING:
     from harness.llm import LLMClient
     from synth.scenarios import SynthesisReport
-
-console = Console()
-err_console = Console(stderr=True)
 
 DEFAULT_SIMILARITY = 0.92  # synth.dedup.DEFAULT_SIMILARITY, without importing synth at CLI start-up
 
@@ -58,7 +55,7 @@ def _environments(envs: str | None, only: list[str] | None) -> tuple[list[Any], 
     for scenario in library.scenarios:
         samples.setdefault(scenario.environment_id, scenario.initial_state)
     if not environments:
-        err_console.print(Text.assemble(("error:", "bold red"), " no environments found"))
+        err_console.print("[bold red]error:[/bold red] no environments found")
         raise typer.Exit(2)
     return environments, samples
 
@@ -80,7 +77,7 @@ def cluster_for(ray: str | None, workers: int) -> Any:
 
 def refuse(exc: Exception) -> NoReturn:
     """One line on stderr, exit status 2."""
-    err_console.print(Text.assemble(("error:", "bold red"), f" {exc}"), soft_wrap=True)
+    err_console.print(labelled("error:", "bold red", exc), soft_wrap=True)
     raise typer.Exit(2) from None
 
 
@@ -104,20 +101,21 @@ def print_report(report: SynthesisReport, out: Path, what: str) -> None:
         table.add_column(column, justify="left" if column == "gate" else "right")
     for gate, tally in report.gates.items():
         rate = f"{tally.rate:.0%}" if tally.rate is not None else "n/a"
-        table.add_row(gate, str(tally.evaluated), str(tally.passed), rate)
+        table.add_row(outside(gate, multiline=False), str(tally.evaluated), str(tally.passed), rate)
     console.print(table)
     if report.rejected_by:
-        console.print("rejected by: " + ", ".join(f"{g} {n}" for g, n in sorted(report.rejected_by.items())))
-    console.print(f"duplicates dropped: {report.duplicates} (by {report.dedup})")
+        rejected_by = ", ".join(f"{g} {n}" for g, n in sorted(report.rejected_by.items()))
+        console.print(f"rejected by: {rejected_by}", markup=False, soft_wrap=True)
+    console.print(f"duplicates dropped: {report.duplicates} (by {report.dedup})", markup=False)
     per = f"${report.usd_per_accepted:.4f}" if report.usd_per_accepted is not None else "n/a (none accepted)"
     console.print(
         f"[green]{report.accepted} {what} accepted[/green] of {report.attempted}; "
         f"{report.usage.requests} model calls ({report.usage.cached_requests} cached), "
         f"{report.usage.prompt_tokens:,} + {report.usage.completion_tokens:,} tokens; "
-        f"${report.usd_total:.4f} at {report.price_model} prices, {per} per accepted scenario "
+        f"${report.usd_total:.4f} at {markup_text(report.price_model)} prices, {per} per accepted scenario "
         f"(EnvScaler: ${report.reference_usd_per_scenario:.2f})"
     )
-    console.print(f"written to {out}/scenarios, {out}/rejected.jsonl, {out}/report.json")
+    console.print(f"written to {out}/scenarios, {out}/rejected.jsonl, {out}/report.json", markup=False)
 
 
 def register(synth_app: typer.Typer) -> None:
@@ -214,7 +212,7 @@ def register(synth_app: typer.Typer) -> None:
 
         environments, samples = _environments(envs, env)
         if prune and not model:
-            err_console.print(Text.assemble(("error:", "bold red"), " --prune needs --model"))
+            err_console.print("[bold red]error:[/bold red] --prune needs --model")
             raise typer.Exit(2)
 
         async def run() -> Any:
@@ -248,16 +246,17 @@ def register(synth_app: typer.Typer) -> None:
         console.print(
             f"{details['tools']} tools, {details['parameters']} parameters, {details['edges']} edges "
             f"({', '.join(f'{k} {v}' for k, v in details['edges_by_rule'].items())}) "
-            f"in {details['build_seconds']}s; outputs from {details['outputs_from']}"
+            f"in {details['build_seconds']}s; outputs from {details['outputs_from']}",
+            markup=False,
         )
         if model:
             console.print(f"model passes: {usage.requests} calls ({usage.cached_requests} cached)")
         if prune:
             console.print(f"pruned {len(details['pruned'])} spurious embedding edges")
-        console.print(f"written to {out}")
+        console.print(f"written to {out}", markup=False)
         if picture is not None:
             draw_graph(graph, picture)
-            console.print(f"picture: {picture}")
+            console.print(f"picture: {picture}", markup=False)
 
     @synth_app.command("queries")
     def queries_command(

@@ -1,12 +1,12 @@
 """Rich renderables for a terminal view of a run summary and of one trajectory.
 
-Model text is shown as plain ``Text`` (never parsed as rich markup) with control characters made visible,
-so nothing a model wrote can restyle or take over the terminal.
+Model text is shown as plain ``Text`` (never parsed as rich markup), cleaned by the command line's output layer
+(:func:`harness.console.terminal_text`: escape sequences and control characters removed), so nothing a model
+wrote can restyle or take over the terminal.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,6 +16,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from harness.console import terminal_text
 from harness.metrics import (
     GroupSummary,
     assistant_turns,
@@ -32,13 +33,10 @@ from leaderboards.verdicts import closed_gates
 MAX_TEXT_CHARS = 2000
 FAILED_EPISODES_LISTED = 10
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
 
 def clean(value: object, limit: int = MAX_TEXT_CHARS) -> str:
-    """Text with control characters shown as escapes, cut to ``limit`` characters."""
-    text = _CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", "" if value is None else str(value))
-    return text if len(text) <= limit else text[:limit] + f" … ({len(text) - limit} more characters)"
+    """Outside text safe for a terminal, cut to ``limit`` characters."""
+    return terminal_text(value, limit=limit)
 
 
 def plain(value: object, style: str = "", limit: int = MAX_TEXT_CHARS) -> Text:
