@@ -1,0 +1,223 @@
+"""Blame where it belongs: an environment that fails its own episodes gets them scored as failures.
+
+An environment whose constructor raises, that never finishes loading, that the static checks refuse, or whose
+process exits, dies or stops on its own must not be able to void its episodes (an infrastructure error is not
+scored, makes the run exit 1 and is offered for a re-run). Through the real CLI: each such episode ends as
+``environment_error`` with the environment at fault, scored 0, counted per environment in the summary; the run
+exits 0 and ``--resume --retry-errors`` runs nothing again. A model endpoint that fails is still infrastructure.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+
+from harness.library import write_seed_layout
+from harness.sandbox import find_problems
+from harness.schema import Check, Environment, ReferenceAction, Scenario, TerminationReason, Trajectory
+from harness.toolspec import derive_tools
+from tests.cli_process import alias_file, harness, serving_mock
+from tests.doubles.mock_openai import Fault
+
+RAISES_ON_LOAD = '''
+class RaisesOnLoad:
+    def __init__(self, init_config: dict):
+        self.done = init_config.get("done", False)
+        raise ValueError("this constructor refuses to build")
+
+    def finish(self) -> dict:
+        """Finish the task."""
+        self.done = True
+        return {"success": True}
+'''
+
+NEVER_LOADS = '''
+class NeverLoads:
+    def __init__(self, init_config: dict):
+        self.done = init_config.get("done", False)
+        while True:
+            try:
+                while True:
+                    pass
+            except BaseException:
+                pass
+
+    def finish(self) -> dict:
+        """Finish the task."""
+        self.done = True
+        return {"success": True}
+'''
+
+REFUSED = '''
+import os
+
+
+class Refused:
+    def __init__(self, init_config: dict):
+        self.done = init_config.get("done", False)
+        self.where = os.getcwd()
+
+    def finish(self) -> dict:
+        """Finish the task."""
+        self.done = True
+        return {"success": True}
+'''
+
+EXITS = '''
+import typing
+
+
+class ExitsOnCall:
+    def __init__(self, init_config: dict):
+        self.done = init_config.get("done", False)
+
+    def finish(self) -> dict:
+        """Finish the task (and end the process with status 3, through an allowed module's attribute)."""
+        self.done = True
+        typing.sys.modules["os"]._exit(3)
+        return {"success": True}
+'''
+
+ALARMS = '''
+import typing
+
+
+class KillsItself:
+    def __init__(self, init_config: dict):
+        self.done = init_config.get("done", False)
+
+    def finish(self) -> dict:
+        """Finish the task (after giving SIGALRM back its default action, which ends the process)."""
+        self.done = True
+        signals = typing.sys.modules["signal"]
+        signals.signal(signals.SIGALRM, signals.SIG_DFL)
+        signals.setitimer(signals.ITIMER_REAL, 0.05)
+        while True:
+            pass
+'''
+
+SPINS = '''
+class Spins:
+    def __init__(self, init_config: dict):
+        self.done = init_config.get("done", False)
+
+    def finish(self) -> dict:
+        """Finish the task (looping past the call budget, swallowing the call timer, until it is killed)."""
+        self.done = True
+        while True:
+            try:
+                while True:
+                    pass
+            except BaseException:
+                pass
+'''
+
+HOSTILE = {
+    "raises-on-load": ("RaisesOnLoad", RAISES_ON_LOAD, "could not be instantiated"),
+    "never-loads": ("NeverLoads", NEVER_LOADS, "could not be loaded"),
+    "refused": ("Refused", REFUSED, "fails the static checks"),
+    "exits": ("ExitsOnCall", EXITS, "exited with status 3"),
+    "kills-itself": ("KillsItself", ALARMS, "SIGALRM"),
+    "spins": ("Spins", SPINS, "did not finish within"),
+}
+"""Environment id: (class name, code, what its failure's detail says)."""
+
+DONE_CHECK = "def check(initial_state, final_state):\n    return final_state.get('done') is True\n"
+
+
+def hostile_library(root: Path) -> Path:
+    environments: list[Environment] = []
+    scenarios: list[Scenario] = []
+    for env_id, (class_name, code, _) in HOSTILE.items():
+        if env_id == "refused":
+            assert find_problems(code), "the static checks must refuse this one"
+        else:
+            assert not find_problems(code), find_problems(code)
+        environments.append(
+            Environment(
+                id=env_id, name=class_name, class_name=class_name, code=code, tools=derive_tools(code, class_name)
+            )
+        )
+        scenarios.append(
+            Scenario(
+                id=f"{env_id}-1",
+                environment_id=env_id,
+                initial_state={"done": False},
+                task="Finish the task.",
+                checks=[Check(id="done", description="the task is finished", source=DONE_CHECK)],
+                reference_actions=[ReferenceAction(name="finish")],
+            )
+        )
+    write_seed_layout(environments, scenarios, root)
+    return root
+
+
+def results(run_dir: Path) -> list[Trajectory]:
+    return [Trajectory.model_validate_json(line) for line in (run_dir / "results.jsonl").read_bytes().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def library(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return hostile_library(tmp_path_factory.mktemp("blame") / "library")
+
+
+def test_an_environment_that_fails_its_episodes_gets_them_scored_as_failures(library: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    run = ["run", "--envs", str(library), "--agent", "oracle", "--include-invalid", "--out", str(out)]
+    first = harness(run)
+    assert first.code == 0, first.stdout + first.stderr
+    assert "Traceback" not in first.stderr
+    trajectories = {t.environment_id: t for t in results(out)}
+    assert sorted(trajectories) == sorted(HOSTILE)
+    for env_id, trajectory in trajectories.items():
+        assert trajectory.termination is TerminationReason.ENVIRONMENT_ERROR, (env_id, trajectory.termination_detail)
+        assert trajectory.failure is not None and trajectory.failure.at_fault == "environment", env_id
+        assert HOSTILE[env_id][2] in trajectory.failure.detail, (env_id, trajectory.failure.detail)
+        assert trajectory.reward is not None, env_id
+        assert (trajectory.reward.state_reward, trajectory.reward.success) == (0.0, False), env_id
+    # The calls that ended their process are on record, marked as such.
+    for env_id in ("exits", "kills-itself", "spins"):
+        steps = trajectories[env_id].steps
+        assert [step.call.name for step in steps] == ["finish"] and steps[0].observation.process_ended, env_id
+
+    summary = orjson.loads((out / "summary.json").read_bytes())
+    assert summary["overall"]["environment_errors"] == len(HOSTILE)
+    assert summary["overall"]["infra_errors"] == 0
+    assert summary["overall"]["scored"] == len(HOSTILE) and summary["overall"]["mean_state_reward"] == 0.0
+    per_environment = {group["key"]["environment_id"]: group["environment_errors"] for group in summary["groups"]}
+    assert per_environment == dict.fromkeys(HOSTILE, 1)
+    for env_id in HOSTILE:
+        assert f"environment failure ×1 ({env_id}):" in first.stdout, first.stdout
+    assert (
+        first.last_line
+        == f"exit 0: all {len(HOSTILE)} episodes were scored ({len(HOSTILE)} failed by their environment)"
+    )
+    assert "--retry-errors" not in first.stdout
+
+    recorded = (out / "results.jsonl").read_bytes()
+    again = harness([*run, "--resume", "--retry-errors"])
+    assert again.code == 0, again.stdout + again.stderr
+    assert "0 to run" in again.stdout, again.stdout
+    assert (out / "results.jsonl").read_bytes() == recorded
+
+
+def test_a_failing_model_endpoint_is_still_an_infrastructure_error(library: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    with serving_mock() as server:
+        server.inject(Fault(kind="bad_request", times=None))
+        models = alias_file(tmp_path / "models.toml", server.base_url)
+        failed = harness(
+            ["run", "--envs", str(library), "--env", "exits", "--model", "mock-agent", "--out", str(out)],
+            {"HARNESS_MODELS_FILE": str(models)},
+        )
+    assert failed.code == 1, failed.stdout + failed.stderr
+    (trajectory,) = results(out)
+    assert trajectory.termination is TerminationReason.INFRA_ERROR
+    assert trajectory.failure is not None and trajectory.failure.at_fault == "model_endpoint"
+    assert trajectory.reward is None
+    summary = orjson.loads((out / "summary.json").read_bytes())
+    assert (summary["overall"]["infra_errors"], summary["overall"]["environment_errors"]) == (1, 0)
+    assert failed.last_line.startswith("exit 1: 1 of 1 episodes ended in infrastructure errors")
+    assert failed.last_line.endswith(f"--resume --retry-errors --out {out}")
