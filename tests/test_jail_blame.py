@@ -14,9 +14,28 @@ from pathlib import Path
 import orjson
 import pytest
 
+from harness.hub.projection import records_to_table, rows_to_records
 from harness.library import write_seed_layout
+from harness.metrics import read_results, summarize_group
 from harness.sandbox import find_problems
-from harness.schema import Check, Environment, ReferenceAction, Scenario, TerminationReason, Trajectory
+from harness.schema import (
+    AgentSettings,
+    Check,
+    Environment,
+    Failure,
+    FailureParty,
+    ModelSettings,
+    Observation,
+    ObservationKind,
+    ReferenceAction,
+    Scenario,
+    Step,
+    TerminationReason,
+    ToolCall,
+    Trajectory,
+)
+from harness.scoring import zero_reward
+from harness.store import ResultStore
 from harness.toolspec import derive_tools
 from tests.cli_process import alias_file, harness, serving_mock
 from tests.doubles.mock_openai import Fault
@@ -221,3 +240,58 @@ def test_a_failing_model_endpoint_is_still_an_infrastructure_error(library: Path
     assert (summary["overall"]["infra_errors"], summary["overall"]["environment_errors"]) == (1, 0)
     assert failed.last_line.startswith("exit 1: 1 of 1 episodes ended in infrastructure errors")
     assert failed.last_line.endswith(f"--resume --retry-errors --out {out}")
+
+
+def blamed_trajectory(episode_id: str, termination: TerminationReason, failure: Failure | None) -> Trajectory:
+    call = ToolCall(id="c1", name="finish", arguments={})
+    observation = Observation(
+        tool_call_id="c1",
+        name="finish",
+        kind=ObservationKind.TOOL_EXCEPTION,
+        error="the call ended its sandbox process: the sandbox process exited with status 3",
+        process_ended=True,
+    )
+    return Trajectory(
+        episode_id=episode_id,
+        scenario_id="exits-1",
+        environment_id="exits",
+        mode="nonconv",
+        agent=AgentSettings(kind="oracle", model=ModelSettings(model="none")),
+        steps=[Step(index=0, call=call, observation=observation)],
+        reward=zero_reward(Scenario(id="exits-1", environment_id="exits", initial_state={}, task="t")),
+        termination=termination,
+        failure=failure,
+    )
+
+
+def test_the_blame_is_published_and_records_of_earlier_runs_keep_their_meaning(tmp_path: Path) -> None:
+    blamed = blamed_trajectory(
+        "e1",
+        TerminationReason.ENVIRONMENT_ERROR,
+        Failure(at_fault=FailureParty.ENVIRONMENT, detail="sandbox: tool 'finish': exited with status 3"),
+    )
+    table = records_to_table([blamed], "trajectory")
+    assert {"failure"} <= set(table.column_names)
+    assert rows_to_records(table.to_pylist(), "trajectory") == [blamed]
+
+    # A row published before the fields existed: no failure column, observations without process_ended.
+    old_row = table.drop_columns(["failure"]).to_pylist()[0]
+    for step in old_row["steps"]:
+        del step["observation"]["process_ended"]
+    (old,) = rows_to_records([old_row], "trajectory")
+    assert old.failure is None and old.steps[0].observation.process_ended is False
+
+    # An infrastructure error of an earlier run (a results.jsonl line without the new fields) is still one: not
+    # averaged in and re-run by --retry-errors, while an environment failure stands.
+    earlier = blamed_trajectory("e2", TerminationReason.INFRA_ERROR, None).model_dump(mode="json")
+    del earlier["failure"]
+    for step in earlier["steps"]:
+        del step["observation"]["process_ended"]
+    earlier["reward"] = None
+    path = tmp_path / "results.jsonl"
+    path.write_bytes(blamed.model_dump_json().encode() + b"\n" + orjson.dumps(earlier) + b"\n")
+    trajectories = read_results(path)
+    assert [t.termination for t in trajectories] == [TerminationReason.ENVIRONMENT_ERROR, TerminationReason.INFRA_ERROR]
+    summary = summarize_group(trajectories)
+    assert (summary.environment_errors, summary.infra_errors, summary.scored) == (1, 1, 1)
+    assert ResultStore(path).finished(retry_errors=True) == {"e1"}
