@@ -21,7 +21,6 @@ reset as ``initial_state`` and, when they declare a third parameter, the transcr
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import time
@@ -75,14 +74,14 @@ from harness.schema import (
     TerminationReason,
     Timings,
     ToolCall,
-    ToolSpec,
     Trajectory,
     Usage,
     utc_now,
 )
 from harness.scoring import check_transcript, score_final_state, zero_reward
 from harness.statediff import diff_values
-from harness.toolspec import ToolDerivationError, derive_tools
+from harness.tool_messages import pass_through_tools, tool_message
+from harness.toolspec import derive_tools
 from harness.turns import TurnTracker
 
 logger = logging.getLogger(__name__)
@@ -136,62 +135,6 @@ RAISING_KINDS = frozenset(
         ObservationKind.FORBIDDEN,
     }
 )
-
-
-def observation_content(observation: Observation, rules: EpisodeRules | None = None) -> str:
-    """The text of a ``tool`` message: the tool's own result, or an error the agent can act on; as JSON, or as
-    Python's ``str()`` of the value under rules whose ``tool_result_format`` is ``python`` (upstream EnvScaler)."""
-    if observation.kind is ObservationKind.OK or (
-        observation.kind is ObservationKind.TOOL_ERROR and observation.content is not None
-    ):
-        payload: Any = observation.content
-    else:
-        payload = {
-            "success": False,
-            "error": observation.error or observation.kind.value,
-            "error_type": observation.kind.value,
-        }
-    if rules is not None and rules.tool_result_format == "python":
-        return str(payload)
-    return json.dumps(payload, ensure_ascii=False, default=str)
-
-
-def tool_message(observation: Observation, rules: EpisodeRules | None = None) -> dict[str, Any]:
-    return {
-        "role": "tool",
-        "tool_call_id": observation.tool_call_id,
-        "name": observation.name,
-        "content": observation_content(observation, rules),
-    }
-
-
-def pass_through_tools(environment: Environment) -> list[ToolSpec]:
-    """Tool schemas that let any argument value through: every public method with its parameter names and the
-    parameters Python requires, and no types. The sandbox still refuses an unknown or missing keyword, which is
-    what Python itself would raise on."""
-    derived = _pass_through_from_code(environment.code, environment.class_name)
-    if derived is not None:
-        return list(derived)
-    return [_without_types(tool) for tool in environment.tools]
-
-
-@functools.lru_cache(maxsize=256)
-def _pass_through_from_code(code: str, class_name: str) -> tuple[ToolSpec, ...] | None:
-    """Parsed once per environment class, not once per episode."""
-    try:
-        return tuple(_without_types(tool) for tool in derive_tools(code, class_name))
-    except ToolDerivationError:
-        return None
-
-
-def _without_types(tool: ToolSpec) -> ToolSpec:
-    parameters = tool.function.parameters or {}
-    spec = {
-        "type": "object",
-        "properties": {name: {} for name in parameters.get("properties") or {}},
-        "required": list(parameters.get("required") or []),
-    }
-    return tool.model_copy(update={"function": tool.function.model_copy(update={"parameters": spec})})
 
 
 class Episode:

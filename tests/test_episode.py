@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from agents.oracle import ORACLE_FINAL_MESSAGE, OracleAgent
-from harness.episode import Episode, EpisodeConfig, classify_failure, observation_content, run_episode
+from harness.episode import Episode, EpisodeConfig, classify_failure, run_episode
 from harness.library import load_library
 from harness.protocols import AgentPolicyError, AgentTurn, UserTurn, find_stop_token
 from harness.sandbox import EnvironmentFailed, EnvironmentLoadError, SandboxError, SandboxLimits, SandboxPool
@@ -34,6 +34,7 @@ from harness.schema import (
     Trajectory,
     UserProfile,
 )
+from harness.tool_messages import observation_content
 from harness.toolspec import derive_tools
 
 SHOP_CODE = '''
