@@ -17,6 +17,7 @@ import pytest
 from harness.hub.projection import records_to_table, rows_to_records
 from harness.library import write_seed_layout
 from harness.metrics import read_results, summarize_group
+from harness.reward import trajectory_reward
 from harness.sandbox import find_problems
 from harness.schema import (
     AgentSettings,
@@ -270,6 +271,16 @@ def test_the_blame_is_published_and_records_of_earlier_runs_keep_their_meaning(t
         TerminationReason.ENVIRONMENT_ERROR,
         Failure(at_fault=FailureParty.ENVIRONMENT, detail="sandbox: tool 'finish': exited with status 3"),
     )
+    # A trainer's reward for it is 0, though its one call matched the reference.
+    scenario = Scenario(
+        id="exits-1",
+        environment_id="exits",
+        initial_state={},
+        task="t",
+        reference_actions=[ReferenceAction(name="finish")],
+    )
+    assert trajectory_reward(scenario, blamed) == 0.0
+
     table = records_to_table([blamed], "trajectory")
     assert {"failure"} <= set(table.column_names)
     assert rows_to_records(table.to_pylist(), "trajectory") == [blamed]
