@@ -9,6 +9,11 @@ exits 0 and ``--resume --retry-errors`` runs nothing again. A model endpoint tha
 
 from __future__ import annotations
 
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
@@ -38,8 +43,9 @@ from harness.schema import (
 from harness.scoring import zero_reward
 from harness.store import ResultStore
 from harness.toolspec import derive_tools
-from tests.cli_process import alias_file, harness, serving_mock
+from tests.cli_process import Finished, alias_file, harness, serving_mock
 from tests.doubles.mock_openai import Fault
+from tests.unprivileged import NOBODY, open_to_ordinary_user, run_as_ordinary_user
 
 RAISES_ON_LOAD = '''
 class RaisesOnLoad:
@@ -183,12 +189,36 @@ def library(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return hostile_library(tmp_path_factory.mktemp("blame") / "library")
 
 
-def test_an_environment_that_fails_its_episodes_gets_them_scored_as_failures(library: Path, tmp_path: Path) -> None:
-    out = tmp_path / "run"
+def cli(args: list[str], *, ordinary_user: bool, home: Path) -> Finished:
+    """The real CLI, as this process's user or as an ordinary user (uid 65534 when this process is root)."""
+    if not ordinary_user:
+        return harness(args)
+    finished = run_as_ordinary_user([sys.executable, "-m", "harness.cli", *args], home=home)
+    return Finished(finished.returncode, finished.stdout, finished.stderr)
+
+
+@pytest.fixture
+def workspace() -> Iterator[Path]:
+    """A folder for the run; below /tmp itself, so that an ordinary user can reach it whatever mode pytest's
+    base folder (shared by every pytest session of this user) is given meanwhile."""
+    with tempfile.TemporaryDirectory(prefix="blame-") as folder:
+        yield Path(folder)
+
+
+@pytest.mark.parametrize("ordinary_user", [False, True], ids=["as-this-user", "as-an-ordinary-user"])
+def test_an_environment_that_fails_its_episodes_gets_them_scored_as_failures(
+    library: Path, workspace: Path, ordinary_user: bool
+) -> None:
+    if ordinary_user:
+        library = Path(shutil.copytree(library, workspace / "library"))
+        open_to_ordinary_user(workspace)
+    out = workspace / "run"
     run = ["run", "--envs", str(library), "--agent", "oracle", "--include-invalid", "--out", str(out)]
-    first = harness(run)
+    first = cli(run, ordinary_user=ordinary_user, home=workspace)
     assert first.code == 0, first.stdout + first.stderr
     assert "Traceback" not in first.stderr
+    if ordinary_user and os.geteuid() == 0:
+        assert (out / "results.jsonl").stat().st_uid == NOBODY  # the run was the ordinary user's
     trajectories = {t.environment_id: t for t in results(out)}
     assert sorted(trajectories) == sorted(HOSTILE)
     for env_id, trajectory in trajectories.items():
@@ -217,7 +247,7 @@ def test_an_environment_that_fails_its_episodes_gets_them_scored_as_failures(lib
     assert "--retry-errors" not in first.stdout
 
     recorded = (out / "results.jsonl").read_bytes()
-    again = harness([*run, "--resume", "--retry-errors"])
+    again = cli([*run, "--resume", "--retry-errors"], ordinary_user=ordinary_user, home=workspace)
     assert again.code == 0, again.stdout + again.stderr
     assert "0 to run" in again.stdout, again.stdout
     assert (out / "results.jsonl").read_bytes() == recorded
