@@ -6,13 +6,18 @@ environment state are plain JSON values (dicts, lists, strings, numbers, boolean
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"
+"""1.1 added ``Check.gate``; records of 1.0 still load (see :class:`Check`). ``Trajectory.failure`` and
+``Observation.process_ended`` have defaults that keep a record written without them meaning what it meant."""
+
+PREVIOUS_SCHEMA_VERSIONS = ("1.0",)
 
 JSONValue = Any
 """A JSON value. Kept as ``Any`` so pydantic does not coerce it (``1`` stays ``1``, not ``1.0``)."""
@@ -100,6 +105,14 @@ class Environment(Record):
 # ----------------------------------------------------------------------------------------------- scenarios
 
 
+def gate_sentence(gate: str) -> str:
+    """How a check's description states its gate on a page: the one place this sentence is written."""
+    return f"Counted only once '{gate}' holds."
+
+
+_STATED_GATE = re.compile(r"\s*Counted only once '([^']+)' holds\.?\s*$")
+
+
 class Check(Record):
     """One verifiable item of a scenario's checklist.
 
@@ -107,11 +120,41 @@ class Check(Record):
     transcript)`` (the messages after the system prompt; see :mod:`harness.transcript_checks`) or EnvScaler's
     ``def check_func(final_state)`` (which reads a global ``initial_state``). ``initial_state`` is the
     instance's state right after construction. Only an exact ``True`` passes.
+
+    A guard check ("nothing else changed") has a ``gate``: the id of the check it is counted only once, so that
+    doing nothing earns nothing. Its ``source`` still requires the gate itself; the field says which check that
+    is, so pages can tell a failed guard whose gate failed too from a second mistake. Records of schema 1.0 stated
+    the gate only at the end of the description (``gate_sentence``); such a record loads with its gate read
+    from that sentence and the sentence taken out of the description.
     """
 
     id: str
     description: str
     source: str
+    gate: str | None = Field(
+        default=None, description="Id of the check this guard check is counted only once; None for other checks."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _gate_from_a_stated_sentence(cls, data: Any) -> Any:
+        description = data.get("description") if isinstance(data, dict) else None
+        if not isinstance(description, str) or "Counted only once" not in description:
+            return data
+        stated = _STATED_GATE.search(description)
+        if stated is None:
+            return data
+        gate = data.get("gate")
+        if gate is not None and gate != stated.group(1):
+            raise ValueError(f"check {data.get('id')!r}: gate {gate!r} but its description names {stated.group(1)!r}")
+        return {**data, "description": description[: stated.start()], "gate": stated.group(1)}
+
+    @property
+    def statement(self) -> str:
+        """What the check verifies, as a page shows it: the description and, for a guard, its gate."""
+        if self.gate is None:
+            return self.description
+        return f"{self.description} {gate_sentence(self.gate)}" if self.description else gate_sentence(self.gate)
 
 
 class UserProfile(Record):
@@ -144,6 +187,9 @@ class ScriptedTurn(Record):
 
 
 class Scenario(Record):
+    """A task on an initial state with its checklist. A record of a previous schema is read as the current one
+    (its checks' gates recovered, see :class:`Check`), so it carries the current ``schema_version``."""
+
     schema_version: str = SCHEMA_VERSION
     id: str
     environment_id: str
@@ -169,6 +215,21 @@ class Scenario(Record):
     max_steps_per_turn: int | None = Field(
         default=None, ge=1, description="Tool-calling agent turns allowed within one user turn; more fails it."
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_as_the_current_schema(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("schema_version") in PREVIOUS_SCHEMA_VERSIONS:
+            return {**data, "schema_version": SCHEMA_VERSION}
+        return data
+
+    @model_validator(mode="after")
+    def _gates_name_other_checks(self) -> Scenario:
+        ids = {check.id for check in self.checks}
+        for check in self.checks:
+            if check.gate is not None and (check.gate == check.id or check.gate not in ids):
+                raise ValueError(f"check {check.id!r} is gated on {check.gate!r}, which is not another of its checks")
+        return self
 
 
 # ------------------------------------------------------------------------------------------- trajectories

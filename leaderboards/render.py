@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from harness.metrics import assistant_turns, episode_cost, episode_tokens
-from harness.schema import CheckResult, DiffEntry, Scenario, Step, Trajectory
+from harness.schema import Check, CheckResult, DiffEntry, Scenario, Step, Trajectory
 from leaderboards.page import esc, fmt_cost, fmt_float, fmt_tokens, html_page, to_json_text
 from leaderboards.verdicts import closed_gates
 
@@ -32,12 +32,11 @@ def render_trajectory_html(
     if scenario is not None and scenario.reference_actions:
         parts.append("<h2>Reference actions and the agent's calls</h2>")
         parts.append(_reference_table(scenario, trajectory))
-    descriptions = {check.id: check.description for check in scenario.checks} if scenario is not None else {}
     parts.append("<h2>Checks</h2>")
     if not trajectory.check_results and scenario is not None and scenario.checks:
         parts.append(_not_evaluated_table(scenario, trajectory))
     else:
-        parts.append(_checks_table(trajectory.check_results, descriptions))
+        parts.append(_checks_table(trajectory.check_results, scenario.checks if scenario is not None else []))
     parts.append("<h2>Conversation</h2>")
     for block, repeats in _collapsed_blocks(trajectory.messages):
         parts.extend(_message_html(message, steps_by_call, shown_calls) for message in block)
@@ -164,7 +163,7 @@ def _not_evaluated_table(scenario: Scenario, trajectory: Trajectory) -> str:
         f": {trajectory.termination_detail}" if trajectory.termination_detail else ""
     )
     rows = "".join(
-        f'<tr class="not-evaluated"><td>{esc(check.id)}</td><td>{esc(check.description)}</td>'
+        f'<tr class="not-evaluated"><td>{esc(check.id)}</td><td>{esc(check.statement)}</td>'
         f'<td><span class="meta">not evaluated</span></td></tr>'
         for check in scenario.checks
     )
@@ -209,11 +208,12 @@ def _call_count(block: list[dict[str, Any]]) -> int:
     return len(block[0].get("tool_calls") or [])
 
 
-def _checks_table(results: list[CheckResult], descriptions: dict[str, str]) -> str:
+def _checks_table(results: list[CheckResult], checks: list[Check]) -> str:
     if not results:
         return '<p class="meta">No check results were recorded.</p>'
     ordered = sorted(results, key=lambda r: r.passed)  # failed checks first, stable otherwise
-    closed = closed_gates(results, descriptions)
+    closed = closed_gates(results, checks)
+    statements = {check.id: check.statement for check in checks}
     rows = []
     for result in ordered:
         if result.passed:
@@ -227,7 +227,7 @@ def _checks_table(results: list[CheckResult], descriptions: dict[str, str]) -> s
         detail = result.error or result.value or ""
         rows.append(
             f'<tr class="{row_class}"><td>{esc(result.check_id)}</td>'
-            f"<td>{esc(descriptions.get(result.check_id, ''))}</td>"
+            f"<td>{esc(statements.get(result.check_id, ''))}</td>"
             f"<td>{verdict}</td><td>{esc(at_reset)}</td><td><pre>{esc(detail)}</pre></td></tr>"
         )
     header = (

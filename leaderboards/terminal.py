@@ -275,11 +275,12 @@ def trajectory_view(trajectory: Trajectory, scenario: Scenario | None = None) ->
         views.append(Panel(plain(scenario.task), title="Task", title_align="left"))
 
     if trajectory.check_results:
-        descriptions = {check.id: check.description for check in scenario.checks} if scenario else {}
+        checks_of_scenario = scenario.checks if scenario else []
+        statements = {check.id: check.statement for check in checks_of_scenario}
         checks = Table(title="Checks")
         for name in ("check", "what it verifies", "result", "held at reset", "returned / error"):
             checks.add_column(name)
-        closed = closed_gates(trajectory.check_results, descriptions)
+        closed = closed_gates(trajectory.check_results, checks_of_scenario)
         for result in sorted(trajectory.check_results, key=lambda r: r.passed):
             at_reset = "–" if result.passed_at_reset is None else ("yes" if result.passed_at_reset else "no")
             if result.passed:
@@ -290,7 +291,7 @@ def trajectory_view(trajectory: Trajectory, scenario: Scenario | None = None) ->
                 verdict = Text("FAILED", style="bold red")
             checks.add_row(
                 plain(result.check_id),
-                plain(descriptions.get(result.check_id, ""), limit=300),
+                plain(statements.get(result.check_id, ""), limit=300),
                 verdict,
                 plain(at_reset),
                 plain(result.error or result.value or "", limit=300),

@@ -5,8 +5,8 @@ arguments chosen by the model from the state and the earlier results: that gives
 gold final state. The chain is split into turns of 1 to ``turn_max_tools`` calls; each turn becomes a request
 (sub-goals first, then the person's words), refined by the four rules of :mod:`synth.refine`. Checks are
 derived from the gold final state (the records the chain touched, and nothing else touched in their
-collections), so the scenario scores by state; the reference actions, with free-text arguments masked,
-support trajectory matching.
+collections, a guard gated on the collection's first change: :mod:`synth.gold_checks`), so the scenario scores
+by state; the reference actions, with free-text arguments masked, support trajectory matching.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from pydantic import BaseModel, Field
 
 from harness.sandbox import SandboxError, SandboxPool
 from harness.schema import (
-    Check,
     Environment,
     ModelSettings,
     Provenance,
@@ -36,11 +35,11 @@ from harness.schema import (
     UserProfile,
     utc_now,
 )
-from harness.statediff import diff_values
 from synth.answers import AnswerError, Asker
 from synth.costs import DEFAULT_PRICE_MODEL
 from synth.dedup import DEFAULT_SIMILARITY
 from synth.gates import GateOutcome, gate_checks_run, gate_false_at_reset, gate_reference
+from synth.gold_checks import checks_from_gold
 from synth.graph import ToolGraph, is_identifier_name
 from synth.mentions import gate_mentions, required_mentions, scalar_texts
 from synth.records import Reasoned
@@ -270,132 +269,6 @@ def refine_contexts(
             )
         )
     return contexts
-
-
-# ------------------------------------------------------------------------------------------------ checks
-
-
-def _touched(initial: dict[str, Any], gold: dict[str, Any]) -> dict[str, dict[str, list[dict[str, Any]]]]:
-    """Diff entries grouped by collection and record key (``""`` for a top-level value)."""
-    grouped: dict[str, dict[str, list[dict[str, Any]]]] = {}
-    for entry in diff_values(initial, gold):
-        path = entry["path"]
-        collection = str(path[0])
-        record = (
-            str(path[1]) if len(path) > 1 and isinstance(initial.get(collection, gold.get(collection)), dict) else ""
-        )
-        grouped.setdefault(collection, {}).setdefault(record, []).append(entry)
-    return grouped
-
-
-def checks_from_gold(initial: dict[str, Any], gold: dict[str, Any], masked_values: set[str]) -> list[Check]:
-    """One check per record the chain touched, and per touched collection one that nothing else changed.
-
-    Free-text values (masked arguments) are not compared, nor the ids of records the chain created (another
-    valid path may number them differently)."""
-    checks: list[Check] = []
-    created_ids = {
-        str(key)
-        for collection, value in gold.items()
-        if isinstance(value, dict)
-        for key in value
-        if key not in (initial.get(collection) or {})
-    }
-
-    def comparable(value: Any) -> bool:
-        return not (isinstance(value, str) and (value in masked_values or value in created_ids))
-
-    for collection, records in sorted(_touched(initial, gold).items()):
-        for record_key, entries in sorted(records.items()):
-            if record_key == "":
-                expected = gold.get(collection)
-                source = (
-                    "def check(initial_state, final_state):\n"
-                    f"    return final_state.get({collection!r}) == {expected!r}\n"
-                )
-                checks.append(
-                    Check(id=f"c{len(checks) + 1}", description=f"{collection} is {expected!r}.", source=source)
-                )
-                continue
-            in_initial = record_key in (initial.get(collection) or {})
-            in_gold = record_key in (gold.get(collection) or {})
-            if in_initial and not in_gold:
-                source = (
-                    "def check(initial_state, final_state):\n"
-                    f"    return {record_key!r} not in final_state.get({collection!r}, {{}})\n"
-                )
-                checks.append(
-                    Check(id=f"c{len(checks) + 1}", description=f"{collection} {record_key} is removed.", source=source)
-                )
-            elif not in_initial:
-                record = gold[collection][record_key]
-                fields = {k: v for k, v in record.items() if comparable(v)} if isinstance(record, dict) else {}
-                source = (
-                    "def check(initial_state, final_state):\n"
-                    f"    expected = {fields!r}\n"
-                    f"    new = [r for k, r in final_state.get({collection!r}, {{}}).items()\n"
-                    f"           if k not in initial_state.get({collection!r}, {{}}) and isinstance(r, dict)]\n"
-                    "    return any(all(r.get(f) == v for f, v in expected.items()) for r in new)\n"
-                )
-                checks.append(
-                    Check(
-                        id=f"c{len(checks) + 1}",
-                        description=f"A new {collection} record with {json.dumps(fields)[:200]} exists.",
-                        source=source,
-                    )
-                )
-            else:
-                changes = []
-                for entry in entries:
-                    path = entry["path"][2:]
-                    after = entry.get("after")
-                    if entry["op"] != "remove" and comparable(after):
-                        changes.append((path, after, entry["op"]))
-                if not changes:
-                    continue
-                lines = [
-                    "def check(initial_state, final_state):",
-                    f"    record = final_state.get({collection!r}, {{}}).get({record_key!r})",
-                    "    if record is None:",
-                    "        return False",
-                    "    def at(value, path):",
-                    "        for part in path:",
-                    "            if isinstance(value, dict) and part in value:",
-                    "                value = value[part]",
-                    "            elif isinstance(value, list) and isinstance(part, int) and 0 <= part < len(value):",
-                    "                value = value[part]",
-                    "            else:",
-                    "                return None",
-                    "        return value",
-                    f"    return all(at(record, path) == value for path, value in {[(p, v) for p, v, _ in changes]!r})",
-                ]
-                described = ", ".join(
-                    f"{'.'.join(map(str, p)) or 'record'} = {json.dumps(v)[:60]}" for p, v, _ in changes
-                )
-                checks.append(
-                    Check(
-                        id=f"c{len(checks) + 1}",
-                        description=f"{collection} {record_key}: {described}.",
-                        source="\n".join(lines) + "\n",
-                    )
-                )
-        touched_keys = sorted(k for k in records if k)
-        if touched_keys and isinstance(initial.get(collection), dict):
-            source = (
-                "def check(initial_state, final_state):\n"
-                f"    touched = {touched_keys!r}\n"
-                f"    before = initial_state.get({collection!r}, {{}})\n"
-                f"    after = final_state.get({collection!r}, {{}})\n"
-                "    return all(after.get(k) == v for k, v in before.items() if k not in touched)\n"
-            )
-            checks.append(
-                Check(
-                    id=f"c{len(checks) + 1}",
-                    description=f"No other {collection} record changed.",
-                    source=source,
-                )
-            )
-    return checks
 
 
 # ---------------------------------------------------------------------------------------------- pipeline

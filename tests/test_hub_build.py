@@ -27,6 +27,7 @@ from harness.hub import (
 from harness.hub.projection import PROJECTIONS, RowSchemaError, records_to_table
 from harness.hub.sources import SourceError
 from harness.library import load_library
+from harness.schema import SCHEMA_VERSION, Check, Scenario
 from leaderboards.aggregate import LeaderboardRow
 from tests.conftest_hub import (
     all_file_bytes,
@@ -184,7 +185,9 @@ def test_library_build_writes_two_configs_and_a_documented_card(tmp_path):
     ]
     schema = pq.read_schema(tmp_path / "out" / "data" / "environments" / "train-00000-of-00001.parquet")
     stamp = orjson.loads(schema.metadata[b"envharness"])
-    assert stamp["layout_version"] == "2" and stamp["schema_version"] == environments[0].schema_version == "1.0"
+    assert (
+        stamp["layout_version"] == "2" and stamp["schema_version"] == environments[0].schema_version == SCHEMA_VERSION
+    )
     assert str(schema.field("code").type) == "string"
     assert str(schema.field("rules").type) == "list<element: string>"
 
@@ -211,6 +214,57 @@ def test_built_folder_loads_back_equal_with_pyarrow_and_datasets(tmp_path):
     # A built folder is also a dataset for `datasets`, honouring the card's configs offline.
     rows = hf_datasets.load_dataset(str(tmp_path / "lib"), "scenarios", split="train").to_list()
     assert rows_to_records(rows, "scenario") == scenarios
+
+
+def _guarded_scenario(index: int) -> Scenario:
+    """A scenario whose second check is a guard counted only once the first holds."""
+    scenario = make_scenario(index)
+    guard = Check(
+        id="others_same",
+        description="No other order changed.",
+        source="def check(initial_state, final_state):\n    return True\n",
+        gate=scenario.checks[0].id,
+    )
+    return scenario.model_copy(update={"checks": [*scenario.checks, guard]})
+
+
+def test_a_guards_gate_round_trips_through_a_published_library(tmp_path):
+    scenarios = [_guarded_scenario(i) for i in range(3)]
+    build_library([make_environment(0)], scenarios, tmp_path / "lib", "acme/library")
+    data = tmp_path / "lib" / "data" / "scenarios" / "train-00000-of-00001.parquet"
+    assert str(pq.read_schema(data).field("checks").type.value_type.field("gate").type) == "string"
+    info = {
+        entry["config_name"]: entry
+        for entry in front_matter((tmp_path / "lib" / "README.md").read_text())["dataset_info"]
+    }
+    assert (
+        hf_datasets.Features._from_yaml_list(info["scenarios"]["features"])["checks"].feature["gate"].dtype == "string"
+    )
+    assert load_records_folder(tmp_path / "lib")[1] == scenarios
+    rows = hf_datasets.load_dataset(str(tmp_path / "lib"), "scenarios", split="train").to_list()
+    assert [row["checks"][1]["gate"] for row in rows] == ["cancelled"] * 3
+    assert rows_to_records(rows, "scenario") == scenarios
+
+
+def test_a_layout_2_dataset_published_before_gates_reads_them_from_the_descriptions(tmp_path):
+    """Schema 1.0 rows have no `gate` in their checks and state it at the end of the guard's description."""
+    scenarios = [_guarded_scenario(i) for i in range(2)]
+    build_library([make_environment(0)], scenarios, tmp_path / "lib", "acme/library")
+    data = tmp_path / "lib" / "data" / "scenarios" / "train-00000-of-00001.parquet"
+    table = pq.read_table(data)
+    rows = table.to_pylist()
+    for row in rows:
+        row["schema_version"] = "1.0"
+        for check in row["checks"]:
+            gate = check.pop("gate")
+            if gate is not None:
+                check["description"] += f" Counted only once '{gate}' holds."
+    old = pa.Table.from_pylist(rows).replace_schema_metadata(table.schema.metadata)
+    assert "gate" not in str(old.schema.field("checks").type)
+    pq.write_table(old, data)
+    loaded = load_records_folder(tmp_path / "lib")[1]
+    assert loaded == scenarios
+    assert [check.gate for check in loaded[0].checks] == [None, "cancelled"]
 
 
 def test_trajectories_sft_and_leaderboard_folders_read_back(tmp_path):

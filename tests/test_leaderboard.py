@@ -522,17 +522,17 @@ def test_show_is_readable_at_80_columns(runs: dict[str, Path]) -> None:
 
 
 def test_a_guard_whose_gate_fails_is_not_evaluated_rather_than_failed() -> None:
-    descriptions = {
-        "c0": "The order is cancelled.",
-        "c1": "Nothing else changed. Counted only once 'c0' holds.",
-        "c2": "The refund went out. Counted only once 'c3' holds.",
-        "c3": "The customer was refunded.",
+    checks = {  # id: (description, gate)
+        "c0": ("The order is cancelled.", None),
+        "c1": ("Nothing else changed.", "c0"),
+        "c2": ("The refund went out.", "c3"),
+        "c3": ("The customer was refunded.", None),
     }
     scenario = _scenario_with_reference().model_copy(
         update={
             "checks": [
-                Check(id=cid, description=text, source="def check(a, b):\n    return True\n")
-                for cid, text in descriptions.items()
+                Check(id=cid, description=text, source="def check(a, b):\n    return True\n", gate=gate)
+                for cid, (text, gate) in checks.items()
             ]
         }
     )
@@ -540,7 +540,30 @@ def test_a_guard_whose_gate_fails_is_not_evaluated_rather_than_failed() -> None:
     html = render_trajectory_html(trajectory, scenario)
     assert html.count("not evaluated (c3 does not hold)") == 1, "c2's gate c3 failed"
     assert html.count("FAILED") == 2, "c1 (its gate c0 holds) and c3 fail as themselves"
+    assert "The refund went out. Counted only once &#x27;c3&#x27; holds." in html, "the page states the gate"
     buffer = io.StringIO()
     Console(file=buffer, width=200, color_system=None).print(*trajectory_view(trajectory, scenario))
     text = buffer.getvalue()
     assert text.count("not evaluated (c3 does not hold)") == 1 and text.count("FAILED") == 2
+    assert "Nothing else changed. Counted only once 'c0' holds." in text
+
+
+def test_a_guard_is_known_by_its_gate_field_not_by_its_wording() -> None:
+    """A description that merely reads like a gate does not make a check a guard; the field does."""
+    scenario = _scenario_with_reference().model_copy(
+        update={
+            "checks": [
+                Check(id="c0", description="The order is cancelled.", source="def check(a, b):\n    return True\n"),
+                Check(
+                    id="c1",
+                    description="Counted only once 'c3' holds, says the note it left.",
+                    source="def check(a, b):\n    return True\n",
+                ),
+                Check(id="c2", description="x", source="def check(a, b):\n    return True\n"),
+                Check(id="c3", description="y", source="def check(a, b):\n    return True\n"),
+            ]
+        }
+    )
+    assert [check.gate for check in scenario.checks] == [None, None, None, None]
+    html = render_trajectory_html(make_trajectory("worded", state_reward=0.25), scenario)
+    assert "not evaluated" not in html and html.count("FAILED") == 3

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import orjson
 import pytest
 from pydantic import ValidationError
 
+from harness.library import load_seed_layout
 from harness.schema import (
     SCHEMA_VERSION,
     AgentSettings,
@@ -77,7 +79,10 @@ def scenario() -> Scenario:
         user_profile=UserProfile(
             persona="busy", goal="cancel O-1", known_info=["email a@b.c"], withheld_info=["order id"]
         ),
-        checks=[Check(id="c1", description="cancelled", source="def check(i, f):\n    return True\n")],
+        checks=[
+            Check(id="c1", description="cancelled", source="def check(i, f):\n    return True\n"),
+            Check(id="c2", description="nothing else changed", source="def check(i, f):\n    return True\n", gate="c1"),
+        ],
         reference_actions=[ReferenceAction(name="cancel", arguments={"order_id": "O-1"}, masked_arguments=["reason"])],
         gold_final_state={"orders": {}},
         difficulty="easy",
@@ -176,3 +181,58 @@ def test_unknown_fields_are_refused():
 def test_observation_ok_follows_kind():
     assert Observation(tool_call_id="1", name="t").ok
     assert not Observation(tool_call_id="1", name="t", kind=ObservationKind.TOOL_ERROR, error="no").ok
+
+
+def _scenario_of_schema_1_0() -> dict:
+    """A scenario as schema 1.0 wrote it: no `gate` field, the gate stated at the end of the description."""
+    return {
+        "schema_version": "1.0",
+        "id": "old-001",
+        "environment_id": "retail",
+        "initial_state": {"orders": {}},
+        "task": "Cancel O-1.",
+        "checks": [
+            {"id": "cancelled", "description": "O-1 is cancelled.", "source": "def check(i, f):\n    return True\n"},
+            {
+                "id": "others_same",
+                "description": "No other order changed. Counted only once 'cancelled' holds.",
+                "source": "def check(i, f):\n    return True\n",
+            },
+        ],
+    }
+
+
+def test_a_scenario_of_schema_1_0_loads_with_its_gate_read_from_the_description(tmp_path):
+    old = _scenario_of_schema_1_0()
+    (tmp_path / "environments").mkdir()
+    (tmp_path / "scenarios").mkdir()
+    (tmp_path / "scenarios" / "retail.jsonl").write_bytes(orjson.dumps(old) + b"\n")
+    library = load_seed_layout(tmp_path)
+    assert library.problems == []
+    [loaded] = library.scenarios
+    assert loaded == Scenario.model_validate(old)
+    assert loaded.schema_version == SCHEMA_VERSION
+    plain, guard = loaded.checks
+    assert plain.gate is None and plain.description == "O-1 is cancelled."
+    assert guard.gate == "cancelled" and guard.description == "No other order changed."
+    assert guard.statement == old["checks"][1]["description"], "the page still states the gate"
+    # Written again, the record is of the current schema and says the gate once, in its field.
+    again = orjson.loads(loaded.model_dump_json())
+    assert again["schema_version"] == SCHEMA_VERSION and again["checks"][1]["gate"] == "cancelled"
+    assert "Counted only once" not in again["checks"][1]["description"]
+    assert Scenario.model_validate(again) == loaded
+
+
+@pytest.mark.parametrize(
+    ("gate", "description", "problem"),
+    [
+        ("missing", "Nothing else changed.", "gated on 'missing', which is not another of its checks"),
+        ("others_same", "Nothing else changed.", "gated on 'others_same', which is not another of its checks"),
+        ("cancelled", "Nothing else. Counted only once 'other' holds.", "gate 'cancelled' but its description names"),
+    ],
+)
+def test_a_gate_that_names_no_other_check_is_refused(gate, description, problem):
+    record = _scenario_of_schema_1_0()
+    record["checks"][1] = {**record["checks"][1], "description": description, "gate": gate}
+    with pytest.raises(ValidationError, match=problem):
+        Scenario.model_validate(record)

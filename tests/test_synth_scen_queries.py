@@ -9,7 +9,9 @@ import pytest
 
 from harness.library import load_library
 from harness.sandbox import SandboxPool
-from harness.schema import ToolCall
+from harness.schema import Scenario, ToolCall
+from leaderboards.verdicts import closed_gates
+from synth.gold_checks import gated_source
 from synth.mentions import gate_mentions, required_mentions
 from synth.queries import ExecutedCall, checks_from_gold, is_free_text, refine_contexts, split_turns
 from synth.refine import RULES, RefineContext, applies, problems
@@ -79,6 +81,39 @@ async def test_a_collateral_change_fails_the_nothing_else_changed_check(pool: Sa
         c.description: r.passed for c, r in zip(checks, await pool.run_checks(checks, state, collateral), strict=True)
     }
     assert results["No other orders record changed."] is False
+
+
+async def test_the_nothing_else_changed_check_counts_only_once_the_change_is_made(pool: SandboxPool) -> None:
+    scenario = SEED["retail_orders-001"]
+    state = scenario.initial_state
+    cancel = ("cancel_order", {"order_id": "O-1002", "reason": "x"})
+    gold = await _final_state(pool, state, [cancel])
+    checks = checks_from_gold(state, gold, {"x"})
+    guard = next(c for c in checks if c.description == "No other orders record changed.")
+    gate = next(c for c in checks if c.id == guard.gate)
+    assert gate.description.startswith("orders O-1002:"), "gated on the change it guards"
+    guards = [c for c in checks if c.description.startswith("No other ")]
+    assert all(c.gate is not None for c in guards) and all(c.gate is None for c in checks if c not in guards)
+    Scenario(id="s", environment_id="retail_orders", initial_state=state, task="t", checks=checks)  # gates resolve
+
+    def verdicts(results: list) -> dict[str, bool]:
+        return {r.check_id: r.passed for r in results}
+
+    at_reset = await pool.run_checks(checks, state, state)
+    assert all(r.error is None for r in at_reset)
+    assert not any(verdicts(at_reset)[c.id] for c in guards), "doing nothing earns nothing"
+    assert closed_gates(at_reset, checks) == {c.id: c.gate for c in guards}, "pages show them as not evaluated"
+    assert all(r.passed for r in await pool.run_checks(checks, state, gold))
+    other_order = next(k for k, o in state["orders"].items() if k != "O-1002" and o["status"] == "pending")
+    collateral = await _final_state(pool, state, [cancel, ("cancel_order", {"order_id": other_order, "reason": "x"})])
+    on_collateral = await pool.run_checks(checks, state, collateral)
+    assert verdicts(on_collateral)[guard.id] is False and verdicts(on_collateral)[gate.id] is True
+    assert closed_gates(on_collateral, checks) == {}, "a collateral change is a mistake of its own"
+
+
+def test_a_gated_source_needs_check_functions_it_can_rename() -> None:
+    with pytest.raises(ValueError, match="a gated check needs sources that start with"):
+        gated_source("def check_func(final_state):\n    return True\n", "def check(initial_state, final_state):\n")
 
 
 def test_turns_cover_the_chain_in_order_with_at_most_k_calls() -> None:

@@ -6,10 +6,11 @@ structs (messages, tool calls, steps, checks, check results, usage per role), an
 (states, JSON-schema parameters, tool arguments and results, open settings) are JSON text. The card's
 ``dataset_info`` carries the same features. ``rows_to_records(records_to_rows(x)) == x``.
 
-The layout is versioned apart from the records (``LAYOUT_VERSION``; the records' own ``schema_version`` did
-not change, so run folders, episode ids and library fingerprints made before stay valid). Layout 1 stored every
-nested value as JSON text in a column named ``<field>_json``; datasets in that layout still read back
-(``rows_to_records`` and ``table_rows_to_generic`` accept both).
+The layout is versioned apart from the records (``LAYOUT_VERSION``; the records carry their own
+``schema_version``). Schema 1.1 added a check's ``gate``: a layout 2 dataset written before has no such struct
+field, reads back with it null, and the check recovers it from its description (see ``harness.schema.Check``).
+Layout 1 stored every nested value as JSON text in a column named ``<field>_json``; datasets in that layout
+still read back (``rows_to_records`` and ``table_rows_to_generic`` accept both).
 """
 
 from __future__ import annotations
@@ -228,9 +229,10 @@ SCENARIO = Projection(
         ),
         Column(
             "checks",
-            ListOf(Struct({"id": STRING, "description": STRING, "source": STRING})),
-            "Checklist scored on the final state: list of {id, description, source}; `source` defines "
-            "`check(initial_state, final_state)` or `check_func(final_state)`.",
+            ListOf(Struct({"id": STRING, "description": STRING, "source": STRING, "gate": STRING})),
+            "Checklist scored on the final state: list of {id, description, source, gate}; `source` defines "
+            "`check(initial_state, final_state)` or `check_func(final_state)`; `gate` is the id of the check a "
+            "guard check is counted only once (null for other checks).",
         ),
         Column(
             "reference_actions",
