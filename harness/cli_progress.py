@@ -18,12 +18,15 @@ from harness.metrics import GroupSummary
 from harness.runner import RunConfig, RunOutcome, RunPlan, RunProgress
 
 _PLAIN_INTERVAL_S = 10.0
+ENVIRONMENT_CAUSES_SHOWN = 10
+"""Lines of (environment, cause) printed under the summary; the table counts every environment failure."""
 
 
 def _status(progress: RunProgress) -> str:
     mean = f"{progress.mean_reward:.3f}" if progress.mean_reward is not None else "–"
     return (
-        f"in flight {progress.in_flight} · errors {progress.infra_errors} · mean reward {mean} · "
+        f"in flight {progress.in_flight} · errors {progress.infra_errors} · "
+        f"environment failures {progress.environment_errors} · mean reward {mean} · "
         f"{progress.requests_per_second:.1f} req/s · {progress.tokens:,} tok · ${progress.cost_usd:.4f}"
     )
 
@@ -97,6 +100,7 @@ def _row(group: GroupSummary, label: Text) -> list[str | Text]:
         _fmt(group.mean_tool_calls, 1),
         f"{group.total_tokens:,}",
         f"{group.total_cost_usd:.4f}",
+        str(group.environment_errors),
         str(group.infra_errors),
     ]
 
@@ -105,8 +109,10 @@ LEGEND = (
     "scored: episodes with a reward (infrastructure errors are not) · state reward: share of a scenario's checks "
     "true at the end · delta reward: share of the checks false at reset that are true at the end · success: "
     "every check true · pass^k: chance that k trials of a task all succeed · steps, tool calls: mean per episode "
-    "(steps are agent turns) · tokens, cost $: totals, all roles · infra errors: episodes ended by the "
-    "infrastructure (a model or sandbox failure), not scored"
+    "(steps are agent turns) · tokens, cost $: totals, all roles · env failures: episodes the environment failed "
+    "(it could not be loaded, or its process died, stopped or exited on its own), scored as the rules say (harness: "
+    "reward 0) and not re-run · infra errors: episodes ended by the infrastructure (a model endpoint, the sandbox, "
+    "the harness), not scored"
 )
 BASELINE_LEGEND = (
     "reference actions (oracle): each scenario's reference actions replayed, the ceiling · do nothing: an agent "
@@ -165,6 +171,7 @@ def print_summary(console: Console, outcome: RunOutcome, baselines: dict[str, Ru
         "tool calls",
         "tokens",
         "cost $",
+        "env failures",
         "infra errors",
     ):
         table.add_column(column, justify="left" if column.startswith("env") else "right")
@@ -182,6 +189,16 @@ def print_summary(console: Console, outcome: RunOutcome, baselines: dict[str, Ru
         console.print(f"[dim]{BASELINE_LEGEND}[/dim]", highlight=False, soft_wrap=True)
     terminations = ", ".join(f"{k} {v}" for k, v in sorted(summary.overall.terminations.items()))
     console.print(f"terminations: {markup_text(terminations or '–')}", highlight=False)
+    for environment, cause, count in outcome.environment_causes[:ENVIRONMENT_CAUSES_SHOWN]:
+        console.print(
+            f"[yellow]environment failure ×{count} ({markup_text(environment, multiline=False)}):[/yellow] "
+            f"{markup_text(cause, multiline=False)}",
+            highlight=False,
+            soft_wrap=True,
+        )
+    if len(outcome.environment_causes) > ENVIRONMENT_CAUSES_SHOWN:
+        others = len(outcome.environment_causes) - ENVIRONMENT_CAUSES_SHOWN
+        console.print(f"[yellow]… and {others} other environment failures[/yellow]")
     for cause, count in outcome.infra_causes[:5]:
         console.print(
             f"[yellow]infra error ×{count}:[/yellow] {markup_text(cause, multiline=False)}",
@@ -223,8 +240,10 @@ def print_exit_line(
         )
         return EXIT_FAILED
     extra = sum(b.summary.overall.scored for b in baselines.values())
+    failed = outcome.summary.overall.environment_errors
     console.print(
         f"[green]exit 0: all {outcome.planned} episodes were scored"
+        + (f" ({failed} failed by their environment)" if failed else "")
         + (f" (and {extra} baseline episodes)" if baselines else "")
         + "[/green]",
         highlight=False,

@@ -21,7 +21,6 @@ reset as ``initial_state`` and, when they declare a third parameter, the transcr
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import time
@@ -31,8 +30,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from harness.bfcl import score_turns
+from harness.blame import classify_failure, environment_failure
 from harness.dispatch import open_tool_session
-from harness.llm import ContextWindowExceeded, LLMError
+from harness.llm import LLMError
 from harness.prompts import (
     agent_system_prompt,
     default_user_profile,
@@ -64,6 +64,7 @@ from harness.schema import (
     CheckResult,
     DiffEntry,
     Environment,
+    Failure,
     Mode,
     Observation,
     ObservationKind,
@@ -73,14 +74,14 @@ from harness.schema import (
     TerminationReason,
     Timings,
     ToolCall,
-    ToolSpec,
     Trajectory,
     Usage,
     utc_now,
 )
 from harness.scoring import check_transcript, score_final_state, zero_reward
 from harness.statediff import diff_values
-from harness.toolspec import ToolDerivationError, derive_tools
+from harness.tool_messages import pass_through_tools, tool_message
+from harness.toolspec import derive_tools
 from harness.turns import TurnTracker
 
 logger = logging.getLogger(__name__)
@@ -118,6 +119,9 @@ class EpisodeConfig(BaseModel):
         return rules_profile(self.rules)
 
 
+FAILED_ENDINGS = frozenset({TerminationReason.ENVIRONMENT_ERROR, TerminationReason.INFRA_ERROR})
+"""Endings whose final state is not scored by the checks (see :mod:`harness.blame`)."""
+
 # Observation kinds that mean "the method raised" (or would have, in plain Python: a keyword the method does
 # not take, a missing argument). Under rules with ``raising_tool_ends_episode`` they end the episode. A result
 # that is not JSON (BAD_RESULT) is not among them: the method returned, and upstream would show its ``str()``
@@ -131,62 +135,6 @@ RAISING_KINDS = frozenset(
         ObservationKind.FORBIDDEN,
     }
 )
-
-
-def observation_content(observation: Observation, rules: EpisodeRules | None = None) -> str:
-    """The text of a ``tool`` message: the tool's own result, or an error the agent can act on; as JSON, or as
-    Python's ``str()`` of the value under rules whose ``tool_result_format`` is ``python`` (upstream EnvScaler)."""
-    if observation.kind is ObservationKind.OK or (
-        observation.kind is ObservationKind.TOOL_ERROR and observation.content is not None
-    ):
-        payload: Any = observation.content
-    else:
-        payload = {
-            "success": False,
-            "error": observation.error or observation.kind.value,
-            "error_type": observation.kind.value,
-        }
-    if rules is not None and rules.tool_result_format == "python":
-        return str(payload)
-    return json.dumps(payload, ensure_ascii=False, default=str)
-
-
-def tool_message(observation: Observation, rules: EpisodeRules | None = None) -> dict[str, Any]:
-    return {
-        "role": "tool",
-        "tool_call_id": observation.tool_call_id,
-        "name": observation.name,
-        "content": observation_content(observation, rules),
-    }
-
-
-def pass_through_tools(environment: Environment) -> list[ToolSpec]:
-    """Tool schemas that let any argument value through: every public method with its parameter names and the
-    parameters Python requires, and no types. The sandbox still refuses an unknown or missing keyword, which is
-    what Python itself would raise on."""
-    derived = _pass_through_from_code(environment.code, environment.class_name)
-    if derived is not None:
-        return list(derived)
-    return [_without_types(tool) for tool in environment.tools]
-
-
-@functools.lru_cache(maxsize=256)
-def _pass_through_from_code(code: str, class_name: str) -> tuple[ToolSpec, ...] | None:
-    """Parsed once per environment class, not once per episode."""
-    try:
-        return tuple(_without_types(tool) for tool in derive_tools(code, class_name))
-    except ToolDerivationError:
-        return None
-
-
-def _without_types(tool: ToolSpec) -> ToolSpec:
-    parameters = tool.function.parameters or {}
-    spec = {
-        "type": "object",
-        "properties": {name: {} for name in parameters.get("properties") or {}},
-        "required": list(parameters.get("required") or []),
-    }
-    return tool.model_copy(update={"function": tool.function.model_copy(update={"parameters": spec})})
 
 
 class Episode:
@@ -236,6 +184,7 @@ class Episode:
         self.errors: list[str] = []
         self.termination: TerminationReason | None = None
         self.termination_detail: str | None = None
+        self.failure: Failure | None = None
         self.timings = Timings()
         self.phase = "sandbox"
         self._clock = time.perf_counter()
@@ -354,9 +303,7 @@ class Episode:
     @property
     def _turn_limited(self) -> bool:
         """A scripted conversation whose turns carry their own step limit has no episode limit unless one is set."""
-        return (
-            self.scripted is not None and self.scripted.step_limit is not None and self.config.max_steps is None
-        )
+        return self.scripted is not None and self.scripted.step_limit is not None and self.config.max_steps is None
 
     async def _reply(self, text: str) -> None:
         """The agent's text reply: the end of a non-conversational episode, the next message to the user in a
@@ -390,25 +337,30 @@ class Episode:
         self.messages.append({"role": "user", "content": INVALID_ACTION_TEXT})
 
     def fail(self, exc: BaseException) -> None:
-        """End the episode because ``exc`` was raised during the current phase."""
-        reason, detail = classify_failure(exc, self.phase)
+        """End the episode because ``exc`` was raised during the current phase (see :mod:`harness.blame`)."""
+        reason, detail, failure = classify_failure(exc, self.phase)
         if reason is TerminationReason.CONTEXT_OVERFLOW:
             logger.info("episode %s: context window exceeded (%s)", self.episode_id, self.phase)
-        elif isinstance(exc, LLMError | SandboxError | AgentPolicyError):
+        elif (
+            isinstance(exc, LLMError | SandboxError | AgentPolicyError) or reason is TerminationReason.ENVIRONMENT_ERROR
+        ):
             logger.warning("episode %s ended as %s: %s", self.episode_id, reason.value, detail)
         else:
             logger.exception("episode %s: unexpected error in %s", self.episode_id, self.phase, exc_info=exc)
         self.errors.append(detail)
+        if self.termination is None:
+            self.failure = failure
         self.end(reason, detail)
 
     async def finish(self) -> Trajectory:
-        """Score the final state (unless the infrastructure failed), close the session, build the record."""
+        """Score the final state (unless the environment or the infrastructure failed), close the session, build
+        the record."""
         if self.termination is None:
             raise RuntimeError(f"episode {self.episode_id} has not ended")
         final_state_diff: list[DiffEntry] = []
         check_results: list[CheckResult] = []
         reward: RewardBreakdown | None = None
-        if self.termination is not TerminationReason.INFRA_ERROR and self._session is not None:
+        if self.termination not in FAILED_ENDINGS and self._session is not None:
             self.phase = "sandbox"
             try:
                 final_state = await self._session.state()
@@ -439,8 +391,14 @@ class Episode:
                         self.timings.scoring_seconds += time.perf_counter() - started
             except Exception as exc:
                 self.termination = None
+                self.failure = None
                 self.fail(exc)
                 check_results, reward = [], None
+        if (
+            self.termination is TerminationReason.ENVIRONMENT_ERROR
+            and self.rules.environment_failure == "scored_failed"
+        ):
+            reward = zero_reward(self.scenario)
         await self.close()
         termination = self.termination
         assert termination is not None
@@ -463,6 +421,7 @@ class Episode:
             reward=reward,
             termination=termination,
             termination_detail=self.termination_detail,
+            failure=self.failure,
             usage=self.usage,
             timings=self.timings,
             errors=self.errors,
@@ -547,6 +506,12 @@ class Episode:
         self.timings.tool_seconds += duration
         if observation.kind is ObservationKind.SANDBOX_ERROR:
             raise SandboxError(f"sandbox failed on tool call {call.name!r}: {observation.error}")
+        if observation.process_ended:
+            # The call ended the environment's own process: its episode is the environment's failure, whatever a
+            # replay in a new process would give.
+            _, detail, self.failure = environment_failure(f"sandbox: tool {call.name!r}: {observation.error}")
+            self.errors.append(detail)
+            self.end(TerminationReason.ENVIRONMENT_ERROR, detail)
         self._state_keys.update(str(d.path[0]) for d in diff if len(d.path) == 1 and d.op == "add")
         self._record(call, observation, diff, turn_index, duration)
         return observation
@@ -590,19 +555,6 @@ class Episode:
             self.tools = self.scripted.tools(self.environment.tools)
 
 
-def classify_failure(exc: BaseException, phase: str) -> tuple[TerminationReason, str]:
-    """Which termination reason an exception raised during ``phase`` (agent, user, sandbox) means."""
-    detail = f"{phase}: {type(exc).__name__}: {exc}"
-    if isinstance(exc, ContextWindowExceeded):
-        return TerminationReason.CONTEXT_OVERFLOW, detail
-    if isinstance(exc, LLMError | SandboxError):
-        return TerminationReason.INFRA_ERROR, detail
-    if phase == "agent":
-        return TerminationReason.AGENT_ERROR, detail
-    # A failing user policy or loop is not the agent's fault: mark it for a re-run instead of scoring it.
-    return TerminationReason.INFRA_ERROR, detail
-
-
 async def run_episode(
     scenario: Scenario,
     environment: Environment,
@@ -614,7 +566,8 @@ async def run_episode(
     episode_id: str,
 ) -> Trajectory:
     """Run one episode to its end and return its trajectory. Per-episode failures never raise: they end the
-    trajectory with a termination reason (``infra_error`` episodes are not scored and can be re-run)."""
+    trajectory with a termination reason (``environment_error`` episodes are scored as the rules say,
+    ``infra_error`` episodes are not scored and can be re-run)."""
     episode = Episode(
         scenario,
         environment,

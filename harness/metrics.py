@@ -5,6 +5,9 @@ Accounting rules:
   and kept out of every average: it is neither scored as 0 nor silently dropped.
 - An episode without a reward that did not end in an infrastructure error is counted as ``unscored`` and is
   likewise kept out of the reward averages (it still counts in the step, token and cost averages: it ran).
+- An episode whose environment failed (``termination == environment_error``: it could not be loaded, or its
+  process died, stopped or exited on its own) is counted as ``environment_errors``; it is scored as its rules
+  say (``harness``: a failed episode with reward 0, in every average; ``envscaler``: unscored), never dropped.
 - When a run's ``results.jsonl`` holds several lines for one ``episode_id`` (a retry), the last line wins.
 - pass^k follows τ-bench: for each task with ``n`` scored trials of which ``c`` succeeded, C(c, k) / C(n, k),
   averaged over tasks; k runs from 1 to the smallest ``n`` over the group's tasks. A task is one scenario in
@@ -85,6 +88,11 @@ class GroupSummary(BaseModel):
     scored: int = Field(description="Episodes with a reward (these make the reward averages).")
     infra_errors: int = Field(description="Episodes ended by an infrastructure failure; kept out of averages.")
     unscored: int = Field(default=0, description="Episodes with no reward that were not infrastructure errors.")
+    environment_errors: int = Field(
+        default=0,
+        description="Episodes the environment failed (not loadable; its process died, stopped or exited on its "
+        "own); scored as the rules say, never re-run.",
+    )
     tasks: int = Field(default=0, description="Distinct (scenario, mode) pairs with at least one scored trial.")
     mean_state_reward: float | None = None
     mean_delta_reward: float | None = None
@@ -164,6 +172,7 @@ def summarize_group(trajectories: Sequence[Trajectory], key: dict[str, str] | No
         scored=len(scored),
         infra_errors=len(infra),
         unscored=len(ran) - len(scored),
+        environment_errors=sum(1 for t in trajectories if t.environment_error),
         tasks=len({task_key(t) for t in scored}),
         mean_state_reward=_mean([r.state_reward for r in rewards]),
         mean_delta_reward=_mean(deltas),

@@ -138,8 +138,11 @@ def final_state_of(scenario: Scenario, trajectory: Trajectory) -> dict[str, Any]
 def trajectory_reward(scenario: Scenario, trajectory: Trajectory, weights: CompositeWeights | None = None) -> float:
     """The plain reward function a trainer calls: the composite reward of a finished trajectory.
 
-    Infrastructure errors have no reward and raise; use ``trajectory.infra_error`` to filter them first.
+    Infrastructure errors have no reward and raise; use ``trajectory.infra_error`` to filter them first. An
+    episode its environment failed is worth 0, whatever its calls matched.
     """
+    if trajectory.environment_error:
+        return 0.0
     if trajectory.reward is None:
         raise ValueError(f"episode {trajectory.episode_id} has no reward ({trajectory.termination.value})")
     calls = [step.call for step in trajectory.steps]

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 RulesName = Literal["harness", "envscaler"]
 DEFAULT_RULES: RulesName = "harness"
 RULES_NAMES: tuple[RulesName, ...] = ("harness", "envscaler")
+EnvironmentFailureOutcome = Literal["scored_failed", "not_scored"]
 
 
 class EpisodeRules(BaseModel):
@@ -58,6 +59,12 @@ class EpisodeRules(BaseModel):
     reply_tool: str | None = Field(
         description="A tool-call name that counts as a text reply (its 'content' argument is the text)."
     )
+    environment_failure: EnvironmentFailureOutcome = Field(
+        description="What an episode whose environment failed (it could not be loaded, or its process died, "
+        "stopped or exited on its own; termination environment_error) counts as: 'scored_failed' is a failed "
+        "episode (reward 0, success false, in every average); 'not_scored' has no reward (counted, kept out of the "
+        "reward averages). Neither is re-run."
+    )
 
 
 HARNESS_RULES = EpisodeRules(
@@ -74,6 +81,7 @@ HARNESS_RULES = EpisodeRules(
     errors_as_user_messages=False,
     stop_tokens=None,
     reply_tool=None,
+    environment_failure="scored_failed",
 )
 
 ENVSCALER_RULES = EpisodeRules(
@@ -90,6 +98,9 @@ ENVSCALER_RULES = EpisodeRules(
     errors_as_user_messages=True,
     stop_tokens=("###STOP###",),
     reply_tool="chat_with_user",
+    # Upstream builds the class in `reset` and calls tools in its own process: a class that does not build
+    # raises out of `reset`, and a tool that ends the process ends the whole run, so the episode gets no reward.
+    environment_failure="not_scored",
 )
 
 PROFILES: dict[str, EpisodeRules] = {"harness": HARNESS_RULES, "envscaler": ENVSCALER_RULES}

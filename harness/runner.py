@@ -151,6 +151,7 @@ class RunProgress:
     done: int = 0
     in_flight: int = 0
     infra_errors: int = 0
+    environment_errors: int = 0
     scored: int = 0
     reward_sum: float = 0.0
     successes: int = 0
@@ -191,6 +192,8 @@ class RunOutcome:
     planned: int = 0
     stopped_by: int | None = None
     infra_causes: list[tuple[str, int]] = field(default_factory=list)
+    environment_causes: list[tuple[str, str, int]] = field(default_factory=list)
+    """(environment id, first line of the detail, count) of the environment failures, most frequent first."""
 
     @property
     def missing(self) -> int:
@@ -883,6 +886,7 @@ async def _run_planned(
         planned=len(covered),
         stopped_by=stopped_by[0] if stopped_by else None,
         infra_causes=infra_error_causes(results),
+        environment_causes=environment_error_causes(results),
     )
 
 
@@ -894,6 +898,16 @@ def infra_error_causes(results: list[Trajectory]) -> list[tuple[str, int]]:
             detail = (trajectory.termination_detail or "").strip().splitlines()
             counts[detail[0][:400] if detail else "no detail recorded"] += 1
     return counts.most_common()
+
+
+def environment_error_causes(results: list[Trajectory]) -> list[tuple[str, str, int]]:
+    """Which environments failed their episodes and how, each (environment, cause) once with its count."""
+    counts: Counter[tuple[str, str]] = Counter()
+    for trajectory in results:
+        if trajectory.termination is TerminationReason.ENVIRONMENT_ERROR:
+            detail = (trajectory.termination_detail or "").strip().splitlines()
+            counts[(trajectory.environment_id, detail[0][:400] if detail else "no detail recorded")] += 1
+    return [(environment, cause, count) for (environment, cause), count in counts.most_common()]
 
 
 async def _run_one(
@@ -945,6 +959,8 @@ async def _run_one(
 
 def _account(progress: RunProgress, trajectory: Trajectory) -> None:
     progress.done += 1
+    if trajectory.termination is TerminationReason.ENVIRONMENT_ERROR:
+        progress.environment_errors += 1
     if trajectory.termination is TerminationReason.INFRA_ERROR:
         progress.infra_errors += 1
     elif trajectory.reward is not None:

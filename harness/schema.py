@@ -11,10 +11,11 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 SCHEMA_VERSION = "1.1"
-"""1.1 added ``Check.gate``; records of 1.0 still load (see :class:`Check`)."""
+"""1.1 added ``Check.gate``; records of 1.0 still load (see :class:`Check`). ``Trajectory.failure`` and
+``Observation.process_ended`` have defaults that keep a record written without them meaning what it meant."""
 
 PREVIOUS_SCHEMA_VERSIONS = ("1.0",)
 
@@ -264,6 +265,16 @@ class Observation(Record):
     kind: ObservationKind = ObservationKind.OK
     content: JSONValue = None
     error: str | None = None
+    process_ended: bool = Field(
+        default=False,
+        description="The call ended the environment's sandbox process (it crashed, exited, stopped or ran past its "
+        "budget and was killed): an environment failure.",
+    )
+
+    @field_validator("process_ended", mode="before")
+    @classmethod
+    def _absent_is_false(cls, value: object) -> object:
+        return False if value is None else value  # rows published before the field existed carry null
 
     @property
     def ok(self) -> bool:
@@ -318,7 +329,31 @@ class TerminationReason(StrEnum):
     AGENT_ERROR = "agent_error"
     TOOL_EXCEPTION = "tool_exception"
     """A tool raised and the episode rules end the episode there (``envscaler``: reward 0)."""
+    ENVIRONMENT_ERROR = "environment_error"
+    """The environment failed the episode: it could not be loaded, or its process died, stopped or exited on its
+    own. Scored as the rules say (``EpisodeRules.environment_failure``), never re-run."""
     INFRA_ERROR = "infra_error"
+    """A failure outside the environment's reach (a model endpoint, the sandbox, the harness): not scored and can
+    be re-run."""
+
+
+class FailureParty(StrEnum):
+    """Who is at fault when an episode ends in a failure rather than by the agent, the user or a limit."""
+
+    ENVIRONMENT = "environment"
+    """The environment's own code: it cannot be loaded, or its process died, stopped or exited on its own."""
+    MODEL_ENDPOINT = "model_endpoint"
+    """A model the episode calls (the agent's or the simulated user's) could not be reached or failed."""
+    HARNESS = "harness"
+    """The harness itself: the sandbox could not start, a zygote was lost, a process was killed from outside the
+    environment's reach (the kernel's OOM killer, an operator), or a bug."""
+
+
+class Failure(Record):
+    """Why an episode ended in ``environment_error`` or ``infra_error``, and who is at fault."""
+
+    at_fault: FailureParty
+    detail: str = Field(description="What happened, in words (the error's text).")
 
 
 class Usage(Record):
@@ -390,6 +425,11 @@ class Trajectory(Record):
     reward: RewardBreakdown | None = None
     termination: TerminationReason
     termination_detail: str | None = None
+    failure: Failure | None = Field(
+        default=None,
+        description="Set when the episode ended in environment_error or infra_error (records of earlier runs may "
+        "have an infra_error without it).",
+    )
     usage: dict[str, Usage] = Field(default_factory=dict, description="Token usage and cost per role.")
     timings: Timings = Field(default_factory=Timings)
     errors: list[str] = Field(default_factory=list)
@@ -397,6 +437,10 @@ class Trajectory(Record):
     @property
     def infra_error(self) -> bool:
         return self.termination is TerminationReason.INFRA_ERROR
+
+    @property
+    def environment_error(self) -> bool:
+        return self.termination is TerminationReason.ENVIRONMENT_ERROR
 
     @property
     def num_tool_calls(self) -> int:

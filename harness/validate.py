@@ -15,12 +15,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from harness.episode import tool_message
 from harness.library import Library
 from harness.protocols import openai_tool_call
 from harness.sandbox.pool import EnvironmentLoadError, SandboxError, SandboxPool
 from harness.schema import CheckResult, Environment, ReferenceAction, Scenario, ToolCall
 from harness.scoring import check_transcript, checks_at_reset, prepared_checks, reward_from_results
+from harness.tool_messages import tool_message
 from harness.toolspec import ToolDerivationError, derive_tools
 
 logger = logging.getLogger(__name__)

@@ -48,7 +48,7 @@ WIDE_TERMINAL = 150
 
 
 def _summary_sections(max_k: int) -> list[tuple[str, list[str]]]:
-    sections = [("Results", ["episodes", "scored", "infra err", "state", "delta", "success"])]
+    sections = [("Results", ["episodes", "scored", "env fail", "infra err", "state", "delta", "success"])]
     if max_k:
         sections.append(("pass^k", [f"pass^{k}" for k in range(1, max_k + 1)]))
     sections.append(("Effort", ["steps", "tool calls", "tokens/ep", "cost/ep", "cost"]))
@@ -59,6 +59,7 @@ def _summary_values(summary: GroupSummary, max_k: int) -> dict[str, str]:
     values = {
         "episodes": str(summary.episodes),
         "scored": str(summary.scored),
+        "env fail": str(summary.environment_errors),
         "infra err": str(summary.infra_errors),
         "state": fmt_float(summary.mean_state_reward),
         "delta": fmt_float(summary.mean_delta_reward),
@@ -73,7 +74,13 @@ def _summary_values(summary: GroupSummary, max_k: int) -> dict[str, str]:
     return values
 
 
-SHORT_HEADERS = {"episodes": "eps", "infra err": "infra", "tool calls": "calls", "tokens/ep": "tok/ep"}
+SHORT_HEADERS = {
+    "episodes": "eps",
+    "env fail": "env",
+    "infra err": "infra",
+    "tool calls": "calls",
+    "tokens/ep": "tok/ep",
+}
 
 
 def summary_table(
@@ -106,7 +113,7 @@ def summary_table(
         return [plain(values[name]) for name in wanted]
 
     for group in groups:
-        error_style = "red" if group.infra_errors else ""
+        error_style = "red" if group.infra_errors else "yellow" if group.environment_errors else ""
         table.add_row(*[plain(group.key[name]) for name in key_names], *cells(group), style=error_style)
     table.add_section()
     table.add_row(*[plain("all" if i == 0 else "") for i in range(len(key_names))], *cells(overall), style="bold")
@@ -177,7 +184,11 @@ def run_view(
         views.extend(summary_tables(groups, overall, "By model, environment and mode", width))
     else:
         views.extend(summary_tables(summarize(trajectories), overall, "By environment and mode", width))
-    failed = [t for t in trajectories if t.infra_error or (t.reward is not None and not t.reward.success)]
+    failed = [
+        t
+        for t in trajectories
+        if t.infra_error or t.environment_error or (t.reward is not None and not t.reward.success)
+    ]
     if failed:
         listing = Table(title=f"Failed episodes (first {min(len(failed), FAILED_EPISODES_LISTED)} of {len(failed)})")
         for name in ("episode", "scenario", "mode", "trial", "termination", "reward"):
@@ -236,6 +247,8 @@ def trajectory_view(trajectory: Trajectory, scenario: Scenario | None = None) ->
     ]
     if trajectory.termination_detail:
         rows[-1] = ("termination", f"{trajectory.termination.value}: {trajectory.termination_detail}")
+    if trajectory.failure is not None:
+        rows.append(("at fault", trajectory.failure.at_fault.value))
     if reward is None:
         rows.append(("reward", "not scored"))
     else:

@@ -33,7 +33,9 @@ async def refused_modules(library: Library) -> dict[str, list[str]]:
 
 
 def _check_unrunnable(trajectory: Trajectory, modules: list[str]) -> None:
-    assert trajectory.termination is TerminationReason.INFRA_ERROR
+    # BFCL scores an entry whose tools do not load as failed; so do the harness's rules (an environment failure).
+    assert trajectory.termination is TerminationReason.ENVIRONMENT_ERROR
+    assert trajectory.reward is not None and not trajectory.reward.success
     assert all(module in (trajectory.termination_detail or "") for module in modules)
 
 

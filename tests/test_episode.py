@@ -14,14 +14,16 @@ from typing import Any
 import pytest
 
 from agents.oracle import ORACLE_FINAL_MESSAGE, OracleAgent
-from harness.episode import Episode, EpisodeConfig, classify_failure, observation_content, run_episode
+from harness.episode import Episode, EpisodeConfig, classify_failure, run_episode
 from harness.library import load_library
 from harness.protocols import AgentPolicyError, AgentTurn, UserTurn, find_stop_token
-from harness.sandbox import SandboxError, SandboxLimits, SandboxPool
+from harness.sandbox import EnvironmentFailed, EnvironmentLoadError, SandboxError, SandboxLimits, SandboxPool
 from harness.schema import (
     AgentSettings,
     Check,
     Environment,
+    Failure,
+    FailureParty,
     ModelSettings,
     Observation,
     ObservationKind,
@@ -32,6 +34,7 @@ from harness.schema import (
     Trajectory,
     UserProfile,
 )
+from harness.tool_messages import observation_content
 from harness.toolspec import derive_tools
 
 SHOP_CODE = '''
@@ -445,18 +448,28 @@ async def test_a_raising_policy_ends_as_agent_error_and_is_scored(pool: SandboxP
     assert trajectory.reward is not None and trajectory.reward.checks_total == 2
 
 
-async def test_an_environment_that_cannot_load_is_an_infra_error(pool: SandboxPool) -> None:
+@pytest.mark.parametrize(("rules", "scored"), [("harness", True), ("envscaler", False)])
+async def test_an_environment_that_cannot_load_fails_its_episode(pool: SandboxPool, rules: str, scored: bool) -> None:
     broken = SHOP_CODE.replace('self.orders: dict = init_config.get("orders", {})', "self.orders = 1 / 0")
     trajectory = await run_episode(
         shop_scenario(),
         shop_environment(broken),
         pool=pool,
         agent=OracleAgent(shop_scenario()),
-        config=EpisodeConfig(),
+        config=EpisodeConfig(rules=rules),
         episode_id="ep-load",
     )
-    assert trajectory.termination is TerminationReason.INFRA_ERROR
-    assert trajectory.infra_error and trajectory.reward is None and trajectory.check_results == []
+    assert trajectory.termination is TerminationReason.ENVIRONMENT_ERROR
+    assert trajectory.failure is not None and trajectory.failure.at_fault is FailureParty.ENVIRONMENT
+    assert "ZeroDivisionError" in trajectory.failure.detail
+    assert not trajectory.infra_error and trajectory.check_results == []
+    if scored:  # the harness's rules: a failed episode
+        assert trajectory.reward is not None and (trajectory.reward.state_reward, trajectory.reward.success) == (
+            0,
+            False,
+        )
+    else:  # upstream EnvScaler's reset raises: no reward
+        assert trajectory.reward is None
     assert trajectory.errors and "sandbox" in trajectory.errors[0]
 
 
@@ -497,6 +510,7 @@ async def test_a_sandbox_that_keeps_failing_is_an_infra_error() -> None:
         trajectory = await episode.finish()
     assert trajectory.termination is TerminationReason.INFRA_ERROR
     assert "SandboxError" in (trajectory.termination_detail or "")
+    assert trajectory.failure is not None and trajectory.failure.at_fault is FailureParty.HARNESS
     assert trajectory.reward is None and trajectory.check_results == []
     assert [s.call.id for s in trajectory.steps] == ["a"]
 
@@ -506,6 +520,10 @@ def test_failure_classification() -> None:
     assert classify_failure(AgentPolicyError("x"), "agent")[0] is TerminationReason.AGENT_ERROR
     assert classify_failure(ValueError("x"), "agent")[0] is TerminationReason.AGENT_ERROR
     assert classify_failure(ValueError("x"), "user")[0] is TerminationReason.INFRA_ERROR
+    assert classify_failure(EnvironmentLoadError("x"), "sandbox")[0] is TerminationReason.ENVIRONMENT_ERROR
+    assert classify_failure(EnvironmentFailed("x"), "sandbox").failure == Failure(
+        at_fault=FailureParty.ENVIRONMENT, detail="sandbox: EnvironmentFailed: x"
+    )
 
 
 def test_observation_content_is_json_for_every_kind() -> None:
@@ -567,8 +585,12 @@ async def test_every_trajectory_carries_the_composite_reward():
     scenario = library.scenarios[0]
     async with SandboxPool(workers=1) as pool:
         trajectory = await run_episode(
-            scenario, library.environments[scenario.environment_id], pool=pool, agent=OracleAgent(scenario),
-            config=EpisodeConfig(mode="nonconv"), episode_id="composite",
+            scenario,
+            library.environments[scenario.environment_id],
+            pool=pool,
+            agent=OracleAgent(scenario),
+            config=EpisodeConfig(mode="nonconv"),
+            episode_id="composite",
         )
     reward = trajectory.reward
     assert reward is not None and reward.success

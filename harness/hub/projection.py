@@ -283,7 +283,14 @@ TRAJECTORY = Projection(
                         "turn": INT,
                         "call": Struct({"id": STRING, "name": STRING, "arguments": JSON, "raw_arguments": STRING}),
                         "observation": Struct(
-                            {"tool_call_id": STRING, "name": STRING, "kind": STRING, "content": JSON, "error": STRING}
+                            {
+                                "tool_call_id": STRING,
+                                "name": STRING,
+                                "kind": STRING,
+                                "content": JSON,
+                                "error": STRING,
+                                "process_ended": BOOL,
+                            }
                         ),
                         "state_diff": ListOf(DIFF),
                         "duration_ms": FLOAT,
@@ -291,9 +298,8 @@ TRAJECTORY = Projection(
                 )
             ),
             "Executed tool calls: list of {index, turn, call: {id, name, arguments (JSON text), raw_arguments}, "
-            "observation: {tool_call_id, name, kind, content (JSON text), error}, state_diff: list of "
-            + DIFF_TEXT
-            + ", duration_ms}.",
+            "observation: {tool_call_id, name, kind, content (JSON text), error, process_ended (the call ended the "
+            "environment's process)}, state_diff: list of " + DIFF_TEXT + ", duration_ms}.",
         ),
         Column("final_state_diff", ListOf(DIFF), "Difference between initial and final state: list of " + DIFF_TEXT),
         Column(
@@ -324,9 +330,15 @@ TRAJECTORY = Projection(
         _scalar(
             "termination",
             "Why the episode ended (agent_done, user_stop, max_steps, context_overflow, agent_error, tool_exception, "
-            "infra_error).",
+            "environment_error, infra_error).",
         ),
         _scalar("termination_detail", "Detail of the termination, or null."),
+        Column(
+            "failure",
+            Struct({"at_fault": STRING, "detail": STRING}),
+            "Who is at fault when the episode ended in environment_error or infra_error: {at_fault (environment, "
+            "model_endpoint or harness), detail}, or null.",
+        ),
         Column(
             "usage",
             KeyedList("role", STRING, USAGE),

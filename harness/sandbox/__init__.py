@@ -10,6 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from harness.sandbox.pool import (
+        EnvironmentFailed as EnvironmentFailed,
+    )
+    from harness.sandbox.pool import (
         EnvironmentLoadError as EnvironmentLoadError,
     )
     from harness.sandbox.pool import (
@@ -33,6 +36,7 @@ if TYPE_CHECKING:
 
 _EXPORTS = {
     "EnvSession": "harness.sandbox.pool",
+    "EnvironmentFailed": "harness.sandbox.pool",
     "EnvironmentLoadError": "harness.sandbox.pool",
     "SandboxError": "harness.sandbox.pool",
     "SandboxLimits": "harness.sandbox.pool",

@@ -56,7 +56,13 @@ class SandboxError(RuntimeError):
 
 
 class EnvironmentLoadError(ValueError):
-    """The environment code is refused by the static checks, or its class cannot be built from the state."""
+    """The environment code is refused by the static checks, or its class cannot be built from the state (its
+    constructor raises, loops past its budget or ends its process)."""
+
+
+class EnvironmentFailed(SandboxError):
+    """The environment's own process failed its session: it kept dying, stopping or exiting on its own, or broke
+    the channel's protocol. The environment is at fault, not the sandbox."""
 
 
 class WeakSandbox(BadInput, SandboxError):
@@ -99,12 +105,15 @@ class EnvSession:
                 return self._child
             if self._child is not None and self._child.kind == "forbidden":
                 # A process that forged or corrupted frames is hostile: replaying it would only repeat that.
-                raise SandboxError(f"the session was ended: {self._child.reason}")
+                raise EnvironmentFailed(f"the session was ended: {self._child.reason}")
             if self._starts:
                 self._recoveries += 1
                 if self._recoveries > self.pool.limits.max_recoveries:
                     reason = self._child.reason if self._child is not None else "unknown"
-                    raise SandboxError(f"the session lost its sandbox process {self._recoveries} times: {reason}")
+                    message = f"the session lost its sandbox process {self._recoveries} times: {reason}"
+                    if self._child is not None and _ended_by_itself(self._child.kind, self._child.timed_out):
+                        raise EnvironmentFailed(message)
+                    raise SandboxError(message)
                 logger.info("restoring a sandbox session in a new process")
             self._starts += 1
             child = await self.pool._spawn("session")
@@ -112,6 +121,11 @@ class EnvSession:
             try:
                 await self._replay(child)
             except ChildLost as lost:
+                if self._starts == 1 and _ended_by_itself(lost.kind, lost.timed_out):
+                    child.close()  # the first load (nothing to replay yet) ended the process: the code did that
+                    raise EnvironmentLoadError(
+                        f"environment {self.environment.id!r} could not be loaded: {lost.reason}"
+                    ) from lost
                 logger.warning("a sandbox process died while its session was being restored: %s", lost.reason)
                 continue
             except EnvironmentLoadError:
@@ -165,7 +179,11 @@ class EnvSession:
                         continue
                     kind = _OBSERVATION_KINDS.get(lost.kind, ObservationKind.SANDBOX_ERROR)
                     error = lost.reason if lost.timed_out else f"the call ended its sandbox process: {lost.reason}"
-                    return Observation(tool_call_id=call.id, name=call.name, kind=kind, error=error), []
+                    ended = _ended_by_itself(lost.kind, lost.timed_out)
+                    observation = Observation(
+                        tool_call_id=call.id, name=call.name, kind=kind, error=error, process_ended=ended
+                    )
+                    return observation, []
                 self._log.append((call.name, arguments))
                 return _observation(call, response), [DiffEntry.model_validate(d) for d in response.get("diff", ())]
 
@@ -195,6 +213,13 @@ class EnvSession:
 
     async def __aexit__(self, *_exc: object) -> None:
         await self.close()
+
+
+def _ended_by_itself(kind: str, timed_out: bool) -> bool:
+    """Whether a lost process ended by its own code's doing (a crash, an exit, a stop or a run past its budget, a
+    protocol violation), rather than from outside the environment's reach (``sandbox_error``: a SIGKILL the
+    harness did not send, a failed confinement, an unknown exit)."""
+    return timed_out or kind != "sandbox_error"
 
 
 def _observation(call: ToolCall, response: dict[str, Any]) -> Observation:
@@ -434,6 +459,7 @@ class SandboxPool:
 
 __all__ = [
     "EnvSession",
+    "EnvironmentFailed",
     "EnvironmentLoadError",
     "SandboxError",
     "SandboxLimits",

@@ -1,0 +1,52 @@
+"""Who is at fault when an episode fails: the environment, a model endpoint or the harness.
+
+An environment that cannot be loaded (refused by the static checks, a constructor that raises or runs past its
+budget, a missing class) or whose process dies, stops or exits on its own is an **environment failure**: the
+episode ends as ``environment_error`` and is scored as its rules say (``EpisodeRules.environment_failure``); it is
+never re-run, because running it again gives the same failure. Only what lies outside the environment's reach is
+an **infrastructure error** (``infra_error``): a model endpoint that does not answer, a sandbox that could not
+start or lost its zygote, a process killed from outside (the OOM killer, an operator), a bug of the harness. Those
+are not scored and ``--retry-errors`` runs them again.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from harness.llm import ContextWindowExceeded, LLMError
+from harness.sandbox import EnvironmentFailed, EnvironmentLoadError, SandboxError
+from harness.schema import Failure, FailureParty, TerminationReason
+from harness.toolspec import ToolDerivationError
+
+
+class Blame(NamedTuple):
+    """How an exception ends an episode: the termination reason, its detail, and who is at fault (None when the
+    ending is the agent's own: an unreadable agent, a context window it filled)."""
+
+    reason: TerminationReason
+    detail: str
+    failure: Failure | None
+
+
+def classify_failure(exc: BaseException, phase: str) -> Blame:
+    """Which termination reason an exception raised during ``phase`` (agent, user, sandbox) means, and whose
+    fault it is."""
+    detail = f"{phase}: {type(exc).__name__}: {exc}"
+    if isinstance(exc, ContextWindowExceeded):
+        return Blame(TerminationReason.CONTEXT_OVERFLOW, detail, None)
+    if isinstance(exc, EnvironmentLoadError | EnvironmentFailed | ToolDerivationError):
+        return environment_failure(detail)
+    if isinstance(exc, LLMError):
+        return Blame(
+            TerminationReason.INFRA_ERROR, detail, Failure(at_fault=FailureParty.MODEL_ENDPOINT, detail=detail)
+        )
+    if isinstance(exc, SandboxError):
+        return Blame(TerminationReason.INFRA_ERROR, detail, Failure(at_fault=FailureParty.HARNESS, detail=detail))
+    if phase == "agent":
+        return Blame(TerminationReason.AGENT_ERROR, detail, None)
+    # A failing user policy or loop is not the agent's fault: mark it for a re-run instead of scoring it.
+    return Blame(TerminationReason.INFRA_ERROR, detail, Failure(at_fault=FailureParty.HARNESS, detail=detail))
+
+
+def environment_failure(detail: str) -> Blame:
+    return Blame(TerminationReason.ENVIRONMENT_ERROR, detail, Failure(at_fault=FailureParty.ENVIRONMENT, detail=detail))
