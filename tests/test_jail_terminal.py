@@ -240,14 +240,14 @@ def loud_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess
 
 def test_run_summary_shows_hostile_causes_as_text(loud_run: tuple[Path, subprocess.CompletedProcess[bytes]]) -> None:
     run_dir, result = loud_run
-    # exit 1: the episode whose environment does not load ended in an infrastructure error
-    assert result.returncode == 1, result.stderr
+    # exit 0: the episode whose environment does not load is a failure of that environment, scored, not a lost one
+    assert result.returncode == 0, result.stderr
     assert b"\x1b[" in result.stdout  # Rich's own styling is there, so the checks below tell leaks from it
     assert_nothing_obeyed(result.stdout)
     assert_nothing_obeyed(result.stderr)
     out = visible(result.stdout)
     assert "could not be instantiated: ValueError: loud [bold red]x[/] [/nope] [link=https://evil.example]click" in out
-    assert "exit 1: 1 of 2 episodes ended in infrastructure errors" in out
+    assert "environment failure ×1 (loud.env-1)" in out
     assert "loud [bold red]x[/] [/nope]" in visible(result.stderr)  # the warning about the invalid scenario
 
     # What is written to disk keeps the exact text.
