@@ -1,0 +1,96 @@
+"""What the harness accepts as a JSON value: bounded nesting, size and numbers that every reader can carry.
+
+Values that come from a jailed process (tool results, states, check answers) and the records the harness writes
+(``results.jsonl``) pass through :func:`check_json` before they are used or stored, so a value nested hundreds of
+levels deep, holding millions of entries, or a number JSON cannot carry is refused with the reason instead of
+failing later where it is written, read back or shown. Error texts from a jailed process are cut by
+:func:`cut_text`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ERROR_TEXT_LIMIT = 2_000
+"""Characters kept of an error text that came from a jailed process (the rest is replaced by a marker)."""
+
+_INT_MIN = -(1 << 63)
+_INT_MAX = (1 << 64) - 1
+"""The integers orjson writes and reads back as integers (signed or unsigned 64-bit)."""
+_INFINITY = float("inf")
+
+
+@dataclass(frozen=True)
+class JSONLimits:
+    """Bounds on one JSON value. ``None`` leaves that dimension unbounded."""
+
+    max_depth: int
+    """Containers nested in one another (``[[1]]`` is 2 deep)."""
+    max_items: int | None = None
+    """Keys and items of all containers together."""
+    max_string_chars: int | None = None
+    """Characters of any one string or key."""
+
+
+class UnsafeJSON(ValueError):
+    """A value outside the limits, or one that JSON cannot carry; the message says which and where."""
+
+
+def check_json(value: object, limits: JSONLimits) -> None:
+    """Raise :class:`UnsafeJSON` unless ``value`` is plain JSON within ``limits``.
+
+    Plain JSON: dicts with string keys, lists, strings, booleans, ``None``, finite floats and integers orjson
+    writes (64-bit). Tuples are refused like any other type: what is checked must be what decoding gives back.
+    """
+    max_depth, max_items, max_string = limits.max_depth, limits.max_items, limits.max_string_chars
+    items = 0
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        members: list[object]
+        if type(node) is dict:
+            for key in node:
+                if type(key) is not str:
+                    raise UnsafeJSON(f"a key is a {type(key).__name__}, not a string")
+                if max_string is not None and len(key) > max_string:
+                    raise UnsafeJSON(f"a key has {len(key):,} characters; the limit is {max_string:,}")
+            members = list(node.values())
+        elif type(node) is list:
+            members = node
+        else:
+            _check_scalar(node, max_string)
+            continue
+        if depth > max_depth:
+            raise UnsafeJSON(f"it nests more than {max_depth} levels deep")
+        items += len(members)
+        if max_items is not None and items > max_items:
+            raise UnsafeJSON(f"it holds more than {max_items:,} keys and items")
+        for member in members:
+            kind = type(member)
+            if kind is dict or kind is list:
+                stack.append((member, depth + 1))
+            elif kind is not bool and member is not None:
+                _check_scalar(member, max_string)
+
+
+def _check_scalar(node: object, max_string: int | None) -> None:
+    if node is None or isinstance(node, bool):
+        return
+    if isinstance(node, str):
+        if max_string is not None and len(node) > max_string:
+            raise UnsafeJSON(f"a string has {len(node):,} characters; the limit is {max_string:,}")
+    elif isinstance(node, int):
+        if not _INT_MIN <= node <= _INT_MAX:
+            raise UnsafeJSON(f"the integer {node} does not fit in 64 bits")
+    elif isinstance(node, float):
+        if node != node or node in (_INFINITY, -_INFINITY):
+            raise UnsafeJSON(f"the number {node} is not finite (JSON cannot carry it)")
+    else:
+        raise UnsafeJSON(f"a value of type {type(node).__name__} is not JSON")
+
+
+def cut_text(text: str, limit: int = ERROR_TEXT_LIMIT) -> str:
+    """``text`` cut to ``limit`` characters, with a marker saying how much was cut."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… [{len(text) - limit:,} more characters cut]"
