@@ -33,7 +33,7 @@ class JSONLimits:
 
 
 class UnsafeJSON(ValueError):
-    """A value outside the limits, or one that JSON cannot carry; the message says which and where."""
+    """A value outside the limits, or one that JSON cannot carry; the message completes "the value ..."."""
 
 
 def check_json(value: object, limits: JSONLimits) -> None:
@@ -51,9 +51,9 @@ def check_json(value: object, limits: JSONLimits) -> None:
         if type(node) is dict:
             for key in node:
                 if type(key) is not str:
-                    raise UnsafeJSON(f"a key is a {type(key).__name__}, not a string")
+                    raise UnsafeJSON(f"holds a key of type {type(key).__name__}, not a string")
                 if max_string is not None and len(key) > max_string:
-                    raise UnsafeJSON(f"a key has {len(key):,} characters; the limit is {max_string:,}")
+                    raise UnsafeJSON(f"holds a key of {len(key):,} characters; the limit is {max_string:,}")
             members = list(node.values())
         elif type(node) is list:
             members = node
@@ -61,10 +61,10 @@ def check_json(value: object, limits: JSONLimits) -> None:
             _check_scalar(node, max_string)
             continue
         if depth > max_depth:
-            raise UnsafeJSON(f"it nests more than {max_depth} levels deep")
+            raise UnsafeJSON(f"nests more than {max_depth} levels deep")
         items += len(members)
         if max_items is not None and items > max_items:
-            raise UnsafeJSON(f"it holds more than {max_items:,} keys and items")
+            raise UnsafeJSON(f"holds more than {max_items:,} keys and items")
         for member in members:
             kind = type(member)
             if kind is dict or kind is list:
@@ -78,15 +78,15 @@ def _check_scalar(node: object, max_string: int | None) -> None:
         return
     if isinstance(node, str):
         if max_string is not None and len(node) > max_string:
-            raise UnsafeJSON(f"a string has {len(node):,} characters; the limit is {max_string:,}")
+            raise UnsafeJSON(f"holds a string of {len(node):,} characters; the limit is {max_string:,}")
     elif isinstance(node, int):
         if not _INT_MIN <= node <= _INT_MAX:
-            raise UnsafeJSON(f"the integer {node} does not fit in 64 bits")
+            raise UnsafeJSON(f"holds the integer {node}, which does not fit in 64 bits")
     elif isinstance(node, float):
         if node != node or node in (_INFINITY, -_INFINITY):
-            raise UnsafeJSON(f"the number {node} is not finite (JSON cannot carry it)")
+            raise UnsafeJSON(f"holds the number {node}, which JSON cannot carry")
     else:
-        raise UnsafeJSON(f"a value of type {type(node).__name__} is not JSON")
+        raise UnsafeJSON(f"holds a value of type {type(node).__name__}, which is not JSON")
 
 
 def cut_text(text: str, limit: int = ERROR_TEXT_LIMIT) -> str:

@@ -73,7 +73,7 @@ def storable(trajectory: Trajectory) -> tuple[Trajectory, bytes]:
     try:
         return trajectory, encode_record(trajectory)
     except UnsafeJSON as exc:
-        reason = f"the episode's record could not be stored: {exc}"
+        reason = f"the episode's record could not be stored as it was: it {exc}"
         logger.error("episode %s: %s", trajectory.episode_id, reason)
         stripped = trajectory.model_copy(
             update={
