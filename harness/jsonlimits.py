@@ -9,6 +9,7 @@ failing later where it is written, read back or shown. Error texts from a jailed
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 ERROR_TEXT_LIMIT = 2_000
@@ -18,6 +19,7 @@ _INT_MIN = -(1 << 63)
 _INT_MAX = (1 << 64) - 1
 """The integers orjson writes and reads back as integers (signed or unsigned 64-bit)."""
 _INFINITY = float("inf")
+_UNBOUNDED = 1 << 62
 
 
 @dataclass(frozen=True)
@@ -41,36 +43,47 @@ def check_json(value: object, limits: JSONLimits) -> None:
 
     Plain JSON: dicts with string keys, lists, strings, booleans, ``None``, finite floats and integers orjson
     writes (64-bit). Tuples are refused like any other type: what is checked must be what decoding gives back.
+    The walk goes level by level and checks the common scalars inline: it runs on every tool call's reply.
     """
     max_depth, max_items, max_string = limits.max_depth, limits.max_items, limits.max_string_chars
+    string_limit = max_string if max_string is not None else _UNBOUNDED
     items = 0
-    stack: list[tuple[object, int]] = [(value, 1)]
-    while stack:
-        node, depth = stack.pop()
-        members: list[object]
-        if type(node) is dict:
-            for key in node:
-                if type(key) is not str:
-                    raise UnsafeJSON(f"holds a key of type {type(key).__name__}, not a string")
-                if max_string is not None and len(key) > max_string:
-                    raise UnsafeJSON(f"holds a key of {len(key):,} characters; the limit is {max_string:,}")
-            members = list(node.values())
-        elif type(node) is list:
-            members = node
-        else:
-            _check_scalar(node, max_string)
-            continue
-        if depth > max_depth:
-            raise UnsafeJSON(f"nests more than {max_depth} levels deep")
-        items += len(members)
+    depth = 0
+    level: list[object] = [value]
+    while level:
+        depth += 1
+        deeper: list[object] = []
+        for node in level:
+            members: Iterable[object]
+            if type(node) is dict:
+                for key in node:
+                    if type(key) is not str:
+                        raise UnsafeJSON(f"holds a key of type {type(key).__name__}, not a string")
+                    if len(key) > string_limit:
+                        raise UnsafeJSON(f"holds a key of {len(key):,} characters; the limit is {string_limit:,}")
+                members = node.values()
+            elif type(node) is list:
+                members = node
+            else:
+                _check_scalar(node, max_string)
+                continue
+            if depth > max_depth:
+                raise UnsafeJSON(f"nests more than {max_depth} levels deep")
+            items += len(node)
+            for member in members:
+                if member is None or member is True or member is False:
+                    continue
+                kind = type(member)
+                if kind is dict or kind is list:
+                    deeper.append(member)
+                elif kind is str:
+                    if len(member) > string_limit:
+                        _check_scalar(member, max_string)
+                else:
+                    _check_scalar(member, max_string)
         if max_items is not None and items > max_items:
             raise UnsafeJSON(f"holds more than {max_items:,} keys and items")
-        for member in members:
-            kind = type(member)
-            if kind is dict or kind is list:
-                stack.append((member, depth + 1))
-            elif kind is not bool and member is not None:
-                _check_scalar(member, max_string)
+        level = deeper
 
 
 def _check_scalar(node: object, max_string: int | None) -> None:

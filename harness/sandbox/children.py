@@ -119,6 +119,8 @@ class Child:
         """The longest frame the pending request's reply may be (``max_frame`` at most)."""
         self.reply_bytes = 0
         """The size of the last reply delivered."""
+        self.reply_brackets = 0
+        """How many ``[`` and ``{`` bytes the last reply held: a bound on how deep it can nest."""
 
     async def connect(self, sock: socket.socket) -> None:
         loop = asyncio.get_running_loop()
@@ -163,6 +165,7 @@ class Child:
             return
         self.pending = None
         self.reply_bytes = len(body)
+        self.reply_brackets = body.count(b"[") + body.count(b"{")
         future.set_result(answer)
 
     def violate(self, reason: str) -> None:

@@ -191,7 +191,7 @@ class EnvSession:
                     error = lost.reason if lost.timed_out else f"the call ended its sandbox process: {lost.reason}"
                     return Observation(tool_call_id=call.id, name=call.name, kind=kind, error=error), []
                 self._log.append((call.name, arguments))
-                return read_call_reply(call, response, child.reply_bytes, reply_limits)
+                return read_call_reply(call, response, child.reply_bytes, child.reply_brackets, reply_limits)
 
     async def state(self) -> dict[str, Any]:
         """The session's state; :class:`SandboxError` with the reason when it cannot be read or is refused."""

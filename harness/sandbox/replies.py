@@ -43,6 +43,10 @@ class ReplyLimits:
         self.state = JSONLimits(limits.max_state_depth, limits.max_state_items, limits.max_string_chars)
         # A diff is a list of entries whose ``before`` and ``after`` are parts of the state (two levels more).
         self.diff = JSONLimits(limits.max_state_depth + 2, 2 * limits.max_state_items, limits.max_string_chars)
+        # A decoded reply within both bounds below is within the result limits (the strictest) without a walk:
+        # orjson only decodes string keys, finite floats and 64-bit integers; a reply of N bytes holds fewer than
+        # N items and no string longer than N; it cannot nest deeper than the brackets it holds.
+        self.small_reply_bytes = min(limits.max_result_items, limits.max_string_chars)
 
     def call_reply_bytes(self, record_diffs: bool) -> int:
         """The longest reply to a tool call: the result, and with diffs both sides of every changed attribute."""
@@ -67,18 +71,15 @@ def error_text(value: object) -> str:
 
 
 def read_call_reply(
-    call: ToolCall, response: dict[str, Any], reply_bytes: int, limits: ReplyLimits
+    call: ToolCall, response: dict[str, Any], reply_bytes: int, reply_brackets: int, limits: ReplyLimits
 ) -> tuple[Observation, list[DiffEntry]]:
-    """The observation and state diff of one tool call's reply; a reply out of bounds is a ``bad_result``."""
-
-    def refused(reason: str) -> tuple[Observation, list[DiffEntry]]:
-        error = f"the tool's reply was refused: {reason}"
-        return Observation(tool_call_id=call.id, name=call.name, kind=ObservationKind.BAD_RESULT, error=error), []
-
+    """The observation and state diff of one tool call's reply (``reply_bytes`` long, with ``reply_brackets``
+    opening brackets); a reply out of bounds is a ``bad_result``."""
+    plain = reply_bytes <= limits.small_reply_bytes and reply_brackets <= limits.result.max_depth
     try:
-        diff = _read_diff(response.get("diff"), limits)
+        diff = _read_diff(response.get("diff"), limits, plain)
     except ReplyRefused as exc:
-        return refused(f"its state change {exc}")
+        return _refused(call, f"its state change {exc}")
     if response.get("ok") is not True:
         kind = _OBSERVATION_KINDS.get(str(response.get("kind")), ObservationKind.SANDBOX_ERROR)
         if kind is ObservationKind.OK:
@@ -89,11 +90,12 @@ def read_call_reply(
     if reply_bytes > limits.max_result_bytes:  # the diff may account for the size; measure the result alone
         size = len(orjson.dumps(result))
         if size > limits.max_result_bytes:
-            return refused(f"the result has {size:,} bytes; the limit is {limits.max_result_bytes:,}")
+            return _refused(call, f"the result has {size:,} bytes; the limit is {limits.max_result_bytes:,}")
     try:
-        check_json(result, limits.result)
+        if not plain:
+            check_json(result, limits.result)
     except UnsafeJSON as exc:
-        return refused(f"the result {exc}")
+        return _refused(call, f"the result {exc}")
     if isinstance(result, dict) and result.get("success") is False:
         error = error_text(result.get("error") or result.get("message") or "the tool reported failure")
         observation = Observation(
@@ -103,13 +105,19 @@ def read_call_reply(
     return Observation(tool_call_id=call.id, name=call.name, content=result), diff
 
 
-def _read_diff(diff: object, limits: ReplyLimits) -> list[DiffEntry]:
+def _refused(call: ToolCall, reason: str) -> tuple[Observation, list[DiffEntry]]:
+    error = f"the tool's reply was refused: {reason}"
+    return Observation(tool_call_id=call.id, name=call.name, kind=ObservationKind.BAD_RESULT, error=error), []
+
+
+def _read_diff(diff: object, limits: ReplyLimits, plain: bool) -> list[DiffEntry]:
     if diff is None:
         return []
     if not isinstance(diff, list):
         raise ReplyRefused("is not a list")
     try:
-        check_json(diff, limits.diff)
+        if not plain:
+            check_json(diff, limits.diff)
         return [DiffEntry.model_validate(entry) for entry in diff]
     except UnsafeJSON as exc:
         raise ReplyRefused(str(exc)) from None
