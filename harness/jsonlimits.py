@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 ERROR_TEXT_LIMIT = 2_000
 """Characters kept of an error text that came from a jailed process (the rest is replaced by a marker)."""
@@ -81,6 +82,34 @@ def check_json(value: object, limits: JSONLimits) -> None:
                         _check_scalar(member, max_string)
                 else:
                     _check_scalar(member, max_string)
+        if max_items is not None and items > max_items:
+            raise UnsafeJSON(f"holds more than {max_items:,} keys and items")
+        level = deeper
+
+
+def check_decoded_json(value: object, limits: JSONLimits, encoded_bytes: int) -> None:
+    """:func:`check_json` for a value orjson decoded from ``encoded_bytes`` bytes, at a fraction of its cost.
+
+    orjson only decodes string keys, finite floats and 64-bit integers, and no string of such a value is longer
+    than its encoding; so unless that encoding is longer than a string may be, only the nesting and the count of
+    keys and items are left to check, and those only need the containers.
+    """
+    if limits.max_string_chars is not None and encoded_bytes > limits.max_string_chars:
+        check_json(value, limits)
+        return
+    max_depth, max_items = limits.max_depth, limits.max_items
+    items = 0
+    depth = 0
+    level: list[Any] = [value] if type(value) is dict or type(value) is list else []
+    while level:
+        depth += 1
+        if depth > max_depth:
+            raise UnsafeJSON(f"nests more than {max_depth} levels deep")
+        deeper: list[Any] = []
+        for node in level:
+            items += len(node)
+            members = node.values() if type(node) is dict else node
+            deeper += [member for member in members if type(member) is dict or type(member) is list]
         if max_items is not None and items > max_items:
             raise UnsafeJSON(f"holds more than {max_items:,} keys and items")
         level = deeper

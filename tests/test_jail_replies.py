@@ -173,14 +173,20 @@ async def test_a_result_500_levels_deep_is_an_error_observation_and_the_session_
     assert bumped.content["data"] == 1
 
 
-async def test_the_depth_limit_is_the_pools_own_setting():
-    async with SandboxPool(limits=SandboxLimits(max_result_depth=8)) as pool:
+async def test_depth_items_and_string_limits_are_the_pools_own_settings():
+    limits = SandboxLimits(max_result_depth=8, max_result_items=10, max_string_chars=100)
+    many, long = "[" + ",".join(["0"] * 11) + "]", '"' + "s" * 101 + '"'
+    async with SandboxPool(limits=limits) as pool:
         session = await pool.open_session(forger(), {"counter": 0})
         nine, _ = await session.call(call("deep_reply", depth=9))
         eight, _ = await session.call(call("deep_reply", depth=8))
+        eleven_items, _ = await session.call(call("raw_reply", body='{"ok":true,"result":' + many + "}"))
+        long_string, _ = await session.call(call("raw_reply", body='{"ok":true,"result":' + long + "}"))
         await session.close()
     assert nine.kind is ObservationKind.BAD_RESULT and "nests more than 8 levels deep" in (nine.error or "")
     assert eight.ok, eight.error
+    assert "holds more than 10 keys and items" in (eleven_items.error or "")
+    assert "holds a string of 101 characters; the limit is 100" in (long_string.error or "")
 
 
 async def test_a_state_500_levels_deep_is_a_failed_state_read_with_the_reason():

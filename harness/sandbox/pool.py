@@ -205,7 +205,7 @@ class EnvSession:
                 except ChildLost:
                     continue
                 try:
-                    return read_state_reply(response, reply_limits)
+                    return read_state_reply(response, child.reply_bytes, reply_limits)
                 except ReplyRefused as refused:
                     raise SandboxError(f"reading the state failed: {refused}") from None
 

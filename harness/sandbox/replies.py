@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from pydantic import ValidationError
 
-from harness.jsonlimits import ERROR_TEXT_LIMIT, JSONLimits, UnsafeJSON, check_json, cut_text
+from harness.jsonlimits import ERROR_TEXT_LIMIT, JSONLimits, UnsafeJSON, check_decoded_json, cut_text
 from harness.schema import CheckResult, DiffEntry, Observation, ObservationKind, ToolCall
 
 if TYPE_CHECKING:
@@ -77,7 +77,7 @@ def read_call_reply(
     opening brackets); a reply out of bounds is a ``bad_result``."""
     plain = reply_bytes <= limits.small_reply_bytes and reply_brackets <= limits.result.max_depth
     try:
-        diff = _read_diff(response.get("diff"), limits, plain)
+        diff = _read_diff(response.get("diff"), limits, plain, reply_bytes)
     except ReplyRefused as exc:
         return _refused(call, f"its state change {exc}")
     if response.get("ok") is not True:
@@ -93,7 +93,7 @@ def read_call_reply(
             return _refused(call, f"the result has {size:,} bytes; the limit is {limits.max_result_bytes:,}")
     try:
         if not plain:
-            check_json(result, limits.result)
+            check_decoded_json(result, limits.result, reply_bytes)
     except UnsafeJSON as exc:
         return _refused(call, f"the result {exc}")
     if isinstance(result, dict) and result.get("success") is False:
@@ -110,14 +110,14 @@ def _refused(call: ToolCall, reason: str) -> tuple[Observation, list[DiffEntry]]
     return Observation(tool_call_id=call.id, name=call.name, kind=ObservationKind.BAD_RESULT, error=error), []
 
 
-def _read_diff(diff: object, limits: ReplyLimits, plain: bool) -> list[DiffEntry]:
+def _read_diff(diff: object, limits: ReplyLimits, plain: bool, reply_bytes: int) -> list[DiffEntry]:
     if diff is None:
         return []
     if not isinstance(diff, list):
         raise ReplyRefused("is not a list")
     try:
         if not plain:
-            check_json(diff, limits.diff)
+            check_decoded_json(diff, limits.diff, reply_bytes)
         return [DiffEntry.model_validate(entry) for entry in diff]
     except UnsafeJSON as exc:
         raise ReplyRefused(str(exc)) from None
@@ -125,14 +125,14 @@ def _read_diff(diff: object, limits: ReplyLimits, plain: bool) -> list[DiffEntry
         raise ReplyRefused(f"is not a list of diff entries ({exc.error_count()} problems)") from None
 
 
-def read_state_reply(response: dict[str, Any], limits: ReplyLimits) -> dict[str, Any]:
-    """The state a state reply holds; :class:`ReplyRefused` with the reason when it holds none or one out of
-    bounds."""
+def read_state_reply(response: dict[str, Any], reply_bytes: int, limits: ReplyLimits) -> dict[str, Any]:
+    """The state a state reply of ``reply_bytes`` holds; :class:`ReplyRefused` with the reason when it holds none
+    or one out of bounds."""
     state = response.get("state")
     if response.get("ok") is not True or not isinstance(state, dict):
         raise ReplyRefused(error_text(response.get("error") or "the reply holds no state"))
     try:
-        check_json(state, limits.state)
+        check_decoded_json(state, limits.state, reply_bytes)
     except UnsafeJSON as exc:
         raise ReplyRefused(f"the state {exc}") from None
     return state
