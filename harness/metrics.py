@@ -26,6 +26,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from harness.schema import RunManifest, TerminationReason, Trajectory
+from harness.store import read_records
 
 logger = logging.getLogger(__name__)
 
@@ -233,24 +234,14 @@ def deduplicate(trajectories: Iterable[Trajectory]) -> list[Trajectory]:
 def read_results(path: Path) -> list[Trajectory]:
     """Every trajectory of a ``results.jsonl`` file, last line winning per episode_id.
 
-    A final line cut short (a process killed mid-write) is skipped with a warning; any other line that does
-    not parse is an error naming the line.
+    A line that does not hold a trajectory (a final line cut short by a killed process, a damaged or over-deep
+    line) is skipped with a warning naming it (see :func:`harness.store.read_records`).
     """
     if not path.exists():
         return []
     by_id: dict[str, Trajectory] = {}
-    with path.open("rb") as lines:
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                trajectory = Trajectory.model_validate_json(line)
-            except ValueError as error:
-                if not line.endswith(b"\n"):  # only the last line can lack its newline
-                    logger.warning("skipping a truncated last line (%d) in %s", number, path)
-                    continue
-                raise ValueError(f"{path}:{number}: not a trajectory: {error}") from error
-            by_id[trajectory.episode_id] = trajectory
+    for _, trajectory in read_records(path, Trajectory):
+        by_id[trajectory.episode_id] = trajectory
     return list(by_id.values())
 
 

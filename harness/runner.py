@@ -51,7 +51,7 @@ from harness.schema import (
     Trajectory,
 )
 from harness.scoring import SharedResetResults, known_reset_results
-from harness.store import ResultStore, ResultStoreError
+from harness.store import ResultStore
 from harness.validate import invalid_scenarios
 
 logger = logging.getLogger(__name__)
@@ -753,10 +753,7 @@ async def _run_planned(
             ) from None
         check_resumable(previous, manifest)
         manifest = manifest.model_copy(update={"run_id": previous.run_id, "created_at": previous.created_at})
-    try:
-        store = ResultStore(results_path)
-    except ResultStoreError as exc:
-        raise RunRefused(str(exc)) from None
+    store = ResultStore(results_path)
     await _check_models(config, client)
     planned_ids = {spec.episode_id for spec in specs}
     covered = planned_ids | set(store.terminations)

@@ -1,29 +1,96 @@
-"""The append-only result store of a run: one trajectory per line of ``results.jsonl``.
+"""The append-only result store of a run: one trajectory per line of ``results.jsonl``, and its one codec.
 
 Lines are appended with orjson and flushed as each episode finishes, so a killed run loses at most the line
 being written. On reopening, a torn last line is cut off (its episode simply runs again) and the episodes
 already recorded are known by id, so a resumed run neither loses nor doubles a result. Every secret value the
 harness knows (see :mod:`harness.redact`) is replaced before a line is written.
+
+Writing and reading share one codec (:func:`encode_record`, :func:`decode_record`): orjson, the same
+:data:`RECORD_LIMITS` and pydantic validation, so a record that could not be read back is never written (the
+episode is stored without what made it unreadable, as an infrastructure error saying why), and a damaged line is
+skipped with a warning naming it instead of stopping ``harness show``, a summary or ``--resume``.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, TypeVar
 
 import orjson
+from pydantic import BaseModel, ValidationError
 
-from harness.errors import BadInput
+from harness.jsonlimits import JSONLimits, UnsafeJSON, check_json
 from harness.redact import redact_known
-from harness.schema import TerminationReason, Trajectory
+from harness.schema import TerminationReason, Timings, Trajectory
 
 logger = logging.getLogger(__name__)
 
+RECORD_LIMITS = JSONLimits(max_depth=128)
+"""Bounds of a stored record: room for a result or state at the sandbox's own depth limits inside a trajectory,
+and well inside what orjson writes (254 levels) and pydantic reads back from JSON (about 200)."""
 
-class ResultStoreError(BadInput):
-    """``results.jsonl`` holds a line that is not a trajectory (not a torn last line: something else wrote it)."""
+RecordT = TypeVar("RecordT", bound=BaseModel)
+
+
+def encode_record(record: BaseModel) -> bytes:
+    """One line's JSON for ``record``; :class:`~harness.jsonlimits.UnsafeJSON` when it could not be read back."""
+    data = record.model_dump(mode="json")
+    check_json(data, RECORD_LIMITS)
+    return orjson.dumps(data)
+
+
+def decode_record(line: bytes, model: type[RecordT]) -> RecordT:
+    """The record one line holds; ``ValueError`` (a JSON, limit or validation error) when it holds none."""
+    data = orjson.loads(line)
+    check_json(data, RECORD_LIMITS)
+    return model.model_validate(data)
+
+
+def read_records(path: Path, model: type[RecordT]) -> Iterator[tuple[int, RecordT]]:
+    """Each readable record of a JSON-lines file with its line number; a damaged line is skipped with a warning
+    naming it (a torn last line, from a killed run, is told apart)."""
+    with path.open("rb") as lines:
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                yield number, decode_record(line, model)
+            except (ValueError, ValidationError) as error:
+                if not line.endswith(b"\n"):  # only the last line can lack its newline
+                    logger.warning("%s:%d: skipping a truncated last line (a killed run)", path, number)
+                else:
+                    reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+                    logger.warning("%s:%d: skipping a line that is not a %s: %s", path, number, model.__name__, reason)
+
+
+def storable(trajectory: Trajectory) -> tuple[Trajectory, bytes]:
+    """What to store for ``trajectory`` and its line: itself, or, when it could not be read back, its identity
+    and the reason as an infrastructure error (so the episode is still recorded once and ``--retry-errors``
+    re-runs it)."""
+    try:
+        return trajectory, encode_record(trajectory)
+    except UnsafeJSON as exc:
+        reason = f"the episode's record could not be stored as it was: it {exc}"
+        logger.error("episode %s: %s", trajectory.episode_id, reason)
+        stripped = trajectory.model_copy(
+            update={
+                "tools": [],
+                "messages": [],
+                "steps": [],
+                "final_state_diff": [],
+                "check_results": [],
+                "reward": None,
+                "usage": {},
+                "timings": Timings(),
+                "termination": TerminationReason.INFRA_ERROR,
+                "termination_detail": reason,
+                "errors": [reason],
+            }
+        )
+        return stripped, encode_record(stripped)
 
 
 class ResultStore:
@@ -43,18 +110,8 @@ class ResultStore:
             logger.warning("%s ends with a partial line (a killed run); it is dropped and re-run", self.path)
             with self.path.open("r+b") as handle:
                 handle.truncate(end)
-            data = data[:end]
-        for number, line in enumerate(data.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                record = orjson.loads(line)
-                self.terminations[str(record["episode_id"])] = str(record.get("termination"))
-            except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
-                raise ResultStoreError(
-                    f"{self.path}:{number} is not a trajectory ({type(exc).__name__}: {exc}); "
-                    f"remove or repair that line, or run into another --out"
-                ) from exc
+        for _, trajectory in read_records(self.path, Trajectory):
+            self.terminations[trajectory.episode_id] = trajectory.termination.value
 
     def finished(self, retry_errors: bool = False) -> set[str]:
         """Episode ids whose result stands (with ``retry_errors``, infrastructure errors do not)."""
@@ -63,14 +120,15 @@ class ResultStore:
         return {k for k, v in self.terminations.items() if v != TerminationReason.INFRA_ERROR.value}
 
     def append(self, trajectory: Trajectory) -> None:
+        stored, line = storable(trajectory)
         if self._handle is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._handle = self.path.open("ab")
-        self._handle.write(redact_known(trajectory.model_dump_json()).encode() + b"\n")
+        self._handle.write(redact_known(line.decode()).encode() + b"\n")
         self._handle.flush()
         if self.fsync:
             os.fsync(self._handle.fileno())
-        self.terminations[trajectory.episode_id] = trajectory.termination.value
+        self.terminations[stored.episode_id] = stored.termination.value
 
     def close(self) -> None:
         if self._handle is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 from fractions import Fraction
 from pathlib import Path
 
@@ -189,12 +190,17 @@ def test_last_line_wins_and_torn_tail_is_skipped(tmp_path: Path) -> None:
     assert trajectories[0].reward is not None and trajectories[0].reward.state_reward == 1.0
 
 
-def test_corrupt_line_in_the_middle_is_an_error(tmp_path: Path) -> None:
+def test_corrupt_line_in_the_middle_is_skipped_with_a_warning_naming_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     path = tmp_path / "results.jsonl"
     good = make_trajectory("x").model_dump_json()
-    path.write_text(good + "\nnot json\n" + good + "\n", encoding="utf-8")
-    with pytest.raises(ValueError, match=r"results.jsonl:2"):
-        read_results(path)
+    other = make_trajectory("y").model_dump_json()
+    path.write_text(good + "\nnot json\n" + other + "\n", encoding="utf-8")
+    with caplog.at_level(logging.WARNING):
+        trajectories = read_results(path)
+    assert [t.episode_id for t in trajectories] == ["x", "y"]
+    assert "results.jsonl:2: skipping a line that is not a Trajectory" in caplog.text
 
 
 def test_summary_file_round_trip(tmp_path: Path) -> None:

@@ -72,9 +72,8 @@ def describe_exit(status: int | None) -> tuple[str, str]:
 
 
 class _FrameProtocol(asyncio.Protocol):
-    def __init__(self, child: Child, max_frame: int):
+    def __init__(self, child: Child):
         self.child = child
-        self.max_frame = max_frame
         self.buffer = bytearray()
         self.transport: asyncio.Transport | None = None
 
@@ -87,8 +86,9 @@ class _FrameProtocol(asyncio.Protocol):
         buffer += data
         while len(buffer) >= 8:
             size = int.from_bytes(buffer[:4], "little")
-            if size > self.max_frame:
-                self.child.violate(f"the sandbox process sent a frame of {size:,} bytes (limit {self.max_frame:,})")
+            limit = self.child.reply_limit
+            if size > limit:  # refused on its header: nothing over the limit is ever buffered
+                self.child.violate(f"the sandbox process sent a reply of {size:,} bytes (limit {limit:,})")
                 return
             if len(buffer) < 8 + size:
                 return
@@ -115,19 +115,27 @@ class Child:
         self.kind = "sandbox_error"
         self.timed_out = False
         self.sequence = 0
+        self.reply_limit = max_frame
+        """The longest frame the pending request's reply may be (``max_frame`` at most)."""
+        self.reply_bytes = 0
+        """The size of the last reply delivered."""
+        self.reply_brackets = 0
+        """How many ``[`` and ``{`` bytes the last reply held: a bound on how deep it can nest."""
 
     async def connect(self, sock: socket.socket) -> None:
         loop = asyncio.get_running_loop()
-        _, protocol = await loop.create_unix_connection(lambda: _FrameProtocol(self, self.max_frame), sock=sock)
+        _, protocol = await loop.create_unix_connection(lambda: _FrameProtocol(self), sock=sock)
         self.protocol = protocol
 
-    async def request(self, message: dict[str, Any], budget: float) -> dict[str, Any]:
-        """Send one request and wait for its answer; the child is killed when ``budget`` seconds pass."""
+    async def request(self, message: dict[str, Any], budget: float, reply_limit: int | None = None) -> dict[str, Any]:
+        """Send one request and wait for its answer; the child is killed when ``budget`` seconds pass, or as soon
+        as its answer announces more than ``reply_limit`` bytes (``max_frame`` when not given)."""
         if not self.alive or self.protocol is None or self.protocol.transport is None:
             raise ChildLost(self.reason or "the sandbox process is gone", before_send=True)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[dict[str, Any]] = loop.create_future()
         self.pending = future
+        self.reply_limit = self.max_frame if reply_limit is None else min(reply_limit, self.max_frame)
         self.sequence = (self.sequence + 1) & 0xFFFFFFFF
         body = orjson.dumps(message)
         self.protocol.transport.write(len(body).to_bytes(4, "little") + self.sequence.to_bytes(4, "little") + body)
@@ -156,6 +164,8 @@ class Child:
             self.violate("the sandbox process sent an answer that is not an object")
             return
         self.pending = None
+        self.reply_bytes = len(body)
+        self.reply_brackets = body.count(b"[") + body.count(b"{")
         future.set_result(answer)
 
     def violate(self, reason: str) -> None:

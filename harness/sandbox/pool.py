@@ -26,6 +26,17 @@ from harness.errors import BadInput
 from harness.sandbox.arguments import CallRejected, validate_call
 from harness.sandbox.children import Child, ChildLost, Zygote, ZygoteFailed
 from harness.sandbox.confine import DISABLE_VARIABLE, disabled_layers, seccomp_filter
+from harness.sandbox.replies import (
+    OBSERVATION_KINDS,
+    ReplyLimits,
+    ReplyRefused,
+    check_result,
+    error_text,
+    open_reply_bytes,
+    read_call_reply,
+    read_check_answers,
+    read_state_reply,
+)
 from harness.sandbox.static import StaticCheckError, check_code, find_problems
 from harness.schema import (
     Check,
@@ -45,8 +56,15 @@ class SandboxLimits(BaseModel):
     call_timeout_s: float = Field(default=5.0, gt=0, description="Per tool call, and for loading a class.")
     check_timeout_s: float = Field(default=5.0, gt=0, description="Per check function.")
     memory_mb: int = Field(default=1024, ge=0, description="Address-space cap of each sandbox process; 0 for none.")
-    max_result_bytes: int = Field(default=1_000_000, gt=0)
-    max_state_bytes: int = Field(default=64_000_000, gt=0)
+    max_result_bytes: int = Field(default=1_000_000, gt=0, description="Bytes of one tool call's result as JSON.")
+    max_state_bytes: int = Field(default=64_000_000, gt=0, description="Bytes of an environment's state as JSON.")
+    max_result_depth: int = Field(default=64, gt=0, description="Containers nested in one another in a result.")
+    max_state_depth: int = Field(default=96, gt=0, description="Containers nested in one another in a state.")
+    max_result_items: int = Field(default=100_000, gt=0, description="Keys and items of all a result's containers.")
+    max_state_items: int = Field(default=2_000_000, gt=0, description="Keys and items of all a state's containers.")
+    max_string_chars: int = Field(
+        default=1_000_000, gt=0, description="Characters of any one string or key in a result or a state."
+    )
     kill_grace_s: float = Field(default=2.0, ge=0, description="How long past a timeout before the process is killed.")
     max_recoveries: int = Field(default=3, ge=0, description="Process replacements one session may go through.")
 
@@ -70,7 +88,6 @@ class WeakSandbox(BadInput, SandboxError):
     user must opt in with --allow-weak-sandbox)."""
 
 
-_OBSERVATION_KINDS = {kind.value: kind for kind in ObservationKind}
 _BYTECODE_CACHE_SIZE = 512
 
 
@@ -135,6 +152,7 @@ class EnvSession:
 
     async def _replay(self, child: Child) -> None:
         budget = self.pool._budget(self.pool.limits.call_timeout_s)
+        call_reply_bytes = self.pool.reply_limits.call_reply_bytes(self.record_diffs)
         code_key = hashlib.sha256(self.environment.code.encode("utf-8", "surrogatepass")).hexdigest()
         response = await child.request(
             {
@@ -147,14 +165,15 @@ class EnvSession:
                 "diffs": self.record_diffs,
             },
             budget,
+            open_reply_bytes(len(self.environment.code)),
         )
-        if not response.get("ok"):
+        if response.get("ok") is not True:
             raise EnvironmentLoadError(
-                f"environment {self.environment.id!r} could not be instantiated: {response.get('error')}"
+                f"environment {self.environment.id!r} could not be instantiated: {error_text(response.get('error'))}"
             )
         self.pool._remember_bytecode(code_key, response.get("bytecode"), len(self.environment.code))
         for name, arguments in self._log:
-            await child.request({"op": "call", "name": name, "args": arguments}, budget)
+            await child.request({"op": "call", "name": name, "args": arguments}, budget, call_reply_bytes)
 
     async def start(self) -> None:
         async with self._lock:
@@ -169,15 +188,20 @@ class EnvSession:
         except CallRejected as rejected:
             return Observation(tool_call_id=call.id, name=call.name, kind=rejected.kind, error=str(rejected)), []
         budget = self.pool._budget(self.pool.limits.call_timeout_s)
+        reply_limits = self.pool.reply_limits
         async with self._lock:
             while True:
                 child = await self._ensure()
                 try:
-                    response = await child.request({"op": "call", "name": call.name, "args": arguments}, budget)
+                    response = await child.request(
+                        {"op": "call", "name": call.name, "args": arguments},
+                        budget,
+                        reply_limits.call_reply_bytes(self.record_diffs),
+                    )
                 except ChildLost as lost:
                     if lost.before_send:
                         continue
-                    kind = _OBSERVATION_KINDS.get(lost.kind, ObservationKind.SANDBOX_ERROR)
+                    kind = OBSERVATION_KINDS.get(lost.kind, ObservationKind.SANDBOX_ERROR)
                     error = lost.reason if lost.timed_out else f"the call ended its sandbox process: {lost.reason}"
                     ended = _ended_by_itself(lost.kind, lost.timed_out)
                     observation = Observation(
@@ -185,20 +209,23 @@ class EnvSession:
                     )
                     return observation, []
                 self._log.append((call.name, arguments))
-                return _observation(call, response), [DiffEntry.model_validate(d) for d in response.get("diff", ())]
+                return read_call_reply(call, response, child.reply_bytes, child.reply_brackets, reply_limits)
 
     async def state(self) -> dict[str, Any]:
+        """The session's state; :class:`SandboxError` with the reason when it cannot be read or is refused."""
+        reply_limits = self.pool.reply_limits
+        budget = self.pool._budget(self.pool.limits.call_timeout_s)
         async with self._lock:
             while True:
                 child = await self._ensure()
                 try:
-                    response = await child.request({"op": "state"}, self.pool._budget(self.pool.limits.call_timeout_s))
+                    response = await child.request({"op": "state"}, budget, reply_limits.state_reply_bytes())
                 except ChildLost:
                     continue
-                if not response.get("ok") or not isinstance(response.get("state"), dict):
-                    raise SandboxError(f"reading the state failed: {response.get('error')}")
-                state: dict[str, Any] = response["state"]
-                return state
+                try:
+                    return read_state_reply(response, child.reply_bytes, reply_limits)
+                except ReplyRefused as refused:
+                    raise SandboxError(f"reading the state failed: {refused}") from None
 
     async def close(self) -> None:
         if self._closed:
@@ -222,19 +249,6 @@ def _ended_by_itself(kind: str, timed_out: bool) -> bool:
     return timed_out or kind != "sandbox_error"
 
 
-def _observation(call: ToolCall, response: dict[str, Any]) -> Observation:
-    if response.get("ok"):
-        result = response.get("result")
-        if isinstance(result, dict) and result.get("success") is False:
-            error = result.get("error") or result.get("message") or "the tool reported failure"
-            return Observation(
-                tool_call_id=call.id, name=call.name, kind=ObservationKind.TOOL_ERROR, content=result, error=str(error)
-            )
-        return Observation(tool_call_id=call.id, name=call.name, content=result)
-    kind = _OBSERVATION_KINDS.get(str(response.get("kind")), ObservationKind.SANDBOX_ERROR)
-    return Observation(tool_call_id=call.id, name=call.name, kind=kind, error=str(response.get("error")))
-
-
 class SandboxPool:
     """Forks a confined process per environment session and per check run; never runs their code itself.
 
@@ -251,6 +265,7 @@ class SandboxPool:
         require_full_confinement: bool = False,
     ):
         self.limits = limits or SandboxLimits()
+        self.reply_limits = ReplyLimits(self.limits)
         self.size = max(1, workers or 1)
         self.require_full_confinement = require_full_confinement
         self._zygotes: list[Zygote] = []
@@ -420,12 +435,7 @@ class SandboxPool:
                     except ChildLost as lost:
                         answers.append({"passed": False, "value": None, "error": lost.reason})
             for index, answer in zip(runnable, answers, strict=True):
-                results[index] = CheckResult(
-                    check_id=checks[index].id,
-                    passed=answer.get("passed") is True,
-                    value=answer.get("value") if isinstance(answer.get("value"), str | None) else None,
-                    error=answer.get("error") if isinstance(answer.get("error"), str | None) else None,
-                )
+                results[index] = check_result(checks[index].id, answer)
         return [r for r in results if r is not None]
 
     async def _checks_request(
@@ -448,13 +458,14 @@ class SandboxPool:
                     "timeout": timeout,
                 },
                 budget=self._budget(timeout * len(checks) + self.limits.call_timeout_s),
+                reply_limit=self.reply_limits.checks_reply_bytes(len(checks)),
             )
         finally:
             child.close()
-        results = response.get("results")
-        if not response.get("ok") or not isinstance(results, list) or len(results) != len(checks):
-            raise ChildLost(f"running checks failed: {response.get('error') or 'a malformed answer'}")
-        return [r if isinstance(r, dict) else {"passed": False, "error": "a malformed answer"} for r in results]
+        try:
+            return read_check_answers(response, len(checks))
+        except ReplyRefused as refused:
+            raise ChildLost(str(refused)) from None
 
 
 __all__ = [
