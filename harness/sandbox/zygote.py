@@ -9,7 +9,10 @@ Control messages travel on a SOCK_SEQPACKET socket (fd 3), one orjson message pe
 
 - harness → zygote: ``{"op": "spawn", "id": N, "kind": "session"|"checks"}`` with the child's end of a fresh
   socketpair attached (SCM_RIGHTS); ``{"op": "kill", "pid": P}``.
-- zygote → harness: ``{"op": "hello", "layers": [...]}`` once; ``{"op": "spawned", "id": N, "pid": P}`` or
+- zygote → harness: ``{"op": "hello", "layers": [...]}`` once (the kernel attaches the sender's credentials to
+  every message, so the harness learns the zygote's pid as it sees it, even from outside its PID namespace);
+  ``{"op": "spawned", "id": N, "pid": P}`` (sent with the child's pid as the credentials, and
+  ``"translated": true``, when the child is in a PID namespace) or
   ``{"op": "spawned", "id": N, "error": "..."}``; ``{"op": "exited", "pid": P, "status": S}`` for each child.
 """
 
@@ -21,6 +24,7 @@ import os
 import select
 import signal
 import socket
+import struct
 import sys
 from typing import Any
 
@@ -28,6 +32,8 @@ import orjson
 
 from harness.sandbox import runtime
 from harness.sandbox.confine import Confinement, ConfinementError, disabled_layers, prepare
+from harness.sandbox.namespaces import HOST_NAME
+from harness.sandbox.uids import BLOCK_SIZE
 
 _CONTROL_FD = 3
 _MAX_MESSAGE = 65536
@@ -49,7 +55,7 @@ def _child(channel: socket.socket, kind: str, slot: int, confinement: Confinemen
         status_fd = -1
         if kind == "probe" and confinement.proc_fd is not None:
             status_fd = os.open("self/status", os.O_RDONLY, dir_fd=confinement.proc_fd)
-        keep = sorted({fd, status_fd, confinement.landlock_ruleset_fd or -1} - {-1})
+        keep = sorted({fd, status_fd, *confinement.kept_descriptors()} - {-1})
         start = 3
         for kept in keep:
             os.closerange(start, kept)
@@ -73,6 +79,8 @@ def _serve_probe(fd: int, status_fd: int) -> None:
     """Report what the kernel says about this confined process, for the layer report."""
     report: dict[str, Any] = {}
     report["uid"] = os.getuid()
+    report["pid"] = os.getpid()
+    report["host_name"] = os.uname().nodename
     try:
         # "/" is never below a readable root: Landlock refuses to list it, with or without the mount namespace.
         os.close(os.open("/", os.O_RDONLY | os.O_DIRECTORY))
@@ -101,9 +109,20 @@ class Zygote:
         self.confinement = confinement
         self.settings = settings
         self.children: set[int] = set()
-        self.spawned = 0
+        self.slots: dict[int, int] = {}
+        """The slot (and so the uid, when started as root) of each live child; slot 0 is the probe's."""
+        self.used_slots: set[int] = set()
+        self.last_slot = 0
 
-    def send(self, message: dict[str, Any]) -> None:
+    def send(self, message: dict[str, Any], child: int | None = None) -> None:
+        """Send one message. With ``child``, the kernel is asked to carry that child's pid as the sender's, which
+        it translates into the harness's PID namespace (the zygote cannot see that pid itself)."""
+        if child is not None and self.confinement.pid_namespace_fd is not None:
+            credentials = struct.pack("iII", child, os.getuid(), os.getgid())
+            with contextlib.suppress(OSError):
+                translated = orjson.dumps({**message, "translated": True})
+                self.control.sendmsg([translated], [(socket.SOL_SOCKET, socket.SCM_CREDENTIALS, credentials)])
+                return
         self.control.send(orjson.dumps(message))
 
     def spawn(self, request: dict[str, Any], fds: list[int]) -> None:
@@ -113,20 +132,22 @@ class Zygote:
             self.send({"op": "spawned", "id": request.get("id"), "error": "a spawn request carries one descriptor"})
             return
         channel = socket.socket(fileno=fds[0])
-        self.spawned += 1
+        slot = self._free_slot()
         kind = str(request.get("kind"))
         try:
-            pid = os.fork()
+            pid = self.confinement.fork()
         except OSError as exc:
             channel.close()
             self.send({"op": "spawned", "id": request.get("id"), "error": f"fork failed: {exc}"})
             return
         if pid == 0:
             self.control.close()
-            _child(channel, kind, self.spawned, self.confinement, self.settings)
+            _child(channel, kind, slot, self.confinement, self.settings)
         channel.close()
         self.children.add(pid)
-        self.send({"op": "spawned", "id": request.get("id"), "pid": pid})
+        self.slots[pid] = slot
+        self.used_slots.add(slot)
+        self.send({"op": "spawned", "id": request.get("id"), "pid": pid}, child=pid)
 
     def reap(self) -> None:
         while self.children:
@@ -137,7 +158,15 @@ class Zygote:
             if pid == 0:
                 return
             self.children.discard(pid)
+            self.used_slots.discard(self.slots.pop(pid, 0))
             self.send({"op": "exited", "pid": pid, "status": status})
+
+    def _free_slot(self) -> int:
+        """A slot no live child holds, so no two live children share a uid."""
+        while True:
+            self.last_slot = self.last_slot % (BLOCK_SIZE - 1) + 1
+            if self.last_slot not in self.used_slots:
+                return self.last_slot
 
     def kill(self, pid: int) -> None:
         if pid in self.children:
@@ -147,7 +176,12 @@ class Zygote:
     def probe(self) -> dict[str, Any]:
         """Fork one confined child that reports what the kernel enforces on it."""
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        pid = os.fork()
+        try:
+            pid = self.confinement.fork()
+        except OSError as exc:
+            parent.close()
+            child.close()
+            return {"failed": f"the probe child could not be forked: {exc}"}
         if pid == 0:
             parent.close()
             self.control.close()
@@ -204,6 +238,8 @@ def _layer_report(confinement: Confinement, probe: dict[str, Any]) -> list[dict[
         "no_new_privs": fields.get("NoNewPrivs", "").strip() == "1",
         "landlock": probe.get("reads_outside") is False,
         "unprivileged_user": probe.get("uid", 0) != 0,
+        "pid_namespace": probe.get("pid") == 1,
+        "uts_namespace": probe.get("host_name") == HOST_NAME,
         "mount_namespace": probe.get("sees_host_root") is False,
     }
     layers = []
@@ -238,7 +274,7 @@ def main() -> None:
     report = _layer_report(confinement, zygote.probe())
     gc.collect()
     gc.freeze()
-    zygote.send({"op": "hello", "pid": os.getpid(), "layers": report})
+    zygote.send({"op": "hello", "layers": report})
     zygote.serve()
 
 
