@@ -376,9 +376,12 @@ class Zygote:
         pid = self.zygote_pid or (self.process.pid if self.process is not None else 0)
         reason = f"the sandbox zygote (pid {pid}) {self._state()}{what}; it was killed and is replaced"
         logger.warning("%s", reason)
-        for target in {self.zygote_pid, self.process.pid if self.process is not None else None} - {None}:
+        # The zygote alone: its keeper then reaps it and exits (killing the keeper first would leave the zygote to
+        # the host's init to reap). Without a known zygote pid, the process the harness started is the zygote.
+        target = self.zygote_pid or (self.process.pid if self.process is not None else None)
+        if target is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(int(target), signal.SIGKILL)  # type: ignore[arg-type]
+                os.kill(target, signal.SIGKILL)
         self.lost_reason = reason
         self._lost(reason)
         return reason
