@@ -55,7 +55,7 @@ _KEPT_MOUNT_FLAGS = (
 )
 # Existing directories the new root's tmpfs may be mounted on for the moment before pivot_root moves it to "/".
 _MOUNT_BASES = ("/tmp", "/mnt", "/run", "/var/tmp", "/media", "/opt", "/srv")
-_SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41}
+PIVOT_ROOT_SYSCALL = {"x86_64": 155, "aarch64": 41, "riscv64": 41}
 _MAX_FD = 4096
 
 
@@ -107,7 +107,7 @@ def prepare_mount_namespace(libc: Any, record: Record, in_user_namespace: bool, 
     if libc is None:
         record("mount_namespace", False, "libc not found")
         return in_user_namespace
-    number = _SYS_PIVOT_ROOT.get(platform.machine())
+    number = PIVOT_ROOT_SYSCALL.get(platform.machine())
     if number is None:
         record("mount_namespace", False, f"pivot_root's number is not known on {platform.machine()}")
         return in_user_namespace
@@ -270,6 +270,7 @@ def _return_to(libc: Any, namespace_fd: int) -> bool:
 
 __all__ = [
     "HOST_NAME",
+    "PIVOT_ROOT_SYSCALL",
     "Record",
     "enter_user_namespace",
     "fork_into_own_pid_namespace",
