@@ -3,7 +3,8 @@
 Started by ``harness.sandbox.pool`` with no variable of the parent's environment, in a session of its own (so a
 Ctrl-C in the terminal reaches the harness, not the sandboxes). It imports everything a child needs, prepares the
 confinement layers, freezes the garbage collector's view of its heap (so children share those pages), checks
-the layers on a probe child, and then only forks: it never runs untrusted code.
+the layers on a probe child, and then only forks: it never runs untrusted code. It keeps one child forked ahead
+(a spare, waiting for its assignment before it confines itself), so a request costs a message, not a fork.
 
 Control messages travel on a SOCK_SEQPACKET socket (fd 3), one orjson message per packet:
 
@@ -75,6 +76,21 @@ def _child(channel: socket.socket, kind: str, slot: int, confinement: Confinemen
     os._exit(code)
 
 
+def _wait_for_work(assignment: socket.socket, confinement: Confinement, settings: runtime.Settings) -> None:
+    """In a spare child, forked ahead of need: wait for the zygote to hand it a channel, then be that child.
+    Never returns. The zygote's assignment is all it reads before confining itself."""
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    try:
+        message, fds, _flags, _address = socket.recv_fds(assignment, 4096, 1)
+        work = orjson.loads(message) if message else None
+    except (OSError, orjson.JSONDecodeError):
+        os._exit(0)
+    if not isinstance(work, dict) or len(fds) != 1:
+        os._exit(0)
+    assignment.close()
+    _child(socket.socket(fileno=fds[0]), str(work.get("kind")), int(work.get("slot", 0)), confinement, settings)
+
+
 def _serve_probe(fd: int, status_fd: int) -> None:
     """Report what the kernel says about this confined process, for the layer report."""
     report: dict[str, Any] = {}
@@ -113,6 +129,9 @@ class Zygote:
         """The slot (and so the uid, when started as root) of each live child; slot 0 is the probe's."""
         self.used_slots: set[int] = set()
         self.last_slot = 0
+        self.spare: tuple[int, socket.socket] | None = None
+        """A child forked ahead of the next spawn request (its pid and the zygote's end of its assignment socket):
+        a request then costs a message instead of a fork, and the next spare is forked after the answer."""
 
     def send(self, message: dict[str, Any], child: int | None = None) -> None:
         """Send one message. With ``child``, the kernel is asked to carry that child's pid as the sender's, which
@@ -131,23 +150,51 @@ class Zygote:
                 os.close(fd)
             self.send({"op": "spawned", "id": request.get("id"), "error": "a spawn request carries one descriptor"})
             return
-        channel = socket.socket(fileno=fds[0])
         slot = self._free_slot()
-        kind = str(request.get("kind"))
-        try:
-            pid = self.confinement.fork()
-        except OSError as exc:
-            channel.close()
-            self.send({"op": "spawned", "id": request.get("id"), "error": f"fork failed: {exc}"})
+        work = orjson.dumps({"kind": str(request.get("kind")), "slot": slot})
+        pid = None
+        for _ in range(2):  # a spare that died before its assignment is replaced once
+            spare, self.spare = self.spare or self._fork_spare(), None
+            if isinstance(spare, str):
+                os.close(fds[0])
+                self.send({"op": "spawned", "id": request.get("id"), "error": spare})
+                return
+            candidate, assignment = spare
+            try:
+                socket.send_fds(assignment, [work], fds)
+                pid = candidate
+                break
+            except OSError:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(candidate, signal.SIGKILL)
+            finally:
+                assignment.close()
+        os.close(fds[0])
+        if pid is None:
+            self.send({"op": "spawned", "id": request.get("id"), "error": "no spare process took the work"})
             return
-        if pid == 0:
-            self.control.close()
-            _child(channel, kind, slot, self.confinement, self.settings)
-        channel.close()
-        self.children.add(pid)
         self.slots[pid] = slot
         self.used_slots.add(slot)
         self.send({"op": "spawned", "id": request.get("id"), "pid": pid}, child=pid)
+        forked = self._fork_spare()
+        self.spare = forked if not isinstance(forked, str) else None
+
+    def _fork_spare(self) -> tuple[int, socket.socket] | str:
+        """Fork a spare child (in a PID namespace of its own); its pid and assignment socket, or why not."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            pid = self.confinement.fork()
+        except OSError as exc:
+            ours.close()
+            theirs.close()
+            return f"fork failed: {exc}"
+        if pid == 0:
+            self.control.close()
+            ours.close()
+            _wait_for_work(theirs, self.confinement, self.settings)
+        theirs.close()
+        self.children.add(pid)
+        return pid, ours
 
     def reap(self) -> None:
         while self.children:
@@ -159,6 +206,9 @@ class Zygote:
                 return
             self.children.discard(pid)
             self.used_slots.discard(self.slots.pop(pid, 0))
+            if self.spare is not None and self.spare[0] == pid:
+                self.spare[1].close()
+                self.spare = None
             self.send({"op": "exited", "pid": pid, "status": status})
 
     def _free_slot(self) -> int:
@@ -202,6 +252,8 @@ class Zygote:
         return report
 
     def serve(self) -> None:
+        forked = self._fork_spare()
+        self.spare = forked if not isinstance(forked, str) else None
         wake_read, wake_write = os.pipe()
         os.set_blocking(wake_write, False)
         signal.set_wakeup_fd(wake_write)
