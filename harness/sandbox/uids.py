@@ -15,7 +15,6 @@ import os
 import pwd
 import random
 import stat
-import tempfile
 from dataclasses import dataclass
 
 RANGE_START = 1_500_000_000
@@ -39,7 +38,12 @@ class UidBlock:
 
 
 def lock_folder() -> str:
-    base = "/run" if os.path.isdir("/run") else tempfile.gettempdir()
+    if os.path.isdir("/run"):
+        base = "/run"
+    else:
+        import tempfile  # only here: it imports shutil and the compression modules, which the zygote never needs
+
+        base = tempfile.gettempdir()
     return os.path.join(base, "envharness", "uids")
 
 
