@@ -343,15 +343,15 @@ class Zygote:
             raise
         finally:
             theirs.close()
+        what = f"did not answer a fork request within {self.reply_timeout:g} s"
+        timer = asyncio.get_running_loop().call_later(self.reply_timeout, self.abandon, what)
         try:
-            answer = await asyncio.wait_for(asyncio.shield(future), self.reply_timeout)
-        except TimeoutError:
-            ours.close()
-            self._spawns.pop(request_id, None)
-            raise ZygoteFailed(self.abandon(f"did not answer a fork request within {self.reply_timeout:g} s")) from None
+            answer = await future  # abandon() fails it with the reason
         except ZygoteFailed:
             ours.close()
             raise
+        finally:
+            timer.cancel()
         if "error" in answer:
             ours.close()
             raise ZygoteFailed(str(answer["error"]))

@@ -150,32 +150,26 @@ class Zygote:
                 os.close(fd)
             self.send({"op": "spawned", "id": request.get("id"), "error": "a spawn request carries one descriptor"})
             return
-        slot = self._free_slot()
-        work = orjson.dumps({"kind": str(request.get("kind")), "slot": slot})
-        pid = None
-        for _ in range(2):  # a spare that died before its assignment is replaced once
-            spare, self.spare = self.spare or self._fork_spare(), None
-            if isinstance(spare, str):
-                os.close(fds[0])
-                self.send({"op": "spawned", "id": request.get("id"), "error": spare})
-                return
-            candidate, assignment = spare
-            try:
-                socket.send_fds(assignment, [work], fds)
-                pid = candidate
-                break
-            except OSError:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(candidate, signal.SIGKILL)
-            finally:
-                assignment.close()
-        os.close(fds[0])
-        if pid is None:
-            self.send({"op": "spawned", "id": request.get("id"), "error": "no spare process took the work"})
+        spare, self.spare = self.spare or self._fork_spare(), None
+        if isinstance(spare, str):
+            os.close(fds[0])
+            self.send({"op": "spawned", "id": request.get("id"), "error": spare})
             return
+        pid, assignment = spare
+        slot = self._free_slot()
         self.slots[pid] = slot
         self.used_slots.add(slot)
+        # The answer goes first: the spare, once woken, may take the core before the zygote writes again. A spare
+        # that died before its assignment closes the channel, which the harness sees as a process that ended.
         self.send({"op": "spawned", "id": request.get("id"), "pid": pid}, child=pid)
+        try:
+            socket.send_fds(assignment, [orjson.dumps({"kind": str(request.get("kind")), "slot": slot})], fds)
+        except OSError:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        finally:
+            assignment.close()
+            os.close(fds[0])
         forked = self._fork_spare()
         self.spare = forked if not isinstance(forked, str) else None
 
