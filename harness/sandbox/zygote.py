@@ -133,16 +133,21 @@ class Zygote:
         """A child forked ahead of the next spawn request (its pid and the zygote's end of its assignment socket):
         a request then costs a message instead of a fork, and the next spare is forked after the answer."""
 
-    def send(self, message: dict[str, Any], child: int | None = None) -> None:
+    def send(self, message: dict[str, Any], child: int | None = None) -> bool:
         """Send one message. With ``child``, the kernel is asked to carry that child's pid as the sender's, which
-        it translates into the harness's PID namespace (the zygote cannot see that pid itself)."""
+        it translates into the harness's PID namespace (the zygote cannot see that pid itself). If it cannot, the
+        harness is told the fork failed (False) rather than given a pid that names another process there."""
         if child is not None and self.confinement.pid_namespace_fd is not None:
             credentials = struct.pack("iII", child, os.getuid(), os.getgid())
-            with contextlib.suppress(OSError):
+            try:
                 translated = orjson.dumps({**message, "translated": True})
                 self.control.sendmsg([translated], [(socket.SOL_SOCKET, socket.SCM_CREDENTIALS, credentials)])
-                return
+                return True
+            except OSError as exc:
+                error = f"the child's pid could not be passed to the harness: {exc}"
+                message = {"op": message.get("op"), "id": message.get("id"), "error": error}
         self.control.send(orjson.dumps(message))
+        return "error" not in message
 
     def spawn(self, request: dict[str, Any], fds: list[int]) -> None:
         if len(fds) != 1:
@@ -161,8 +166,10 @@ class Zygote:
         self.used_slots.add(slot)
         # The answer goes first: the spare, once woken, may take the core before the zygote writes again. A spare
         # that died before its assignment closes the channel, which the harness sees as a process that ended.
-        self.send({"op": "spawned", "id": request.get("id"), "pid": pid}, child=pid)
+        told = self.send({"op": "spawned", "id": request.get("id"), "pid": pid}, child=pid)
         try:
+            if not told:
+                raise OSError("the harness was not told the child's pid")
             socket.send_fds(assignment, [orjson.dumps({"kind": str(request.get("kind")), "slot": slot})], fds)
         except OSError:
             with contextlib.suppress(ProcessLookupError):
