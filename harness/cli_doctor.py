@@ -1,8 +1,10 @@
-"""``harness doctor``: which confinement layers the sandbox has on this machine, checked on a real child."""
+"""``harness doctor``: which confinement layers the sandbox has on this machine, checked on a real child, and what
+each one guarantees to the user running it."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 
 import orjson
@@ -11,6 +13,32 @@ from rich.table import Table
 
 from harness.console import markup_text, outside
 from harness.sandbox import SandboxError, SandboxPool
+
+GUARANTEES: dict[str, str] = {
+    "environment": "your environment variables (API keys, tokens): never handed to environment code",
+    "rlimits": "memory, file sizes and descriptors of each sandbox process: capped",
+    "not_dumpable": "a sandbox process's memory: not readable or traceable by other processes of your user",
+    "no_new_privs": "setuid programs: cannot raise a sandbox process's privileges",
+    "landlock": "your files: unreadable (only the Python standard library is), nothing writable",
+    "signal_scope": "signals (kill, a descriptor's owner): none reaches a process outside the sandbox process",
+    "seccomp": "programs, processes, sockets, file locks, descriptor owners: none can be started, opened or set",
+    "network_namespace": "the network: none (no interface is up)",
+    "uts_namespace": "this machine's name: hidden (sandbox processes read 'sandbox')",
+    "pid_namespace": (
+        "other processes of your user, other sessions, the harness and the zygote: invisible and out of reach "
+        "(PID namespace)"
+    ),
+    "mount_namespace": "the filesystem: only the standard library's folders exist for a sandbox process",
+}
+"""What each layer means to the person running the harness, in the words ``harness doctor`` prints."""
+
+
+def guarantee(name: str) -> str:
+    if name == "unprivileged_user":
+        if os.geteuid() == 0:
+            return "each sandbox process: a uid of its own that no account and no other sandbox process holds"
+        return "each sandbox process: runs as your user but without any capability, in the namespaces below"
+    return GUARANTEES.get(name, "")
 
 
 async def _layers() -> list[dict[str, object]]:
@@ -25,18 +53,22 @@ def doctor(console: Console, *, json_output: bool = False) -> int:
     except SandboxError as exc:
         console.print(f"[red]the sandbox does not start on this machine: {markup_text(exc)}[/red]", soft_wrap=True)
         return 2
+    layers = [{**layer, "guarantee": guarantee(str(layer["name"]))} for layer in layers]
     missing = [layer for layer in layers if not layer["active"]]
     if json_output:
-        payload = {"ok": not missing, "layers": layers}
+        payload = {"ok": not missing, "uid": os.geteuid(), "layers": layers}
         sys.stdout.write(orjson.dumps(payload, option=orjson.OPT_INDENT_2).decode() + "\n")
         return 1 if missing else 0
-    table = Table(title="Sandbox confinement on this machine")
+    who = "root" if os.geteuid() == 0 else f"uid {os.geteuid()}"
+    table = Table(title=f"Sandbox confinement on this machine, for {who}")
     table.add_column("layer")
     table.add_column("active")
+    table.add_column("what it guarantees you", overflow="fold")
     table.add_column("detail", overflow="fold")
     for layer in layers:
         mark = "[green]yes[/green]" if layer["active"] else "[red]no[/red]"
-        table.add_row(outside(layer["name"], multiline=False), mark, outside(layer["detail"]))
+        promise = str(layer["guarantee"]) if layer["active"] else f"NOT guaranteed: {layer['guarantee']}"
+        table.add_row(outside(layer["name"], multiline=False), mark, promise, outside(layer["detail"]))
     console.print(table)
     if missing:
         console.print(

@@ -164,14 +164,14 @@ async def test_honest_code_still_imports_what_it_may(monkeypatch, disabled):
 @pytest.mark.parametrize("disabled", [WITHOUT_LANDLOCK, "landlock,seccomp"], ids=["seccomp", "without-seccomp"])
 async def test_a_child_cannot_leave_the_new_root(monkeypatch, secret, disabled):
     """seccomp refuses mount, chroot, pivot_root and unshare; without it, the child has no capability to use."""
-    from harness.sandbox import confine
+    from harness.sandbox import namespaces
 
     monkeypatch.setenv("HARNESS_SANDBOX_DISABLE", disabled)
     roots = readable_roots()
     environment = Environment(
         id="escape", name="Escape", class_name="Escape", code=ESCAPE, tools=derive_tools(ESCAPE, "Escape")
     )
-    number = confine._SYS_PIVOT_ROOT[os.uname().machine]
+    number = namespaces.PIVOT_ROOT_SYSCALL[os.uname().machine]
     async with SandboxPool() as pool:
         session = await pool.open_session(environment, {"root": roots[0]})
         tried, _ = await session.call(call("escape", pivot_root=number))

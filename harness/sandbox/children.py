@@ -7,6 +7,10 @@ a wall-clock budget after which the child is killed. The child echoes the reques
 so anything that is not the answer to the pending request (a forged or oversized frame, a stale or extra answer,
 bytes out of turn, invalid JSON) is recognised whenever it arrives and ends that child; it can never reach another
 child's answers.
+
+Every wait on the zygote has a deadline: a zygote that does not answer a fork request in time (stopped, hung or
+dead) is killed, the children it held die with it (they live in its PID namespace), and what happened is the
+reason every waiter and every one of those children's sessions is given.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import logging
 import os
 import signal
 import socket
+import struct
 import sys
 from pathlib import Path
 from typing import Any
@@ -28,6 +33,7 @@ logger = logging.getLogger(__name__)
 
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 _CONTROL_FD = 3
+_CREDENTIALS = struct.Struct("iII")
 
 
 class ChildLost(Exception):
@@ -104,9 +110,12 @@ class _FrameProtocol(asyncio.Protocol):
 class Child:
     """One confined child process and its channel."""
 
-    def __init__(self, zygote: Zygote, pid: int, max_frame: int):
+    def __init__(self, zygote: Zygote, zygote_pid: int, max_frame: int, pid: int | None = None):
         self.zygote = zygote
-        self.pid = pid
+        self.zygote_pid = zygote_pid
+        """The child's pid in the zygote's PID namespace: what the zygote's messages name it by."""
+        self.pid = pid if pid is not None else zygote_pid
+        """The child's pid as this process sees it (for signals from outside)."""
         self.max_frame = max_frame
         self.protocol: _FrameProtocol | None = None
         self.pending: asyncio.Future[dict[str, Any]] | None = None
@@ -177,7 +186,7 @@ class Child:
             return
         self.alive = False
         self.reason = reason
-        self.zygote.kill(self.pid)
+        self.zygote.kill(self.zygote_pid)
         if self.protocol is not None and self.protocol.transport is not None:
             self.protocol.transport.abort()
         self._fail_pending()
@@ -190,8 +199,10 @@ class Child:
             self._fail_pending()
 
     async def _explain_exit(self) -> None:
-        status = await self.zygote.exit_status(self.pid, timeout=2.0)
+        status = await self.zygote.exit_status(self.zygote_pid, timeout=2.0)
         self.kind, self.reason = describe_exit(status)
+        if status is None and self.zygote.lost_reason:
+            self.reason = f"the sandbox process ended with its zygote: {self.zygote.lost_reason}"
         self._fail_pending()
 
     def _fail_pending(self) -> None:
@@ -209,9 +220,14 @@ class Child:
 class Zygote:
     """One zygote process and its control socket."""
 
-    def __init__(self, options: dict[str, Any]):
+    def __init__(self, options: dict[str, Any], reply_timeout: float = 10.0):
         self.options = options
+        self.reply_timeout = reply_timeout
+        """How long the zygote may take to answer a fork request before it is killed."""
         self.process: asyncio.subprocess.Process | None = None
+        self.zygote_pid: int | None = None
+        """The zygote's pid as this process sees it (``process`` is the keeper outside its PID namespace)."""
+        self.lost_reason = ""
         self.control: socket.socket | None = None
         self.layers: list[dict[str, Any]] = []
         self.alive = False
@@ -226,6 +242,8 @@ class Zygote:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        # The kernel then attaches the sender's pid to each message, translated into this process's PID namespace.
+        ours.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
         environment = {"PYTHONPATH": _PACKAGE_ROOT, "PYTHONHASHSEED": "0", "TZ": "UTC", "LANG": "C.UTF-8"}
         os.set_inheritable(theirs.fileno(), True)
         try:
@@ -263,19 +281,25 @@ class Zygote:
         assert self.control is not None
         while True:
             try:
-                message = self.control.recv(65536)
+                message, ancillary, _flags, _address = self.control.recvmsg(65536, socket.CMSG_SPACE(_CREDENTIALS.size))
             except BlockingIOError:
                 return
             except OSError:
-                message = b""
+                message, ancillary = b"", []
             if not message:
-                self._lost("the sandbox zygote exited")
+                self._lost(self.lost_reason or "the sandbox zygote exited")
                 return
-            self._dispatch(orjson.loads(message))
+            sender = None
+            for level, kind, data in ancillary:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS and len(data) >= _CREDENTIALS.size:
+                    sender = _CREDENTIALS.unpack(data[: _CREDENTIALS.size])[0]
+            self._dispatch(orjson.loads(message), sender)
 
-    def _dispatch(self, message: dict[str, Any]) -> None:
+    def _dispatch(self, message: dict[str, Any], sender: int | None = None) -> None:
         op = message.get("op")
         if op == "spawned":
+            if message.get("translated") and sender:
+                message["host_pid"] = sender
             future = self._spawns.pop(int(message["id"]), None)
             if future is not None and not future.done():
                 future.set_result(message)
@@ -289,10 +313,12 @@ class Zygote:
                 if len(self._exits) > 4096:
                     self._exits.pop(next(iter(self._exits)))
         elif op == "hello" and self._hello is not None and not self._hello.done():
+            self.zygote_pid = sender
             self._hello.set_result(message)
 
     def _lost(self, reason: str) -> None:
         self.alive = False
+        self.lost_reason = self.lost_reason or reason
         if self.control is not None:
             with contextlib.suppress(Exception):
                 asyncio.get_running_loop().remove_reader(self.control.fileno())
@@ -322,23 +348,65 @@ class Zygote:
         try:
             message = orjson.dumps({"op": "spawn", "id": request_id, "kind": kind})
             await self._send(message, [theirs.fileno()])
+        except ZygoteFailed:
+            ours.close()
+            raise
         finally:
             theirs.close()
-        answer = await future
+        what = f"did not answer a fork request within {self.reply_timeout:g} s"
+        timer = asyncio.get_running_loop().call_later(self.reply_timeout, self.abandon, what)
+        try:
+            answer = await future  # abandon() fails it with the reason
+        except ZygoteFailed:
+            ours.close()
+            raise
+        finally:
+            timer.cancel()
         if "error" in answer:
             ours.close()
             raise ZygoteFailed(str(answer["error"]))
-        child = Child(self, int(answer["pid"]), max_frame)
+        child = Child(self, int(answer["pid"]), max_frame, answer.get("host_pid"))
         await child.connect(ours)
         return child
 
+    def _state(self) -> str:
+        """What the kernel says the zygote is doing, in words, or "" when it cannot tell."""
+        pid = self.zygote_pid or (self.process.pid if self.process is not None else None)
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as handle:
+                state = handle.read().rsplit(b")", 1)[1].split()[0].decode()
+        except (OSError, IndexError, ValueError):
+            return ""
+        return {"T": "was stopped (SIGSTOP) and ", "t": "was stopped by a tracer and ", "Z": "had died and "}.get(
+            state, ""
+        )
+
+    def abandon(self, what: str) -> str:
+        """Kill a zygote that stopped answering, with every child it holds; fail everything waiting on it."""
+        pid = self.zygote_pid or (self.process.pid if self.process is not None else 0)
+        reason = f"the sandbox zygote (pid {pid}) {self._state()}{what}; it was killed and is replaced"
+        logger.warning("%s", reason)
+        # The zygote alone: its keeper then reaps it and exits (killing the keeper first would leave the zygote to
+        # the host's init to reap). Without a known zygote pid, the process the harness started is the zygote.
+        target = self.zygote_pid or (self.process.pid if self.process is not None else None)
+        if target is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(target, signal.SIGKILL)
+        self.lost_reason = reason
+        self._lost(reason)
+        return reason
+
     async def _send(self, message: bytes, fds: list[int]) -> None:
         assert self.control is not None
+        deadline = asyncio.get_running_loop().time() + self.reply_timeout
         while True:
             try:
                 socket.send_fds(self.control, [message], fds)
                 return
             except BlockingIOError:
+                if asyncio.get_running_loop().time() > deadline:
+                    what = f"did not read its requests for {self.reply_timeout:g} s"
+                    raise ZygoteFailed(self.abandon(what)) from None
                 await asyncio.sleep(0.001)
             except OSError as exc:
                 self._lost(f"the sandbox zygote's control socket failed: {exc}")

@@ -67,6 +67,11 @@ class SandboxLimits(BaseModel):
     )
     kill_grace_s: float = Field(default=2.0, ge=0, description="How long past a timeout before the process is killed.")
     max_recoveries: int = Field(default=3, ge=0, description="Process replacements one session may go through.")
+    zygote_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="How long a zygote may take to answer a fork request before it is killed and replaced.",
+    )
 
 
 class SandboxError(RuntimeError):
@@ -291,6 +296,9 @@ class SandboxPool:
             "seccomp": seccomp_filter(),
         }
 
+    def _new_zygote(self) -> Zygote:
+        return Zygote(self._options(), reply_timeout=self.limits.zygote_timeout_s)
+
     @property
     def max_frame(self) -> int:
         return 2 * self.limits.max_state_bytes + self.limits.max_result_bytes + (1 << 20)
@@ -311,7 +319,7 @@ class SandboxPool:
             if self._started:
                 return
             disabled_layers()  # a typo in HARNESS_SANDBOX_DISABLE is an error, not a silent full jail
-            zygotes = [Zygote(self._options()) for _ in range(self.size)]
+            zygotes = [self._new_zygote() for _ in range(self.size)]
             try:
                 await asyncio.gather(*(zygote.start() for zygote in zygotes))
             except ZygoteFailed as exc:
@@ -348,24 +356,27 @@ class SandboxPool:
     async def _spawn(self, kind: str) -> Child:
         if not self._started:
             await self.start()
+        failures: list[str] = []
         for _ in range(len(self._zygotes) + 1):
             index = next(self._next) % len(self._zygotes)
             zygote = self._zygotes[index]
             if not zygote.alive:
-                logger.warning("restarting the sandbox zygote")
+                logger.warning("replacing the sandbox zygote: %s", zygote.lost_reason or "it is not running")
                 with contextlib.suppress(Exception):
                     await zygote.close()
-                zygote = Zygote(self._options())
+                zygote = self._new_zygote()
                 try:
                     await zygote.start()
                 except ZygoteFailed as exc:
-                    raise SandboxError(str(exc)) from exc
+                    replaced = "; ".join(failures) or zygote.lost_reason or "not running"
+                    raise SandboxError(f"{exc} (replacing one that failed: {replaced})") from exc
                 self._zygotes[index] = zygote
             try:
                 return await zygote.spawn(kind, self.max_frame)
             except ZygoteFailed as exc:
                 logger.warning("sandbox zygote failed: %s", exc)
-        raise SandboxError("no sandbox zygote could fork a process")
+                failures.append(str(exc))
+        raise SandboxError(f"no sandbox zygote could fork a process: {'; '.join(failures)}")
 
     def _remember_bytecode(self, code_key: str, bytecode: object, source_size: int) -> None:
         """Keep what an environment's process compiled, for that environment's later processes only (the key is

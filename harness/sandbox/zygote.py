@@ -3,13 +3,17 @@
 Started by ``harness.sandbox.pool`` with no variable of the parent's environment, in a session of its own (so a
 Ctrl-C in the terminal reaches the harness, not the sandboxes). It imports everything a child needs, prepares the
 confinement layers, freezes the garbage collector's view of its heap (so children share those pages), checks
-the layers on a probe child, and then only forks: it never runs untrusted code.
+the layers on a probe child, and then only forks: it never runs untrusted code. It keeps one child forked ahead
+(a spare, waiting for its assignment before it confines itself), so a request costs a message, not a fork.
 
 Control messages travel on a SOCK_SEQPACKET socket (fd 3), one orjson message per packet:
 
 - harness → zygote: ``{"op": "spawn", "id": N, "kind": "session"|"checks"}`` with the child's end of a fresh
   socketpair attached (SCM_RIGHTS); ``{"op": "kill", "pid": P}``.
-- zygote → harness: ``{"op": "hello", "layers": [...]}`` once; ``{"op": "spawned", "id": N, "pid": P}`` or
+- zygote → harness: ``{"op": "hello", "layers": [...]}`` once (the kernel attaches the sender's credentials to
+  every message, so the harness learns the zygote's pid as it sees it, even from outside its PID namespace);
+  ``{"op": "spawned", "id": N, "pid": P}`` (sent with the child's pid as the credentials, and
+  ``"translated": true``, when the child is in a PID namespace) or
   ``{"op": "spawned", "id": N, "error": "..."}``; ``{"op": "exited", "pid": P, "status": S}`` for each child.
 """
 
@@ -21,6 +25,7 @@ import os
 import select
 import signal
 import socket
+import struct
 import sys
 from typing import Any
 
@@ -28,6 +33,8 @@ import orjson
 
 from harness.sandbox import runtime
 from harness.sandbox.confine import Confinement, ConfinementError, disabled_layers, prepare
+from harness.sandbox.namespaces import HOST_NAME
+from harness.sandbox.uids import BLOCK_SIZE
 
 _CONTROL_FD = 3
 _MAX_MESSAGE = 65536
@@ -49,7 +56,7 @@ def _child(channel: socket.socket, kind: str, slot: int, confinement: Confinemen
         status_fd = -1
         if kind == "probe" and confinement.proc_fd is not None:
             status_fd = os.open("self/status", os.O_RDONLY, dir_fd=confinement.proc_fd)
-        keep = sorted({fd, status_fd, confinement.landlock_ruleset_fd or -1} - {-1})
+        keep = sorted({fd, status_fd, *confinement.kept_descriptors()} - {-1})
         start = 3
         for kept in keep:
             os.closerange(start, kept)
@@ -69,10 +76,27 @@ def _child(channel: socket.socket, kind: str, slot: int, confinement: Confinemen
     os._exit(code)
 
 
+def _wait_for_work(assignment: socket.socket, confinement: Confinement, settings: runtime.Settings) -> None:
+    """In a spare child, forked ahead of need: wait for the zygote to hand it a channel, then be that child.
+    Never returns. The zygote's assignment is all it reads before confining itself."""
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    try:
+        message, fds, _flags, _address = socket.recv_fds(assignment, 4096, 1)
+        work = orjson.loads(message) if message else None
+    except (OSError, orjson.JSONDecodeError):
+        os._exit(0)
+    if not isinstance(work, dict) or len(fds) != 1:
+        os._exit(0)
+    assignment.close()
+    _child(socket.socket(fileno=fds[0]), str(work.get("kind")), int(work.get("slot", 0)), confinement, settings)
+
+
 def _serve_probe(fd: int, status_fd: int) -> None:
     """Report what the kernel says about this confined process, for the layer report."""
     report: dict[str, Any] = {}
     report["uid"] = os.getuid()
+    report["pid"] = os.getpid()
+    report["host_name"] = os.uname().nodename
     try:
         # "/" is never below a readable root: Landlock refuses to list it, with or without the mount namespace.
         os.close(os.open("/", os.O_RDONLY | os.O_DIRECTORY))
@@ -101,10 +125,29 @@ class Zygote:
         self.confinement = confinement
         self.settings = settings
         self.children: set[int] = set()
-        self.spawned = 0
+        self.slots: dict[int, int] = {}
+        """The slot (and so the uid, when started as root) of each live child; slot 0 is the probe's."""
+        self.used_slots: set[int] = set()
+        self.last_slot = 0
+        self.spare: tuple[int, socket.socket] | None = None
+        """A child forked ahead of the next spawn request (its pid and the zygote's end of its assignment socket):
+        a request then costs a message instead of a fork, and the next spare is forked after the answer."""
 
-    def send(self, message: dict[str, Any]) -> None:
+    def send(self, message: dict[str, Any], child: int | None = None) -> bool:
+        """Send one message. With ``child``, the kernel is asked to carry that child's pid as the sender's, which
+        it translates into the harness's PID namespace (the zygote cannot see that pid itself). If it cannot, the
+        harness is told the fork failed (False) rather than given a pid that names another process there."""
+        if child is not None and self.confinement.pid_namespace_fd is not None:
+            credentials = struct.pack("iII", child, os.getuid(), os.getgid())
+            try:
+                translated = orjson.dumps({**message, "translated": True})
+                self.control.sendmsg([translated], [(socket.SOL_SOCKET, socket.SCM_CREDENTIALS, credentials)])
+                return True
+            except OSError as exc:
+                error = f"the child's pid could not be passed to the harness: {exc}"
+                message = {"op": message.get("op"), "id": message.get("id"), "error": error}
         self.control.send(orjson.dumps(message))
+        return "error" not in message
 
     def spawn(self, request: dict[str, Any], fds: list[int]) -> None:
         if len(fds) != 1:
@@ -112,21 +155,47 @@ class Zygote:
                 os.close(fd)
             self.send({"op": "spawned", "id": request.get("id"), "error": "a spawn request carries one descriptor"})
             return
-        channel = socket.socket(fileno=fds[0])
-        self.spawned += 1
-        kind = str(request.get("kind"))
-        try:
-            pid = os.fork()
-        except OSError as exc:
-            channel.close()
-            self.send({"op": "spawned", "id": request.get("id"), "error": f"fork failed: {exc}"})
+        spare, self.spare = self.spare or self._fork_spare(), None
+        if isinstance(spare, str):
+            os.close(fds[0])
+            self.send({"op": "spawned", "id": request.get("id"), "error": spare})
             return
+        pid, assignment = spare
+        slot = self._free_slot()
+        self.slots[pid] = slot
+        self.used_slots.add(slot)
+        # The answer goes first: the spare, once woken, may take the core before the zygote writes again. A spare
+        # that died before its assignment closes the channel, which the harness sees as a process that ended.
+        told = self.send({"op": "spawned", "id": request.get("id"), "pid": pid}, child=pid)
+        try:
+            if not told:
+                raise OSError("the harness was not told the child's pid")
+            socket.send_fds(assignment, [orjson.dumps({"kind": str(request.get("kind")), "slot": slot})], fds)
+        except OSError:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        finally:
+            assignment.close()
+            os.close(fds[0])
+        forked = self._fork_spare()
+        self.spare = forked if not isinstance(forked, str) else None
+
+    def _fork_spare(self) -> tuple[int, socket.socket] | str:
+        """Fork a spare child (in a PID namespace of its own); its pid and assignment socket, or why not."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            pid = self.confinement.fork()
+        except OSError as exc:
+            ours.close()
+            theirs.close()
+            return f"fork failed: {exc}"
         if pid == 0:
             self.control.close()
-            _child(channel, kind, self.spawned, self.confinement, self.settings)
-        channel.close()
+            ours.close()
+            _wait_for_work(theirs, self.confinement, self.settings)
+        theirs.close()
         self.children.add(pid)
-        self.send({"op": "spawned", "id": request.get("id"), "pid": pid})
+        return pid, ours
 
     def reap(self) -> None:
         while self.children:
@@ -137,7 +206,18 @@ class Zygote:
             if pid == 0:
                 return
             self.children.discard(pid)
+            self.used_slots.discard(self.slots.pop(pid, 0))
+            if self.spare is not None and self.spare[0] == pid:
+                self.spare[1].close()
+                self.spare = None
             self.send({"op": "exited", "pid": pid, "status": status})
+
+    def _free_slot(self) -> int:
+        """A slot no live child holds, so no two live children share a uid."""
+        while True:
+            self.last_slot = self.last_slot % (BLOCK_SIZE - 1) + 1
+            if self.last_slot not in self.used_slots:
+                return self.last_slot
 
     def kill(self, pid: int) -> None:
         if pid in self.children:
@@ -147,7 +227,12 @@ class Zygote:
     def probe(self) -> dict[str, Any]:
         """Fork one confined child that reports what the kernel enforces on it."""
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        pid = os.fork()
+        try:
+            pid = self.confinement.fork()
+        except OSError as exc:
+            parent.close()
+            child.close()
+            return {"failed": f"the probe child could not be forked: {exc}"}
         if pid == 0:
             parent.close()
             self.control.close()
@@ -168,6 +253,8 @@ class Zygote:
         return report
 
     def serve(self) -> None:
+        forked = self._fork_spare()
+        self.spare = forked if not isinstance(forked, str) else None
         wake_read, wake_write = os.pipe()
         os.set_blocking(wake_write, False)
         signal.set_wakeup_fd(wake_write)
@@ -204,6 +291,8 @@ def _layer_report(confinement: Confinement, probe: dict[str, Any]) -> list[dict[
         "no_new_privs": fields.get("NoNewPrivs", "").strip() == "1",
         "landlock": probe.get("reads_outside") is False,
         "unprivileged_user": probe.get("uid", 0) != 0,
+        "pid_namespace": probe.get("pid") == 1,
+        "uts_namespace": probe.get("host_name") == HOST_NAME,
         "mount_namespace": probe.get("sees_host_root") is False,
     }
     layers = []
@@ -238,7 +327,7 @@ def main() -> None:
     report = _layer_report(confinement, zygote.probe())
     gc.collect()
     gc.freeze()
-    zygote.send({"op": "hello", "pid": os.getpid(), "layers": report})
+    zygote.send({"op": "hello", "layers": report})
     zygote.serve()
 
 
