@@ -106,7 +106,7 @@ class ExitsOnCall:
         return {"success": True}
 '''
 
-ALARMS = '''
+CRASHES = '''
 import typing
 
 
@@ -115,13 +115,14 @@ class KillsItself:
         self.done = init_config.get("done", False)
 
     def finish(self) -> dict:
-        """Finish the task (after giving SIGALRM back its default action, which ends the process)."""
+        """Finish the task (by recursing through C until the stack overflows, which crashes the process)."""
         self.done = True
-        signals = typing.sys.modules["signal"]
-        signals.signal(signals.SIGALRM, signals.SIG_DFL)
-        signals.setitimer(signals.ITIMER_REAL, 0.05)
-        while True:
-            pass
+        typing.sys.setrecursionlimit(10_000_000)
+
+        def down(depth):
+            return list(map(down, [depth + 1]))
+
+        return down(0)
 '''
 
 SPINS = '''
@@ -145,7 +146,7 @@ HOSTILE = {
     "never-loads": ("NeverLoads", NEVER_LOADS, "could not be loaded"),
     "refused": ("Refused", REFUSED, "fails the static checks"),
     "exits": ("ExitsOnCall", EXITS, "exited with status 3"),
-    "kills-itself": ("KillsItself", ALARMS, "SIGALRM"),
+    "kills-itself": ("KillsItself", CRASHES, "SIGSEGV"),
     "spins": ("Spins", SPINS, "did not finish within"),
 }
 """Environment id: (class name, code, what its failure's detail says)."""
