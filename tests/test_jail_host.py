@@ -204,8 +204,11 @@ def test_attacks_through_the_public_commands_do_no_harm(tmp_path, outside):
     # The oracle ran every action and was scored: the impossible check failed, the honest one passed.
     checks = {r["check_id"]: r["passed"] for r in records["hostile-1"]["check_results"]}
     assert checks == {"impossible": False, "bumped": True}, records["hostile-1"]["termination_detail"]
-    # Forged frames end only their own episode, recorded with the reason; validate marks the scenario invalid.
-    assert records["hostile-forge"]["reward"] is None
+    # Forged frames end only their own episode, as a failure of its environment scored 0, recorded with the reason;
+    # validate marks the scenario invalid.
+    assert records["hostile-forge"]["termination"] == "environment_error"
+    assert records["hostile-forge"]["failure"]["at_fault"] == "environment"
+    assert records["hostile-forge"]["reward"]["state_reward"] == 0.0
     assert "protocol violation" in records["hostile-forge"]["termination_detail"]
     report = {r["id"]: r for r in orjson.loads(validated.stdout)["records"]}
     assert not report["hostile-forge"]["ok"]
