@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import builtins
 import copy
+import gc
 import inspect
 import marshal
 import os
@@ -25,6 +26,12 @@ from typing import Any
 
 import orjson
 
+from harness.sandbox.check_isolation import (
+    IMPORT_EVENT,
+    capture_shared_state,
+    install_check_guard,
+    traceback_locator,
+)
 from harness.sandbox.policy import ALLOWED_MODULES, OPTIONAL_MODULES, REMOVED_BUILTINS, is_forbidden_attribute
 from harness.sandbox.shims import CONTEXT, SHIM_MODULES, Clock
 from harness.statediff import diff_values
@@ -45,6 +52,7 @@ def _guarded_import(name: str, globals: Any = None, locals: Any = None, fromlist
     top = name.split(".")[0]
     if level or top not in ALLOWED_MODULES:
         raise ImportError(f"import of {name!r} is not allowed in the sandbox")
+    sys.audit(IMPORT_EVENT, name)  # tells the check guard that shared modules are now within the caller's reach
     if name in SHIM_MODULES:
         return SHIM_MODULES[name]
     return builtins.__import__(name, globals, locals, fromlist, level)
@@ -96,6 +104,12 @@ _SHARED_BUILTINS: dict[str, Any] = {}
 """The restricted builtins of the process's one environment module, built before the zygote forks: copying them
 in a child would write to every builtin object's reference count and so give each session private copies of
 those pages."""
+
+
+_LEFT_ALIVE: list[Any] = []
+_PREPARED_RESTORE: list[Any] = []
+"""The shared-state restore of check processes, captured once before the zygote forks; a check process takes it
+out before its first check runs."""
 
 
 def _on_alarm(_signum: int, _frame: Any) -> None:
@@ -346,22 +360,63 @@ class EnvironmentSession:
         return {"ok": False, "kind": "sandbox_error", "error": f"unknown operation {op!r}"}
 
 
-def run_checks(request: dict[str, Any], settings: Settings) -> dict[str, Any]:
-    """Each check on fresh copies of (initial, final[, transcript]). Only an exact True passes."""
+def run_checks(request: dict[str, Any], settings: Settings, *, isolated: bool = False) -> dict[str, Any]:
+    """Each check on fresh copies of (initial, final[, transcript]). Only an exact True passes.
+
+    ``isolated`` (a check process's batch) installs the check guard and, after each check, puts back the state the
+    process's checks share (``harness.sandbox.check_isolation``): no check changes how another is evaluated. The
+    loop uses only locals bound before the first check runs."""
     timeout = float(request.get("timeout", settings.call_timeout))
     # Each check gets its own copy of the inputs (a check may mutate what it is given).
     initial = orjson.dumps(request["initial"])
     final = orjson.dumps(request["final"])
     transcript = orjson.dumps(request.get("transcript") or [])
-    results = [
-        _run_check(check, initial, final, transcript, timeout, index) for index, check in enumerate(request["checks"])
-    ]
-    return {"ok": True, "results": results}
+    checks = list(request["checks"])
+    running: list[Any] = install_check_guard() if isolated else [None, False]
+    restore = None
+    if isolated:
+        restore = _PREPARED_RESTORE.pop() if _PREPARED_RESTORE else capture_shared_state(list(SHIM_MODULES.values()))
+        gc.freeze()  # the collection after each check then visits only what the checks made
+    evaluate, locate, encode, decode = _run_check, traceback_locator(), orjson.dumps, orjson.loads
+    collect, enable_gc, disable_gc = gc.collect, gc.enable, gc.disable
+    graveyard: list[Any] = []  # what the checks left behind, kept alive so that none of their finalizers runs later
+    encoded: list[bytes] = []
+    last = len(checks) - 1
+    for index, check in enumerate(checks):
+        running[0], running[1] = f"check_{index}", False
+        enable_gc()
+        outcome: tuple[dict[str, Any], BaseException | None] | None = None
+        try:
+            outcome = evaluate(check, initial, final, transcript, timeout, index)
+            answer = encode(outcome[0])  # plain JSON now: nothing of the check's survives into the reply
+        except BaseException:
+            answer = b'{"passed":false,"value":null,"error":"the check broke out of its evaluation"}'
+        if outcome is not None and outcome[1] is not None:
+            running[0] = None  # the locator runs no code of the check
+            reply = decode(answer)
+            reply["error"] += locate(outcome[1])
+            running[0] = f"check_{index}"
+            answer = encode(reply)
+        outcome = None
+        if restore is not None:
+            collect()  # the check's own finalizers run now, while it is still the one guarded
+            disable_gc()
+            # A check that imported nothing reached nothing shared: there is nothing to put back.
+            if running[1]:
+                restore(graveyard, index == last)
+        running[0] = None
+        encoded.append(answer)
+    if restore is not None:
+        # Never freed: freeing the snapshot would write to every page it shares with the zygote, and freeing what
+        # the checks left would run their finalizers unguarded. The process exits right after its reply.
+        _LEFT_ALIVE.extend((restore, graveyard))
+    return {"ok": True, "results": [decode(answer) for answer in encoded]}
 
 
 def _run_check(
     check: dict[str, Any], initial_json: bytes, final_json: bytes, transcript_json: bytes, timeout: float, index: int
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], BaseException | None]:
+    """The check's result, and the exception it raised (whose traceback the caller locates)."""
     clock = Clock(index)
     initial, final = orjson.loads(initial_json), orjson.loads(final_json)
     try:
@@ -375,15 +430,15 @@ def _run_check(
         else:
             function = namespace.get("check_func")
             if not callable(function):
-                return {"passed": False, "value": None, "error": "defines neither check() nor check_func()"}
+                return {"passed": False, "value": None, "error": "defines neither check() nor check_func()"}, None
             namespace["initial_state"] = initial
             value = _guarded(clock, timeout, function, final)
     except CallTimeout:
-        return {"passed": False, "value": None, "error": f"the check did not finish within {timeout:g} s"}
+        return {"passed": False, "value": None, "error": f"the check did not finish within {timeout:g} s"}, None
     except BaseException as exc:
-        return {"passed": False, "value": None, "error": _describe(exc)}
+        return {"passed": False, "value": None, "error": _name_and_text(exc)}, exc
     passed = value is True
-    return {"passed": passed, "value": None if passed else _short_repr(value), "error": None}
+    return {"passed": passed, "value": None if passed else _short_repr(value), "error": None}, None
 
 
 def _takes_transcript(function: Any) -> bool:
@@ -399,10 +454,14 @@ def _takes_transcript(function: Any) -> bool:
 def _describe(exc: BaseException) -> str:
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.startswith("<")]
     where = f" (line {frames[-1].lineno} of {frames[-1].name})" if frames else ""
+    return f"{_name_and_text(exc)}{where}"
+
+
+def _name_and_text(exc: BaseException) -> str:
     text = str(exc)
     if len(text) > 500:
         text = text[:500] + "…"
-    return f"{type(exc).__name__}: {text}{where}"
+    return f"{type(exc).__name__}: {text}"
 
 
 def _short_repr(value: Any) -> str:
@@ -473,14 +532,15 @@ def serve_session(fd: int, settings: Settings) -> None:
         _write_all(fd, _frame(_encode(response), sequence))
 
 
-def serve_checks(fd: int, settings: Settings) -> None:
-    """Run one batch of checks and return."""
+def serve_checks(fd: int, settings: Settings, *, isolated: bool = True) -> None:
+    """Run one batch of checks and return (``isolated=False`` only for the trusted warm-up, which runs before the
+    zygote forks and must not leave the check guard installed there)."""
     received = _read_request(fd)
     if received is None:
         return
     sequence, request = received
     try:
-        response: dict[str, Any] = run_checks(request, settings)
+        response: dict[str, Any] = run_checks(request, settings, isolated=isolated)
     except MemoryError:
         response = {"ok": False, "kind": "resource_limit", "error": "the check process ran out of memory"}
     except BaseException as exc:
@@ -556,10 +616,18 @@ def warm_up(settings: Settings) -> None:
         opening = {**opening, "code": None, "bytecode": bytecode}
     for _ in range(_WARM_UP_ROUNDS):
         _serve_locally(serve_session, [opening, *calls[:2], *ending], settings)
-        _serve_locally(serve_checks, [checks], settings)
+        _serve_locally(_serve_trusted_checks, [checks], settings)
     for label in [name for name in sys.modules if name == "environment" or name.startswith("check_")]:
         del sys.modules[label]
     CONTEXT.current = Clock(0)
+    # Captured while the list is empty: the restore puts it back empty, out of every check's reach.
+    _PREPARED_RESTORE.clear()
+    prepared = capture_shared_state(list(SHIM_MODULES.values()))
+    _PREPARED_RESTORE.append(prepared)
+
+
+def _serve_trusted_checks(fd: int, settings: Settings) -> None:
+    serve_checks(fd, settings, isolated=False)
 
 
 def _serve_locally(serve: Any, requests: list[dict[str, Any]], settings: Settings) -> list[dict[str, Any]]:
