@@ -36,15 +36,15 @@ def require_safe_member_name(archive: str, name: str) -> str:
 def check_member(archive: str, info: zipfile.ZipInfo, *, max_bytes: int = MAX_MEMBER_BYTES) -> None:
     """Refuse ``info`` from what its header declares, before any of its data is read."""
     require_safe_member_name(archive, info.filename)
-    if info.file_size > max_bytes:
-        raise ArchiveRefused(
-            f"{archive}: member {info.filename!r} declares {info.file_size:,} bytes; the limit is {max_bytes:,}"
-        )
     ratio = info.file_size / max(info.compress_size, 1)
     if info.file_size > RATIO_FLOOR_BYTES and ratio > MAX_RATIO:
         raise ArchiveRefused(
             f"{archive}: member {info.filename!r} inflates {ratio:,.0f}:1 "
             f"({info.compress_size:,} to {info.file_size:,} bytes); the limit is {MAX_RATIO}:1"
+        )
+    if info.file_size > max_bytes:
+        raise ArchiveRefused(
+            f"{archive}: member {info.filename!r} declares {info.file_size:,} bytes; the limit is {max_bytes:,}"
         )
 
 
