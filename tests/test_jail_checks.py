@@ -169,3 +169,35 @@ def test_a_run_scores_each_check_on_its_own_whatever_the_checks_before_it_did(tm
     for record in records:
         checks = {r["check_id"]: r["passed"] for r in record["check_results"]}
         assert checks == {"attack": True, "holds": True, "fails": False}, (record["scenario_id"], checks)
+
+
+ORDINARY_USER_SCRIPT = """
+import asyncio, sys
+import orjson
+from harness.sandbox import SandboxPool
+from harness.schema import Check
+from tests.test_jail_checks import ATTACKS, batch
+
+async def main():
+    state = {"counter": 1, "loot": [], "flag": "honest"}
+    report = {}
+    async with SandboxPool() as pool:
+        for name, attack in ATTACKS.items():
+            results = await pool.run_checks(batch(attack), state, state)
+            report[name] = [r.passed for r in results]
+    print(orjson.dumps(report).decode())
+
+asyncio.run(main())
+"""
+
+
+def test_the_checks_stay_apart_when_an_ordinary_user_runs_the_harness(tmp_path: Path):
+    from tests.unprivileged import open_to_ordinary_user, run_as_ordinary_user
+
+    home = tmp_path / "home"
+    home.mkdir()
+    open_to_ordinary_user(home)
+    finished = run_as_ordinary_user([sys.executable, "-c", ORDINARY_USER_SCRIPT], home=home, cwd=REPO)
+    assert finished.returncode == 0, finished.stdout + finished.stderr
+    report = orjson.loads(finished.stdout.splitlines()[-1])
+    assert report == {name: [True, True, False] for name in ATTACKS}
