@@ -27,6 +27,8 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+GROUP_SIZE = 64
+"""Dictionaries (or lists) compared together in one pass."""
 _HEAP_TYPE = 1 << 9
 """``Py_TPFLAGS_HEAPTYPE``: classes made by Python code, whose attributes can be rebound (built-in ones cannot)."""
 
@@ -158,6 +160,26 @@ def capture_shared_state(extra_modules: list[types.ModuleType]) -> Callable[[lis
                 state = object.__getattribute__(value, "__dict__")
                 dicts.append((state, dict(state)))
     reply_path = [(vars(m), dict(vars(m))) for m in modules if m.__name__ in REPLY_PATH_MODULES]
+    # Groups compared in one pass each (C loops); only a group that changed is looked at entry by entry.
+    dict_groups = [
+        (
+            [current for current, _saved in group],
+            [len(saved) for _current, saved in group],
+            tuple(key for _current, saved in group for key in saved),
+            tuple(value for _current, saved in group for value in saved.values()),
+            group,
+        )
+        for group in (dicts[start : start + GROUP_SIZE] for start in range(0, len(dicts), GROUP_SIZE))
+    ]
+    list_groups = [
+        (
+            [current for current, _saved in group],
+            [len(saved) for _current, saved in group],
+            tuple(item for _current, saved in group for item in saved),
+            group,
+        )
+        for group in (lists[start : start + GROUP_SIZE] for start in range(0, len(lists), GROUP_SIZE))
+    ]
     views = tuple(view for _cls, view, _names, _keys, _values in classes)
     all_keys = tuple(key for _cls, _view, _names, keys, _values in classes for key in keys)
     all_values = tuple(value for _cls, _view, _names, _keys, values in classes for value in values)
@@ -169,8 +191,9 @@ def capture_shared_state(extra_modules: list[types.ModuleType]) -> Callable[[lis
     def restore(
         graveyard: list[Any],
         reply_path_only: bool = False,
-        dicts: list[tuple[dict[Any, Any], dict[Any, Any]]] = dicts,
-        lists: list[tuple[list[Any], list[Any]]] = lists,
+        dict_groups: list[Any] = dict_groups,
+        as_list: Any = list,
+        list_groups: list[Any] = list_groups,
         sets: list[tuple[set[Any], set[Any]]] = sets,
         classes: list[tuple[type, Any, frozenset[str], tuple[Any, ...], tuple[Any, ...]]] = classes,
         views: tuple[Any, ...] = views,
@@ -207,21 +230,31 @@ def capture_shared_state(extra_modules: list[types.ModuleType]) -> Callable[[lis
                 current.update(saved)
             return
         # Compared first and only rewritten when changed: rewriting would copy every page shared with the zygote.
-        for current, saved in dicts:
+        for currents, lengths, keys, values, pairs in dict_groups:
             if (
-                length(current) == length(saved)
-                and every(mapping(same, current, saved))
-                and every(mapping(same, current.values(), saved.values()))
+                as_list(mapping(length, currents)) == lengths
+                and every(mapping(same, flatten(currents), keys))
+                and every(mapping(same, flatten(mapping(values_of, currents)), values))
             ):
                 continue
-            keep(graveyard, current.copy())
-            current.clear()
-            current.update(saved)
-        for items, saved_items in lists:
-            if length(items) == length(saved_items) and every(mapping(same, items, saved_items)):
+            for current, saved in pairs:
+                if (
+                    length(current) == length(saved)
+                    and every(mapping(same, current, saved))
+                    and every(mapping(same, current.values(), saved.values()))
+                ):
+                    continue
+                keep(graveyard, current.copy())
+                current.clear()
+                current.update(saved)
+        for currents, lengths, items, pairs in list_groups:
+            if as_list(mapping(length, currents)) == lengths and every(mapping(same, flatten(currents), items)):
                 continue
-            keep(graveyard, items.copy())
-            items[:] = saved_items
+            for current, saved_items in pairs:
+                if length(current) == length(saved_items) and every(mapping(same, current, saved_items)):
+                    continue
+                keep(graveyard, current.copy())
+                current[:] = saved_items
         for members, saved_members in sets:
             if length(members) == length(saved_members) and ordered(mapping(identity, members)) == ordered(
                 mapping(identity, saved_members)
