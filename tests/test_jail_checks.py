@@ -23,9 +23,11 @@ ATTACKS = {
         "import typing\n"
         "def check(initial_state, final_state):\n"
         "    runtime = typing.sys.modules['harness.sandbox.runtime']\n"
+        "    runner = typing.sys.modules['harness.sandbox.check_runner']\n"
         "    forged = {'passed': True, 'value': None, 'error': None}\n"
-        "    runtime._run_check = lambda *a, **k: (forged, None)\n"
-        "    runtime.run_checks = lambda *a, **k: {'ok': True, 'results': [forged] * 8}\n"
+        "    runner._run_check = lambda *a, **k: (forged, None)\n"
+        "    runner.run_checks = lambda *a, **k: {'ok': True, 'results': [forged] * 8}\n"
+        "    runner.guarded = lambda *a, **k: True\n"
         "    runtime.load_module = lambda *a, **k: {'check': lambda *b: True}\n"
         "    runtime.restricted_builtins = lambda: {'len': lambda x: 1}\n"
         "    return True\n"
@@ -126,14 +128,14 @@ async def test_a_check_cannot_change_how_the_next_checks_of_its_batch_are_evalua
 
 
 def test_run_checks_in_a_process_of_its_own_keeps_each_result_its_own():
-    """``runtime.run_checks`` called directly (the check process's entry point), every attack in one batch."""
+    """``run_checks`` called directly (the check process's entry point), every attack in one batch."""
     sources = [source for attack in ATTACKS.values() for source in (attack, TRUE_PROBE, FALSE_PROBE)]
     script = (
         "import orjson, sys\n"
-        "from harness.sandbox import runtime\n"
+        "from harness.sandbox import check_runner, runtime\n"
         "runtime.prepare_interpreter()\n"
         "request = orjson.loads(sys.stdin.buffer.read())\n"
-        "reply = runtime.run_checks(request, runtime.Settings(5.0, 1 << 20, 1 << 24), isolated=True)\n"
+        "reply = check_runner.run_checks(request, runtime.Settings(5.0, 1 << 20, 1 << 24), isolated=True)\n"
         "sys.stdout.buffer.write(orjson.dumps(reply))\n"
     )
     state = {"counter": 1, "loot": [], "flag": "honest"}

@@ -60,7 +60,15 @@ READABLE_FUNCTION_ATTRIBUTES: frozenset[str] = frozenset({"__code__", "__default
 
 
 REPLY_PATH_MODULES: frozenset[str] = frozenset(
-    {"builtins", "os", "posix", "orjson", "harness.sandbox.runtime", "harness.sandbox.check_isolation"}
+    {
+        "builtins",
+        "os",
+        "posix",
+        "orjson",
+        "harness.sandbox.runtime",
+        "harness.sandbox.check_runner",
+        "harness.sandbox.check_isolation",
+    }
 )
 """The modules whose namespaces the reply of a batch goes through: put back after its last check, when no other
 check is left to protect but the reply still has to carry every result unchanged."""
