@@ -32,6 +32,7 @@ def import_bfcl_command(
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
 ) -> None:
     """Import BFCL's multi-turn categories: environments, scenarios with scripted turns, ground truth per turn."""
+    from harness.archives import ArchiveRefused
     from harness.importers.bfcl import BfclImportError, import_bfcl, verify_import, write_import
     from harness.importers.bfcl_source import BfclSourceError
     from harness.sandbox import SandboxPool
@@ -58,6 +59,11 @@ def import_bfcl_command(
                 )
                 raise typer.Exit(1)
         write_import(result, out)
+    except ArchiveRefused as exc:  # bad input: status 2
+        if debug:
+            raise
+        err_console.print(f"[red]error[/red] {exc}", soft_wrap=True)
+        raise typer.Exit(2) from None
     except (BfclSourceError, BfclImportError, OSError) as exc:
         if debug:
             raise

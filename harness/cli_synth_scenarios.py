@@ -46,10 +46,26 @@ def _client(
     )
 
 
-def _environments(envs: str | None, only: list[str] | None) -> tuple[list[Any], dict[str, dict[str, Any]]]:
+AllowWeakSandbox = Annotated[
+    bool, typer.Option(help="Run Hub code even when a confinement layer is missing (see `harness doctor`).")
+]
+
+
+def _library(envs: str | None) -> Any:
+    from harness.errors import BadInput
     from harness.library import load_library
 
-    library = load_library(envs or None)
+    try:
+        return load_library(envs or None)
+    except BadInput as exc:
+        refuse(exc)
+
+
+def _environments(envs: str | None, only: list[str] | None) -> tuple[list[Any], dict[str, dict[str, Any]]]:
+    return _environments_of(_library(envs), only)
+
+
+def _environments_of(library: Any, only: list[str] | None) -> tuple[list[Any], dict[str, dict[str, Any]]]:
     environments = [e for e in library.environments.values() if not only or e.id in only]
     samples: dict[str, dict[str, Any]] = {}
     for scenario in library.scenarios:
@@ -60,19 +76,32 @@ def _environments(envs: str | None, only: list[str] | None) -> tuple[list[Any], 
     return environments, samples
 
 
-def cluster_for(ray: str | None, workers: int) -> Any:
+def cluster_for(ray: str | None, workers: int, *, require_full_confinement: bool = False) -> Any:
     """The cluster the attempts run on (joined now, before any work), or None for a local run."""
     if ray is None:
         return None
     from harness.distributed import ClusterUnavailable
     from synth.distributed import RaySynthesis
 
-    cluster = RaySynthesis(ray, sandbox_workers=workers or None)
+    cluster = RaySynthesis(ray, sandbox_workers=workers or None, require_full_confinement=require_full_confinement)
     try:
         cluster.connect()
     except ClusterUnavailable as exc:
         refuse(exc)
     return cluster
+
+
+async def full_pool(workers: int, require_full_confinement: bool) -> Any:
+    """A started sandbox pool; when the code comes from the Hub and a confinement layer is missing, one line and
+    exit status 2 before any work (unless --allow-weak-sandbox)."""
+    from harness.sandbox import SandboxPool, WeakSandbox
+
+    pool = SandboxPool(workers=workers or None, require_full_confinement=require_full_confinement)
+    try:
+        await pool.start()
+    except WeakSandbox as exc:
+        refuse(exc)
+    return pool
 
 
 def refuse(exc: Exception) -> NoReturn:
@@ -146,12 +175,14 @@ def register(synth_app: typer.Typer) -> None:
         no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not cache model answers under OUT.")] = False,
         timeout: Annotated[float, typer.Option(help="Seconds one model request may take.", min=0.001)] = 120.0,
         ray: RayOption = None,
+        allow_weak_sandbox: AllowWeakSandbox = False,
     ) -> None:
         """Initial states, tasks, user profiles and check functions for each environment, gated."""
-        from harness.sandbox import SandboxPool
         from synth.scenarios import ScenarioSynthesisConfig, synthesize_scenarios
 
-        environments, _ = _environments(envs, env)
+        library = _library(envs)
+        confine_fully = library.from_hub and not allow_weak_sandbox
+        environments, _ = _environments_of(library, env)
         config = ScenarioSynthesisConfig(
             model=model,
             per_env=per_env,
@@ -165,19 +196,22 @@ def register(synth_app: typer.Typer) -> None:
             embedding_model=embedding_model,
         )
 
-        cluster = cluster_for(ray, workers)
+        cluster = cluster_for(ray, workers, require_full_confinement=confine_fully)
 
         async def run() -> SynthesisReport:
             # over Ray, answers are not cached: executors cannot write into OUT, whose one writer is this process
+            pool = None if cluster is not None else await full_pool(workers, confine_fully)
             client = _client(out, concurrency, rpm, tpm, not no_cache and cluster is None, timeout)
             try:
                 if cluster is not None:
                     work = synthesize_scenarios(environments, config, out, client=client, cluster=cluster)
                     return await _synthesize(cluster, work)
-                async with SandboxPool(workers=workers or None) as pool:
-                    return await synthesize_scenarios(environments, config, out, client=client, pool=pool)
+                assert pool is not None
+                return await synthesize_scenarios(environments, config, out, client=client, pool=pool)
             finally:
                 await client.aclose()
+                if pool is not None:
+                    await pool.close()
 
         print_report(asyncio.run(run()), out, "scenarios")
 
@@ -292,14 +326,16 @@ def register(synth_app: typer.Typer) -> None:
         no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not cache model answers under OUT.")] = False,
         timeout: Annotated[float, typer.Option(help="Seconds one model request may take.", min=0.001)] = 120.0,
         ray: RayOption = None,
+        allow_weak_sandbox: AllowWeakSandbox = False,
     ) -> None:
         """Sample tool chains on the graph, execute them, and turn them into multi-turn natural requests."""
-        from harness.sandbox import SandboxPool
         from synth.graph import ToolGraph
         from synth.queries import QueryConfig, synthesize_queries
         from synth.sampling import SamplingParams
 
-        environments, _ = _environments(envs, env)
+        library = _library(envs)
+        confine_fully = library.from_hub and not allow_weak_sandbox
+        environments, _ = _environments_of(library, env)
         tool_graph = ToolGraph.load(graph)
         config = QueryConfig(
             model=model,
@@ -323,18 +359,21 @@ def register(synth_app: typer.Typer) -> None:
             ),
         )
 
-        cluster = cluster_for(ray, workers)
+        cluster = cluster_for(ray, workers, require_full_confinement=confine_fully)
 
         async def run() -> SynthesisReport:
             # over Ray, answers are not cached: executors cannot write into OUT, whose one writer is this process
+            pool = None if cluster is not None else await full_pool(workers, confine_fully)
             client = _client(out, concurrency, rpm, tpm, not no_cache and cluster is None, timeout)
             try:
                 if cluster is not None:
                     work = synthesize_queries(environments, tool_graph, config, out, client=client, cluster=cluster)
                     return await _synthesize(cluster, work)
-                async with SandboxPool(workers=workers or None) as pool:
-                    return await synthesize_queries(environments, tool_graph, config, out, client=client, pool=pool)
+                assert pool is not None
+                return await synthesize_queries(environments, tool_graph, config, out, client=client, pool=pool)
             finally:
                 await client.aclose()
+                if pool is not None:
+                    await pool.close()
 
         print_report(asyncio.run(run()), out, "scenarios")

@@ -14,6 +14,8 @@
 composite) or ``envscaler`` (upstream EnvScaler's runtime: its reward is the fraction of checks passed, rounded
 to 4 decimals, and 0 when a tool raises or the step limit cuts the episode). ``reset`` refuses a scenario that
 the cheap part of ``harness validate`` finds invalid (:class:`InvalidScenario`) unless ``include_invalid``.
+A library from the Hub runs only in a pool with every confinement layer (:class:`WeakSandbox` otherwise) unless
+``allow_weak_sandbox`` (the ``--allow-weak-sandbox`` of the CLI).
 
 In conv mode ``user`` is a user policy, or a function from the scenario to one (``ScriptedUser`` for scenarios
 with scripted turns, such as BFCL's); ``info["tools"]`` carries the tools visible after each step.
@@ -32,7 +34,7 @@ from harness.library import Library
 from harness.protocols import UserPolicy, agent_turn_from_message
 from harness.reward import CompositeWeights
 from harness.rules import DEFAULT_RULES, RulesName, rules_profile
-from harness.sandbox import SandboxPool
+from harness.sandbox import SandboxPool, WeakSandbox
 from harness.schema import AgentSettings, Mode, ModelSettings, Scenario, TerminationReason
 from harness.validate import invalid_scenarios
 
@@ -67,11 +69,13 @@ class ToolEnv:
         policy_name: str = "external",
         rules: RulesName = DEFAULT_RULES,
         include_invalid: bool = False,
+        allow_weak_sandbox: bool = False,
     ):
         if mode == "conv" and user is None:
             raise ValueError("conversational mode needs a simulated user policy")
         self.rules = rules_profile(rules).name
         self.include_invalid = include_invalid
+        self.allow_weak_sandbox = allow_weak_sandbox
         self._screened: dict[str, tuple[Scenario, str | None]] = {}
         self.library = library
         self.pool = pool
@@ -86,6 +90,7 @@ class ToolEnv:
     async def reset(self, scenario: Scenario, *, seed: int = 0) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """Start an episode on ``scenario``: the opening messages and the tools (OpenAI function schemas)."""
         await self.close()
+        await self._require_confinement()
         environment = self.library.environments.get(scenario.environment_id)
         if environment is None:
             raise KeyError(f"environment {scenario.environment_id!r} is not in the library")
@@ -146,6 +151,20 @@ class ToolEnv:
             "reward_breakdown": trajectory.reward.model_dump(mode="json") if trajectory.reward is not None else None,
         }
         return StepResult(observations, list(trajectory.messages), reward or 0.0, not truncated, truncated, info)
+
+    async def _require_confinement(self) -> None:
+        """Hub code runs only with every confinement layer, unless ``allow_weak_sandbox``: :class:`WeakSandbox`
+        before any of it runs."""
+        if not self.library.from_hub or self.allow_weak_sandbox:
+            return
+        await self.pool.start()
+        missing = self.pool.missing_layers
+        if missing:
+            names = ", ".join(f"{layer['name']} ({layer['detail']})" for layer in missing)
+            raise WeakSandbox(
+                f"confinement layers missing on this machine: {names}; refusing to run code from the Hub "
+                "(pass allow_weak_sandbox=True to run it anyway; `harness doctor` explains each layer)"
+            )
 
     async def _screen(self, scenario: Scenario) -> str | None:
         """The scenario's problems under the cheap validation, once per scenario object."""

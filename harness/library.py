@@ -9,6 +9,7 @@ from pathlib import Path
 
 import orjson
 
+from harness.containment import OutsideLibrary, require_inside
 from harness.errors import BadInput
 from harness.names import require_safe_id
 from harness.schema import DatasetRef, Environment, Provenance, Scenario
@@ -58,9 +59,14 @@ def load_seed_layout(root: Path) -> Library:
 
     A record that does not load is reported in ``problems`` with its file and line; the others still load.
     """
+    metas = sorted((root / "environments").glob("*.json"))
+    scenario_files = sorted((root / "scenarios").glob("*.jsonl"))
+    for path in [*metas, *(m.with_suffix(".py") for m in metas), *scenario_files]:
+        if path.exists() or path.is_symlink():
+            require_inside(path, root, "library file")  # before any file is read
     environments: dict[str, Environment] = {}
     problems: list[str] = []
-    for meta_path in sorted((root / "environments").glob("*.json")):
+    for meta_path in metas:
         code_path = meta_path.with_suffix(".py")
         try:
             meta = orjson.loads(meta_path.read_bytes())
@@ -75,7 +81,7 @@ def load_seed_layout(root: Path) -> Library:
         except Exception as exc:
             problems.append(f"{meta_path.name}: {_one_line(exc)}")
     scenarios: list[Scenario] = []
-    for path in sorted((root / "scenarios").glob("*.jsonl")):
+    for path in scenario_files:
         for number, line in enumerate(path.read_bytes().splitlines(), start=1):
             if not line.strip():
                 continue
@@ -98,7 +104,7 @@ def load_library(source: str | Path | None = None) -> Library:
     that do not load are listed in ``Library.problems``."""
     try:
         library = _load(source)
-    except LibraryError:
+    except (LibraryError, OutsideLibrary):
         raise
     except Exception as exc:  # Hub, network, file and format errors of every kind: one line naming the source
         detail = " ".join(str(exc).split())[:300] or type(exc).__name__

@@ -210,9 +210,13 @@ class RaySynthesis:
     joins the cluster this machine belongs to, ``HOST:PORT`` or ``ray://HOST:PORT`` joins that one). One
     executor per node that offers CPUs, each with ``concurrency`` attempts in flight."""
 
-    def __init__(self, address: str = "local", *, sandbox_workers: int | None = None) -> None:
+    def __init__(
+        self, address: str = "local", *, sandbox_workers: int | None = None, require_full_confinement: bool = False
+    ) -> None:
         self.address = address
         self.sandbox_workers = sandbox_workers
+        self.require_full_confinement = require_full_confinement
+        """Hub code: a node missing a confinement layer is refused instead of used (no --allow-weak-sandbox)."""
         self.executors: list[_Executor] = []
         self.limiter: Any = None
         self.concurrency = 1
@@ -345,6 +349,11 @@ class RaySynthesis:
             raise ClusterUnavailable(
                 f"node {executor.node}: the sandbox cannot start there: {root_cause(exc)}"
             ) from None
+        if status.missing_layers and self.require_full_confinement:
+            raise ClusterUnavailable(
+                f"node {executor.node}: confinement layers missing there: {', '.join(status.missing_layers)}; "
+                "refusing to run code from the Hub (pass --allow-weak-sandbox to run it anyway)"
+            )
         if status.missing_layers:
             logger.warning(
                 "node %s runs the model's code without: %s (see `harness doctor` there)",

@@ -17,6 +17,7 @@ import orjson
 import yaml
 
 from harness.hub.projection import LAYOUT_VERSION
+from harness.hub.yaml_limits import load_yaml
 from harness.schema import SCHEMA_VERSION
 
 CITATIONS = """\
@@ -309,7 +310,7 @@ def split_card(text: str) -> tuple[dict[str, Any], str]:
     match = FRONT_MATTER.match(text)
     if match is None:
         return {}, text
-    metadata = yaml.safe_load(match.group(1)) or {}
+    metadata = load_yaml(match.group(1), "the dataset card") or {}
     return (metadata if isinstance(metadata, dict) else {}), text[match.end() :]
 
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-import yaml
 
+from harness.containment import require_inside, require_relative_pattern
 from harness.hub.build import METADATA_KEY
 from harness.hub.projection import (
     GENERIC_ROW,
@@ -26,6 +26,7 @@ from harness.hub.projection import (
     rows_to_records,
     table_rows_to_generic,
 )
+from harness.hub.yaml_limits import MAX_YAML_BYTES, YamlRefused, load_yaml
 from harness.schema import DatasetRef, Environment, Scenario
 
 logger = logging.getLogger(__name__)
@@ -80,13 +81,16 @@ def read_card_metadata(folder: Path) -> dict[str, Any]:
     card = folder / "README.md"
     if not card.exists():
         raise HubLoadError(f"{folder} has no README.md card")
+    require_inside(card, folder, "the dataset card")
+    if card.stat().st_size > MAX_YAML_BYTES * 4:
+        raise HubLoadError(f"{card}: the card is {card.stat().st_size:,} bytes; the limit is {MAX_YAML_BYTES * 4:,}")
     match = FRONT_MATTER.match(card.read_text(encoding="utf-8"))
     if match is None:
         raise HubLoadError(f"{card} has no YAML front matter")
     try:
-        metadata = yaml.safe_load(match.group(1)) or {}
-    except yaml.YAMLError as error:
-        raise HubLoadError(f"{card}: the YAML front matter does not parse ({error})") from error
+        metadata = load_yaml(match.group(1), str(card)) or {}
+    except YamlRefused as error:
+        raise HubLoadError(str(error)) from None
     if not isinstance(metadata, dict):
         raise HubLoadError(f"{card}: the YAML front matter is not a mapping")
     return metadata
@@ -138,9 +142,12 @@ def card_license(ref: DatasetRef) -> str | None:
 
 
 def _expand(folder: Path, pattern: str) -> list[Path]:
-    if any(ch in pattern for ch in "*?["):
-        return sorted(folder.glob(pattern))
-    return [folder / pattern]
+    """The files a card's data-file pattern names, each resolving inside the dataset's folder (OutsideLibrary
+    otherwise, naming the card and the pattern)."""
+    what = f"{folder / 'README.md'}: data_files {pattern!r}"
+    require_relative_pattern(pattern, what)
+    paths = sorted(folder.glob(pattern)) if any(ch in pattern for ch in "*?[") else [folder / pattern]
+    return [require_inside(path, folder, what) for path in paths]
 
 
 def read_config_table(folder: Path, files: list[str]) -> tuple[pa.Table, str | None]:
@@ -304,6 +311,8 @@ def load_hub_records(spec: str, *, configs: tuple[str, ...] | None = None, prefe
         configs = tuple(name for name in prefer if name in declared)
     wanted = [files for name, files in declared.items() if configs is None or name in configs]
     patterns = ["README.md", *(pattern for files in wanted for pattern in files)]
+    for pattern in patterns:  # before anything else is fetched
+        require_relative_pattern(pattern, f"the card of {spec}: data_files {pattern!r}")
     folder, _, _ = download_snapshot(pinned, allow_patterns=patterns)
     return read_records_folder(folder, configs=configs, source=DatasetRef(source=repo_id, revision=sha))
 

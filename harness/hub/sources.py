@@ -9,6 +9,7 @@ from typing import Any
 
 import orjson
 
+from harness.containment import require_inside
 from harness.schema import DatasetRef, Environment, RunManifest, Scenario, Trajectory
 
 CONFIG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -118,6 +119,8 @@ def read_sft(source: Path) -> SftSource:
     files = sorted(folder.glob("*.jsonl"))
     if not files:
         raise SourceError(f"{folder} has no *.jsonl files")
+    for path in files:
+        require_inside(path, folder, "SFT file")  # before any file is read
     configs: dict[str, list[dict[str, Any]]] = {}
     for path in files:
         if not CONFIG_NAME.match(path.stem):

@@ -14,6 +14,8 @@ from typing import Any
 
 import orjson
 
+from harness.archives import ArchiveRefused, check_member, read_member
+
 PACKAGE = "bfcl_eval"
 CATEGORIES: tuple[str, ...] = (
     "multi_turn_base",
@@ -40,6 +42,12 @@ class BfclSource:
             if not zipfile.is_zipfile(path):
                 raise BfclSourceError(f"{path} is neither a folder nor a wheel (zip) file")
             self._zip = zipfile.ZipFile(path)
+            try:
+                for info in self._zip.infolist():  # every member's header, before any data is read
+                    check_member(str(path), info)
+            except ArchiveRefused:
+                self._zip.close()
+                raise
             names = self._zip.namelist()
             marker = f"{PACKAGE}/data/"
             prefixes = {name[: name.index(marker)] for name in names if marker in name}
@@ -66,6 +74,10 @@ class BfclSource:
         if self._zip is not None:
             self._zip.close()
 
+    def _read_member(self, name: str) -> bytes:
+        assert self._zip is not None
+        return read_member(self._zip, name, str(self.path))
+
     def exists(self, relative: str) -> bool:
         if self._zip is not None:
             try:
@@ -80,7 +92,7 @@ class BfclSource:
         if not self.exists(relative):
             raise BfclSourceError(f"{self.path} has no {PACKAGE}/{relative}")
         if self._zip is not None:
-            return self._zip.read(self._prefix + relative).decode("utf-8")
+            return self._read_member(self._prefix + relative).decode("utf-8")
         assert self._root is not None
         return (self._root / relative).read_text(encoding="utf-8")
 
@@ -112,7 +124,7 @@ class BfclSource:
         if self._zip is not None:
             for name in self._zip.namelist():
                 if name.endswith(".dist-info/METADATA"):
-                    return self._zip.read(name).decode("utf-8", "replace")
+                    return self._read_member(name).decode("utf-8", "replace")
             return None
         assert self._root is not None
         for metadata in sorted(self._root.parent.glob("bfcl_eval-*.dist-info/METADATA")):
@@ -131,7 +143,7 @@ class BfclSource:
                 return match.group(1)
             for name in self._zip.namelist():
                 if name.endswith(".dist-info/METADATA"):
-                    return _metadata_version(self._zip.read(name).decode("utf-8", "replace"))
+                    return _metadata_version(self._read_member(name).decode("utf-8", "replace"))
             return "unknown"
         assert self._root is not None
         for metadata in sorted(self._root.parent.glob("bfcl_eval-*.dist-info/METADATA")):

@@ -14,7 +14,6 @@ from __future__ import annotations
 import base64
 import builtins
 import copy
-import inspect
 import marshal
 import os
 import signal
@@ -25,6 +24,7 @@ from typing import Any
 
 import orjson
 
+from harness.sandbox.check_isolation import IMPORT_EVENT
 from harness.sandbox.policy import ALLOWED_MODULES, OPTIONAL_MODULES, REMOVED_BUILTINS, is_forbidden_attribute
 from harness.sandbox.shims import CONTEXT, SHIM_MODULES, Clock
 from harness.statediff import diff_values
@@ -45,6 +45,7 @@ def _guarded_import(name: str, globals: Any = None, locals: Any = None, fromlist
     top = name.split(".")[0]
     if level or top not in ALLOWED_MODULES:
         raise ImportError(f"import of {name!r} is not allowed in the sandbox")
+    sys.audit(IMPORT_EVENT, name)  # tells the check guard that shared modules are now within the caller's reach
     if name in SHIM_MODULES:
         return SHIM_MODULES[name]
     return builtins.__import__(name, globals, locals, fromlist, level)
@@ -193,7 +194,7 @@ class Settings:
         self.max_state_bytes = max_state_bytes
 
 
-def _guarded(clock: Clock, timeout: float, fn: Any, *args: Any) -> Any:
+def guarded(clock: Clock, timeout: float, fn: Any, *args: Any) -> Any:
     """Run untrusted code under the session's clock and the call timer."""
     CONTEXT.current = clock
     signal.setitimer(signal.ITIMER_REAL, timeout)
@@ -257,7 +258,7 @@ class EnvironmentSession:
             return instance
 
         try:
-            self.instance = _guarded(self.clock, timeout, instantiate)
+            self.instance = guarded(self.clock, timeout, instantiate)
             self.last = snapshot(self.instance)
         except CallTimeout:
             return {"ok": False, "kind": "timeout", "error": f"loading the environment took more than {timeout:g} s"}
@@ -279,7 +280,7 @@ class EnvironmentSession:
         settings = self.settings
         self.clock.advance()
         try:
-            result = _guarded(self.clock, settings.call_timeout, lambda: method(**request["args"]))
+            result = guarded(self.clock, settings.call_timeout, lambda: method(**request["args"]))
             if exceeds(result, settings.max_result_bytes):
                 raise BadResult(f"the tool returned more than the limit of {settings.max_result_bytes:,} bytes")
             try:
@@ -346,56 +347,6 @@ class EnvironmentSession:
         return {"ok": False, "kind": "sandbox_error", "error": f"unknown operation {op!r}"}
 
 
-def run_checks(request: dict[str, Any], settings: Settings) -> dict[str, Any]:
-    """Each check on fresh copies of (initial, final[, transcript]). Only an exact True passes."""
-    timeout = float(request.get("timeout", settings.call_timeout))
-    # Each check gets its own copy of the inputs (a check may mutate what it is given).
-    initial = orjson.dumps(request["initial"])
-    final = orjson.dumps(request["final"])
-    transcript = orjson.dumps(request.get("transcript") or [])
-    results = [
-        _run_check(check, initial, final, transcript, timeout, index) for index, check in enumerate(request["checks"])
-    ]
-    return {"ok": True, "results": results}
-
-
-def _run_check(
-    check: dict[str, Any], initial_json: bytes, final_json: bytes, transcript_json: bytes, timeout: float, index: int
-) -> dict[str, Any]:
-    clock = Clock(index)
-    initial, final = orjson.loads(initial_json), orjson.loads(final_json)
-    try:
-        namespace = _guarded(clock, timeout, load_module, check["source"], f"check_{index}")
-        function = namespace.get("check")
-        if callable(function):
-            if _takes_transcript(function):
-                value = _guarded(clock, timeout, function, initial, final, orjson.loads(transcript_json))
-            else:
-                value = _guarded(clock, timeout, function, initial, final)
-        else:
-            function = namespace.get("check_func")
-            if not callable(function):
-                return {"passed": False, "value": None, "error": "defines neither check() nor check_func()"}
-            namespace["initial_state"] = initial
-            value = _guarded(clock, timeout, function, final)
-    except CallTimeout:
-        return {"passed": False, "value": None, "error": f"the check did not finish within {timeout:g} s"}
-    except BaseException as exc:
-        return {"passed": False, "value": None, "error": _describe(exc)}
-    passed = value is True
-    return {"passed": passed, "value": None if passed else _short_repr(value), "error": None}
-
-
-def _takes_transcript(function: Any) -> bool:
-    """Whether ``check`` declares a third positional parameter (``check(initial, final, transcript)``)."""
-    try:
-        parameters = list(inspect.signature(function).parameters.values())
-    except (TypeError, ValueError):
-        return False
-    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    return len(positional) >= 3 or any(p.kind is p.VAR_POSITIONAL for p in parameters)
-
-
 def _describe(exc: BaseException) -> str:
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.startswith("<")]
     where = f" (line {frames[-1].lineno} of {frames[-1].name})" if frames else ""
@@ -403,11 +354,6 @@ def _describe(exc: BaseException) -> str:
     if len(text) > 500:
         text = text[:500] + "…"
     return f"{type(exc).__name__}: {text}{where}"
-
-
-def _short_repr(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 200 else text[:200] + "…"
 
 
 # ------------------------------------------------------------------------------------------------ I/O
@@ -473,14 +419,17 @@ def serve_session(fd: int, settings: Settings) -> None:
         _write_all(fd, _frame(_encode(response), sequence))
 
 
-def serve_checks(fd: int, settings: Settings) -> None:
-    """Run one batch of checks and return."""
+def serve_checks(fd: int, settings: Settings, *, isolated: bool = True) -> None:
+    """Run one batch of checks and return (``isolated=False`` only for the trusted warm-up, which runs before the
+    zygote forks and must not leave the check guard installed there)."""
     received = _read_request(fd)
     if received is None:
         return
     sequence, request = received
+    from harness.sandbox.check_runner import run_checks  # imported by prepare_interpreter
+
     try:
-        response: dict[str, Any] = run_checks(request, settings)
+        response: dict[str, Any] = run_checks(request, settings, isolated=isolated)
     except MemoryError:
         response = {"ok": False, "kind": "resource_limit", "error": "the check process ran out of memory"}
     except BaseException as exc:
@@ -498,6 +447,7 @@ def prepare_interpreter() -> None:
         except ImportError:
             if module not in OPTIONAL_MODULES:
                 raise
+    importlib.import_module("harness.sandbox.check_runner")  # check processes run it; it imports this module
     sys.dont_write_bytecode = True
     sys.setrecursionlimit(3000)
     signal.signal(signal.SIGALRM, _on_alarm)
@@ -556,10 +506,17 @@ def warm_up(settings: Settings) -> None:
         opening = {**opening, "code": None, "bytecode": bytecode}
     for _ in range(_WARM_UP_ROUNDS):
         _serve_locally(serve_session, [opening, *calls[:2], *ending], settings)
-        _serve_locally(serve_checks, [checks], settings)
+        _serve_locally(_serve_trusted_checks, [checks], settings)
     for label in [name for name in sys.modules if name == "environment" or name.startswith("check_")]:
         del sys.modules[label]
     CONTEXT.current = Clock(0)
+    from harness.sandbox.check_runner import prepare_check_restore
+
+    prepare_check_restore()
+
+
+def _serve_trusted_checks(fd: int, settings: Settings) -> None:
+    serve_checks(fd, settings, isolated=False)
 
 
 def _serve_locally(serve: Any, requests: list[dict[str, Any]], settings: Settings) -> list[dict[str, Any]]:

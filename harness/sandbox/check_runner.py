@@ -1,0 +1,131 @@
+"""Running one batch of checks in a check process: each check in a fresh module, none able to change how another
+is evaluated (``harness.sandbox.check_isolation``). Standard library and orjson only; imported by the zygote."""
+
+from __future__ import annotations
+
+import gc
+import inspect
+from typing import Any
+
+import orjson
+
+from harness.sandbox.check_isolation import capture_shared_state, install_check_guard, traceback_locator
+from harness.sandbox.runtime import CallTimeout, Settings, guarded, load_module
+from harness.sandbox.shims import SHIM_MODULES, Clock
+
+_LEFT_ALIVE: list[Any] = []
+"""What a check process must never free (see the end of ``run_checks``)."""
+_PREPARED_RESTORE: list[Any] = []
+"""The shared-state restore of check processes, captured once before the zygote forks; a check process takes it
+out before its first check runs."""
+
+
+def run_checks(request: dict[str, Any], settings: Settings, *, isolated: bool = False) -> dict[str, Any]:
+    """Each check on fresh copies of (initial, final[, transcript]). Only an exact True passes.
+
+    ``isolated`` (a check process's batch) installs the check guard and, after each check, puts back the state the
+    process's checks share (``harness.sandbox.check_isolation``): no check changes how another is evaluated. The
+    loop uses only locals bound before the first check runs."""
+    timeout = float(request.get("timeout", settings.call_timeout))
+    # Each check gets its own copy of the inputs (a check may mutate what it is given).
+    initial = orjson.dumps(request["initial"])
+    final = orjson.dumps(request["final"])
+    transcript = orjson.dumps(request.get("transcript") or [])
+    checks = list(request["checks"])
+    running: list[Any] = install_check_guard() if isolated else [None, False]
+    restore = None
+    if isolated:
+        restore = _PREPARED_RESTORE.pop() if _PREPARED_RESTORE else capture_shared_state(list(SHIM_MODULES.values()))
+        gc.freeze()  # the collection after each check then visits only what the checks made
+    evaluate, locate, encode, decode = _run_check, traceback_locator(), orjson.dumps, orjson.loads
+    collect, enable_gc, disable_gc = gc.collect, gc.enable, gc.disable
+    graveyard: list[Any] = []  # what the checks left behind, kept alive so that none of their finalizers runs later
+    encoded: list[bytes] = []
+    last = len(checks) - 1
+    for index, check in enumerate(checks):
+        running[0], running[1] = f"check_{index}", False
+        enable_gc()
+        outcome: tuple[dict[str, Any], BaseException | None] | None = None
+        try:
+            outcome = evaluate(check, initial, final, transcript, timeout, index)
+            answer = encode(outcome[0])  # plain JSON now: nothing of the check's survives into the reply
+        except BaseException:
+            answer = b'{"passed":false,"value":null,"error":"the check broke out of its evaluation"}'
+        if outcome is not None and outcome[1] is not None:
+            running[0] = None  # the locator runs no code of the check
+            reply = decode(answer)
+            reply["error"] += locate(outcome[1])
+            running[0] = f"check_{index}"
+            answer = encode(reply)
+        outcome = None
+        if restore is not None:
+            collect()  # the check's own finalizers run now, while it is still the one guarded
+            disable_gc()
+            # A check that imported nothing reached nothing shared: there is nothing to put back.
+            if running[1]:
+                restore(graveyard, index == last)
+        running[0] = None
+        encoded.append(answer)
+    if restore is not None:
+        # Never freed: freeing the snapshot would write to every page it shares with the zygote, and freeing what
+        # the checks left would run their finalizers unguarded. The process exits right after its reply.
+        _LEFT_ALIVE.extend((restore, graveyard))
+    return {"ok": True, "results": [decode(answer) for answer in encoded]}
+
+
+def _run_check(
+    check: dict[str, Any], initial_json: bytes, final_json: bytes, transcript_json: bytes, timeout: float, index: int
+) -> tuple[dict[str, Any], BaseException | None]:
+    """The check's result, and the exception it raised (whose traceback the caller locates)."""
+    clock = Clock(index)
+    initial, final = orjson.loads(initial_json), orjson.loads(final_json)
+    try:
+        namespace = guarded(clock, timeout, load_module, check["source"], f"check_{index}")
+        function = namespace.get("check")
+        if callable(function):
+            if _takes_transcript(function):
+                value = guarded(clock, timeout, function, initial, final, orjson.loads(transcript_json))
+            else:
+                value = guarded(clock, timeout, function, initial, final)
+        else:
+            function = namespace.get("check_func")
+            if not callable(function):
+                return {"passed": False, "value": None, "error": "defines neither check() nor check_func()"}, None
+            namespace["initial_state"] = initial
+            value = guarded(clock, timeout, function, final)
+    except CallTimeout:
+        return {"passed": False, "value": None, "error": f"the check did not finish within {timeout:g} s"}, None
+    except BaseException as exc:
+        return {"passed": False, "value": None, "error": _name_and_text(exc)}, exc
+    passed = value is True
+    return {"passed": passed, "value": None if passed else _short_repr(value), "error": None}, None
+
+
+def _takes_transcript(function: Any) -> bool:
+    """Whether ``check`` declares a third positional parameter (``check(initial, final, transcript)``)."""
+    try:
+        parameters = list(inspect.signature(function).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 3 or any(p.kind is p.VAR_POSITIONAL for p in parameters)
+
+
+def _name_and_text(exc: BaseException) -> str:
+    text = str(exc)
+    if len(text) > 500:
+        text = text[:500] + "…"
+    return f"{type(exc).__name__}: {text}"
+
+
+def _short_repr(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 200 else text[:200] + "…"
+
+
+def prepare_check_restore() -> None:
+    """Capture the shared state check processes put back after each check, once, before the zygote forks. Captured
+    while the list that holds it is empty: each restore puts the list back empty, out of every check's reach."""
+    _PREPARED_RESTORE.clear()
+    prepared = capture_shared_state(list(SHIM_MODULES.values()))
+    _PREPARED_RESTORE.append(prepared)
