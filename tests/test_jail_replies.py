@@ -239,16 +239,27 @@ async def test_a_5_mb_error_text_is_cut_with_a_marker():
 
 async def test_check_answers_are_bounded_in_size_and_their_texts_are_cut():
     def forging_check(error_chars: int) -> Check:
+        # The check writes its own answer, a frame for the batch's request (sequence 1), on the process's channel
+        # and ends the process before the real answer: the harness reads only what the check forged.
         return Check(
             id=f"forged-{error_chars}",
             description="answers with a long error",
             source=(
                 "import typing\n"
                 "def check(initial_state, final_state):\n"
-                "    runtime = typing.sys.modules['harness.sandbox.runtime']\n"
+                "    os = typing.sys.modules['os']\n"
+                "    stat = typing.sys.modules['stat']\n"
                 '    body = b\'{"ok":true,"results":[{"passed":false,"value":null,"error":"\'\n'
                 f"    body += b'e' * {error_chars} + b'\"}}]}}'\n"
-                "    runtime._encode = lambda response: body\n"
+                "    frame = len(body).to_bytes(4, 'little') + (1).to_bytes(4, 'little') + body\n"
+                "    for fd in range(3, 64):\n"
+                "        try:\n"
+                "            if stat.S_ISSOCK(os.fstat(fd).st_mode):\n"
+                "                while frame:\n"
+                "                    frame = frame[os.write(fd, frame):]\n"
+                "                os._exit(0)\n"
+                "        except OSError:\n"
+                "            pass\n"
                 "    return True\n"
             ),
         )
