@@ -23,6 +23,7 @@ from harness.sandbox import SandboxPool, WeakSandbox
 from tests import conftest_hub
 from tests.conftest_hub import make_environment, make_scenario
 from tests.jail_library import CANARY, REPO
+from tests.unprivileged import as_ordinary_user, open_to_ordinary_user, ordinary_environment, run_as_ordinary_user
 
 hub_server = conftest_hub.hub_server
 hub = conftest_hub.hub
@@ -36,6 +37,20 @@ def harness(*args: str, env: dict[str, str] | None = None, timeout: float = 300)
     environment = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "1000", **(env or {})}
     command = [sys.executable, "-m", "harness.cli", *args]
     return subprocess.run(command, capture_output=True, text=True, env=environment, timeout=timeout, check=False)
+
+
+USERS = ["as-this-user", "as-an-ordinary-user"]
+"""Who runs the command: the test's own user (root in CI) or an ordinary one (uid 65534 when the test is root)."""
+
+
+def harness_as(
+    user: str, workspace: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The real CLI run by ``user``; an ordinary user's run gets ``workspace`` to write in and as its home."""
+    if user == "as-this-user":
+        return harness(*args, env=env)
+    open_to_ordinary_user(workspace)
+    return run_as_ordinary_user([sys.executable, "-m", "harness.cli", *args], home=workspace, extra_env=env)
 
 
 def error_lines(result: subprocess.CompletedProcess[str]) -> list[str]:
@@ -194,13 +209,14 @@ def alias_bomb() -> str:
     return "\n".join(lines)
 
 
-def test_a_card_with_an_alias_bomb_is_refused_with_one_line(tmp_path):
+@pytest.mark.parametrize("user", USERS)
+def test_a_card_with_an_alias_bomb_is_refused_with_one_line(tmp_path, user):
     folder = library_folder(tmp_path)
     card = folder / "README.md"
     text = card.read_text()
     card.write_text(text.replace("---\n", "---\n" + alias_bomb() + "\n", 1))
     assert len(alias_bomb()) < 1024  # expands to 9**9 strings under yaml.safe_load
-    result = harness("validate", str(folder), "--json", timeout=120)
+    result = harness_as(user, tmp_path, "validate", str(folder), "--json")
     one_line_refusal(result, "README.md", "aliases are not accepted")
 
 
@@ -223,14 +239,18 @@ def canary_library(tmp_path: Path) -> tuple[Path, Path]:
     return library, scenario_file
 
 
-def test_a_scenario_file_that_is_a_symlink_is_refused_and_leaks_nowhere(tmp_path):
+@pytest.mark.parametrize("user", USERS)
+def test_a_scenario_file_that_is_a_symlink_is_refused_and_leaks_nowhere(tmp_path, user):
     library, scenario_file = canary_library(tmp_path)
     run_dir = tmp_path / "run"
     built = tmp_path / "built"
+    offline = {"HF_HUB_OFFLINE": "1", "HF_ENDPOINT": "http://127.0.0.1:9"}
     results = [
-        harness("run", "--envs", str(library), "--agent", "oracle", "--model", "oracle", "--out", str(run_dir)),
-        harness("validate", str(library), "--json"),
-        harness(
+        harness_as(user, tmp_path, "run", "--envs", str(library), "--agent", "oracle", "--out", str(run_dir)),
+        harness_as(user, tmp_path, "validate", str(library), "--json"),
+        harness_as(
+            user,
+            tmp_path,
             "publish",
             "environments",
             str(library),
@@ -238,7 +258,7 @@ def test_a_scenario_file_that_is_a_symlink_is_refused_and_leaks_nowhere(tmp_path
             "acme/library",
             "--out",
             str(built),
-            env={"HF_HUB_OFFLINE": "1", "HF_ENDPOINT": "http://127.0.0.1:9"},
+            env=offline,
         ),
     ]
     for result in results:
@@ -265,7 +285,8 @@ def zip_bomb(path: Path, gigabytes: int = 1) -> str:
     return member
 
 
-def test_a_zip_bomb_wheel_is_refused_by_name_without_being_read(tmp_path):
+@pytest.mark.parametrize("user", USERS)
+def test_a_zip_bomb_wheel_is_refused_by_name_without_being_read(tmp_path, user):
     wheel = tmp_path / "bfcl_eval-2026.3.23-py3-none-any.whl"
     member = zip_bomb(wheel)
     assert wheel.stat().st_size < 8 << 20
@@ -279,11 +300,16 @@ def test_a_zip_bomb_wheel_is_refused_by_name_without_being_read(tmp_path):
         "sys.exit(done.returncode)\n"
     )
     command = [sys.executable, "-m", "harness.cli", "import", "bfcl", "--source", str(wheel), "--out", str(out)]
+    argv = [sys.executable, "-c", driver, *command]
+    environment = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "1000"}
+    if user == "as-an-ordinary-user":
+        open_to_ordinary_user(tmp_path)
+        argv, environment = as_ordinary_user(argv), ordinary_environment(tmp_path)
     result = subprocess.run(
-        [sys.executable, "-c", driver, *command],
+        argv,
         capture_output=True,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "1000"},
+        env=environment,
         timeout=300,
         check=False,
     )

@@ -108,6 +108,7 @@ async def test_an_unreachable_server_ends_the_episode_as_an_infrastructure_error
     assert trajectory.termination is TerminationReason.INFRA_ERROR
     assert trajectory.reward is None
     assert trajectory.errors and "connect" in trajectory.errors[0]
+    assert trajectory.failure is not None and trajectory.failure.at_fault == "harness"
 
 
 # ------------------------------------------------------------------------ a server written elsewhere

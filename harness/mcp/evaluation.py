@@ -12,7 +12,17 @@ from harness.episode import Episode, EpisodeConfig, drive
 from harness.mcp.client import AdminStyle, McpTarget, McpToolSession
 from harness.protocols import AgentPolicy, UserPolicy
 from harness.sandbox import SandboxPool
-from harness.schema import Environment, Scenario, TerminationReason, Timings, Trajectory, Usage, utc_now
+from harness.schema import (
+    Environment,
+    Failure,
+    FailureParty,
+    Scenario,
+    TerminationReason,
+    Timings,
+    Trajectory,
+    Usage,
+    utc_now,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -141,6 +151,7 @@ def _unreachable(
         user=user.settings if config.mode == "conv" and user is not None else None,
         termination=TerminationReason.INFRA_ERROR,
         termination_detail=detail,
+        failure=Failure(at_fault=FailureParty.HARNESS, detail=detail),
         usage=usage,
         timings=Timings(ended_at=utc_now()),
         errors=[detail],
