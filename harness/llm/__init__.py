@@ -20,6 +20,13 @@ from harness.llm.errors import (
     RetriesExhausted,
 )
 from harness.llm.limits import EndpointLimits
+from harness.llm.local import (
+    LocalCompletion,
+    LocalContextWindowExceeded,
+    LocalModel,
+    LocalModelUnavailable,
+    get_local_model,
+)
 from harness.llm.local_provider import LOCAL_MODEL_STRING, LOCAL_PROVIDER
 from harness.llm.python_models import (
     PYTHON_PROVIDER,
@@ -42,6 +49,10 @@ __all__ = [
     "EndpointUnreachable",
     "LLMClient",
     "LLMError",
+    "LocalCompletion",
+    "LocalContextWindowExceeded",
+    "LocalModel",
+    "LocalModelUnavailable",
     "ModelHandlerError",
     "ModelSettings",
     "PythonModelHandler",
@@ -52,6 +63,7 @@ __all__ = [
     "RetryPolicy",
     "cache_key",
     "env_name",
+    "get_local_model",
     "register_python_model",
     "registered_python_models",
     "unregister_python_model",
