@@ -7,6 +7,9 @@ result = await client.chat(ModelSettings(model="qwen3-8b", temperature=0.0), mes
 ```
 """
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from harness.llm import _litellm  # noqa: F401  (first: sets the offline cost map before litellm loads)
 from harness.llm.aliases import AliasTable, ResolvedModel, env_name, user_models_file
 from harness.llm.cache import ResponseCache, cache_key
@@ -20,13 +23,6 @@ from harness.llm.errors import (
     RetriesExhausted,
 )
 from harness.llm.limits import EndpointLimits
-from harness.llm.local import (
-    LocalCompletion,
-    LocalContextWindowExceeded,
-    LocalModel,
-    LocalModelUnavailable,
-    get_local_model,
-)
 from harness.llm.local_provider import LOCAL_MODEL_STRING, LOCAL_PROVIDER
 from harness.llm.python_models import (
     PYTHON_PROVIDER,
@@ -37,6 +33,20 @@ from harness.llm.python_models import (
 )
 from harness.llm.retry import RetryPolicy
 from harness.schema import ModelSettings
+
+if TYPE_CHECKING:
+    from harness.llm.local import (
+        LocalCompletion,
+        LocalContextWindowExceeded,
+        LocalModel,
+        LocalModelUnavailable,
+        get_local_model,
+    )
+
+# The embedded model's module is loaded on first use of one of its names, not with every model client.
+_LOCAL_EXPORTS = frozenset(
+    {"LocalCompletion", "LocalContextWindowExceeded", "LocalModel", "LocalModelUnavailable", "get_local_model"}
+)
 
 __all__ = [
     "LOCAL_MODEL_STRING",
@@ -69,3 +79,9 @@ __all__ = [
     "unregister_python_model",
     "user_models_file",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LOCAL_EXPORTS:
+        return getattr(importlib.import_module("harness.llm.local"), name)
+    raise AttributeError(f"module 'harness.llm' has no attribute {name!r}")
