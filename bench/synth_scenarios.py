@@ -36,13 +36,13 @@ from synth.graph import build_graph
 from synth.queries import QueryConfig, synthesize_queries
 from synth.sampling import SamplingParams
 from synth.scenarios import ScenarioSynthesisConfig, SynthesisReport, synthesize_scenarios
-from tests.test_synth_scen_e2e import (
-    _STEP,
+from tests.doubles.scripted_scenarios import (
+    STEP_LINE,
     ScriptedQueryModel,
     ScriptedScenarioWriter,
     ScriptedTeacher,
-    _tool_call,
     scripted,
+    tool_call_reply,
 )
 
 
@@ -59,7 +59,7 @@ class ConcurrentQueryModel(ScriptedQueryModel):
         system = request["messages"][0]["content"]
         user = request["messages"][1]["content"]
         if system.startswith("You turn steps"):
-            steps = [(m.group(1), json.loads(m.group(2))) for m in _STEP.finditer(user)]
+            steps = [(m.group(1), json.loads(m.group(2))) for m in STEP_LINE.finditer(user)]
             self.steps_of[json.loads(answer["content"])["request"]] = steps
         elif "refinement rule" in system:
             before = user.split("Request: ", 1)[1].split("\n\nContext: ", 1)[0]
@@ -81,7 +81,7 @@ class ConcurrentSolver:
         steps = [step for line in task.split("\n") for step in self.query_model.steps_of.get(line, [])]
         done = sum(1 for m in request["messages"] if m["role"] == "assistant" and m.get("tool_calls"))
         if done < len(steps):
-            return _tool_call(*steps[done], done)
+            return tool_call_reply(*steps[done], done)
         return {"role": "assistant", "content": "Done.", "usage": {"prompt_tokens": 9, "completion_tokens": 5}}
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,6 +10,7 @@ import orjson
 
 from harness.containment import OutsideLibrary, require_inside
 from harness.errors import BadInput
+from harness.fingerprint import fingerprint
 from harness.names import require_safe_id
 from harness.schema import DatasetRef, Environment, Provenance, Scenario
 from harness.toolspec import derive_tools
@@ -35,18 +35,6 @@ class Library:
 
     def scenarios_for(self, environment_id: str) -> list[Scenario]:
         return [s for s in self.scenarios if s.environment_id == environment_id]
-
-
-def fingerprint(environments: dict[str, Environment], scenarios: list[Scenario]) -> str:
-    digest = hashlib.sha256()
-    for env_id in sorted(environments):
-        env = environments[env_id]
-        digest.update(orjson.dumps([env.id, env.code, env.introduction, env.rules], option=orjson.OPT_SORT_KEYS))
-    for scenario in sorted(scenarios, key=lambda s: s.id):
-        digest.update(
-            orjson.dumps(scenario.model_dump(mode="json", exclude={"provenance"}), option=orjson.OPT_SORT_KEYS)
-        )
-    return digest.hexdigest()[:16]
 
 
 def _one_line(error: Exception, limit: int = 300) -> str:

@@ -26,7 +26,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import orjson
 
@@ -38,8 +38,9 @@ from harness.llm import AliasTable, EndpointLimits, LLMClient, RetryPolicy
 from harness.llm.aliases import AliasEntry
 from harness.sandbox import SandboxPool
 from harness.schema import Environment, Usage
+from synth.cluster import AttemptKind, AttemptUnit
+from synth.environment_build import COST_STAGES, EnvironmentBuild, SynthEnvsConfig
 from synth.graph import ToolGraph
-from synth.pipeline import COST_STAGES, SynthEnvsConfig, _Run
 from synth.queries import QueryConfig, QuerySynthesizer
 from synth.records import Rejection, Theme
 from synth.scenarios import AttemptRecord, ScenarioSynthesisConfig, ScenarioSynthesizer
@@ -50,17 +51,6 @@ logger = logging.getLogger(__name__)
 READY_TIMEOUT_S = 300.0
 SHUTDOWN_TIMEOUT_S = 20.0
 LIMITER_MAX_CONCURRENCY = 100_000
-
-Kind = Literal["scenarios", "queries"]
-
-
-@dataclass(frozen=True)
-class AttemptUnit:
-    """One planned attempt as sent over the wire: the environment travels by id (every executor holds them)."""
-
-    environment_id: str
-    index: int
-    key: str
 
 
 @dataclass(frozen=True)
@@ -89,7 +79,7 @@ class ModelAccess:
 class AttemptPlan:
     """What every attempt executor gets once, at start."""
 
-    kind: Kind
+    kind: AttemptKind
     config: ScenarioSynthesisConfig | QueryConfig
     environments: list[Environment]
     graph: ToolGraph | None
@@ -183,7 +173,7 @@ class EnvironmentExecutor(_SynthExecutor):
     async def run(self, unit: ThemeUnit) -> bytes:
         pool, client = await self._services()
         store = MemoryStageStore(unit.stages)
-        build = _Run(self.config, client, pool, store)
+        build = EnvironmentBuild(self.config, client, pool, store)
         item, costs = await build.build(unit.theme, unit.discovery_usage)
         answer = {
             "position": unit.position,
@@ -232,7 +222,7 @@ class RaySynthesis:
 
     async def start(
         self,
-        kind: Kind,
+        kind: AttemptKind,
         config: ScenarioSynthesisConfig | QueryConfig,
         environments: list[Environment],
         client: LLMClient,
@@ -249,7 +239,7 @@ class RaySynthesis:
         await self._execute(list(units), lambda payload: on_record(AttemptRecord.model_validate_json(payload)))
 
     async def build_environments(
-        self, run: _Run, themes: list[Theme], discovery_usage: list[Usage]
+        self, run: EnvironmentBuild, themes: list[Theme], discovery_usage: list[Usage]
     ) -> list[tuple[Environment | Rejection, dict[str, Usage]]]:
         """Build each theme's environment on the executors; ``run`` is the driver's, whose stage store gets the
         stage outputs the builds computed. Results come back in the order of ``themes``."""

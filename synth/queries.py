@@ -36,6 +36,7 @@ from harness.schema import (
     utc_now,
 )
 from synth.answers import AnswerError, Asker
+from synth.cluster import AttemptCluster, AttemptUnit
 from synth.costs import DEFAULT_PRICE_MODEL
 from synth.dedup import DEFAULT_SIMILARITY
 from synth.gates import GateOutcome, gate_checks_run, gate_false_at_reset, gate_reference
@@ -62,7 +63,6 @@ from synth.verification import minimize_reference, verify_by_rollouts
 
 if TYPE_CHECKING:
     from harness.llm import LLMClient
-    from synth.distributed import RaySynthesis
 
 logger = logging.getLogger(__name__)
 
@@ -476,7 +476,7 @@ async def synthesize_queries(
     *,
     client: LLMClient,
     pool: SandboxPool | None = None,
-    cluster: RaySynthesis | None = None,
+    cluster: AttemptCluster | None = None,
 ) -> SynthesisReport:
     """Sample ``config.chains`` chains (seeds ``seed``, ``seed + 1``, …) and turn each into a scenario; resumable.
 
@@ -507,8 +507,6 @@ async def synthesize_queries(
 
     try:
         if cluster is not None and pending:
-            from synth.distributed import AttemptUnit
-
             await cluster.start("queries", config, list(environments), client, graph=graph)
             await cluster.execute([AttemptUnit("", seed, keys[seed]) for seed in pending], journaled)
         elif cluster is None:

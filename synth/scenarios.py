@@ -33,6 +33,7 @@ from harness.schema import (
     utc_now,
 )
 from synth.answers import AnswerError, Asker
+from synth.cluster import AttemptCluster, AttemptUnit
 from synth.costs import DEFAULT_PRICE_MODEL, dollars
 from synth.dedup import DEFAULT_SIMILARITY, find_duplicates, mark_duplicates
 from synth.gates import (
@@ -54,7 +55,6 @@ from synth.vectors import TextVectors
 if TYPE_CHECKING:
     from harness.llm import LLMClient
     from harness.schema import Trajectory
-    from synth.distributed import RaySynthesis
 
 logger = logging.getLogger(__name__)
 
@@ -470,7 +470,7 @@ async def synthesize_scenarios(
     *,
     client: LLMClient,
     pool: SandboxPool | None = None,
-    cluster: RaySynthesis | None = None,
+    cluster: AttemptCluster | None = None,
 ) -> SynthesisReport:
     """Run (or resume) scenario synthesis into ``out``; returns the report over every attempt in the journal.
 
@@ -505,8 +505,6 @@ async def synthesize_scenarios(
 
     try:
         if cluster is not None and jobs:
-            from synth.distributed import AttemptUnit
-
             await cluster.start("scenarios", config, list(environments), client)
             await cluster.execute([AttemptUnit(e.id, index, key) for e, index, key in jobs], journaled)
         elif cluster is None:

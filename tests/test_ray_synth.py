@@ -2,7 +2,7 @@
 the driver alone writes the output folder, a re-run over it does nothing twice, and a cluster that cannot be
 reached is one line before any work.
 
-The scripted models of ``tests.test_synth_scen_e2e`` answer behind the mock OpenAI-compatible server, so the
+The scripted models of ``tests.doubles.scripted_scenarios`` answer behind the mock OpenAI-compatible server, so the
 executors' own model clients reach them over HTTP exactly as the driver's does."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import pytest
 
 from harness.library import load_library
 from tests.doubles.mock_openai import MockOpenAIServer, PolicyRequest
+from tests.doubles.scripted_scenarios import ScriptedQueryModel, ScriptedScenarioWriter, ScriptedTeacher
 from tests.doubles.scripted_synth import ScriptedSynthModel
 from tests.ray_cluster import cli
-from tests.test_synth_scen_e2e import ScriptedQueryModel, ScriptedScenarioWriter, ScriptedTeacher
 
 ENVIRONMENT = "retail_orders"
 

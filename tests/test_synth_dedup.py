@@ -11,7 +11,7 @@ from harness.llm import LLMClient
 from harness.sandbox import SandboxPool
 from synth.dedup import anchors, find_duplicates, mark_duplicates, normalized_task
 from synth.scenarios import ScenarioSynthesisConfig, synthesize_scenarios
-from tests.test_synth_scen_e2e import ScriptedScenarioWriter, scripted
+from tests.doubles.scripted_scenarios import ScriptedScenarioWriter, scripted
 
 LIBRARY = load_library()
 

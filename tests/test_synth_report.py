@@ -11,9 +11,9 @@ from harness.llm import LLMClient
 from harness.sandbox import SandboxPool
 from synth.pipeline import synthesize_environments
 from synth.scenarios import ScenarioSynthesisConfig, synthesize_scenarios
+from tests.doubles.scripted_scenarios import ScriptedScenarioWriter
+from tests.doubles.scripted_scenarios import scripted as scripted_writer
 from tests.test_synth_envs import config, scripted
-from tests.test_synth_scen_e2e import ScriptedScenarioWriter
-from tests.test_synth_scen_e2e import scripted as scripted_writer
 
 
 def report(folder: Path) -> subprocess.CompletedProcess[str]:

@@ -18,6 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from harness.fingerprint import fingerprint
 from harness.hub.card import CardConfig, CardInfo, SourceLink, render_card
 from harness.hub.projection import LAYOUT_VERSION, PROJECTIONS, RowSchemaError, records_to_table
 from harness.hub.sources import SourceError, read_leaderboard, read_library, read_run, read_sft
@@ -90,8 +91,6 @@ def _counts(values: Sequence[str | None]) -> str:
 
 
 def library_provenance(environments: Sequence[Environment], scenarios: Sequence[Scenario]) -> list[str]:
-    from harness.library import fingerprint
-
     provenances = [e.provenance for e in environments] + [s.provenance for s in scenarios]
     lines = [
         f"{len(environments)} environments in domains: {_counts([e.domain for e in environments])}.",

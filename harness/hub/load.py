@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from harness.containment import require_inside, require_relative_pattern
+from harness.fingerprint import fingerprint
 from harness.hub.build import METADATA_KEY
 from harness.hub.projection import (
     GENERIC_ROW,
@@ -226,8 +227,6 @@ def read_records_folder(
 
 
 def _library_from(records: HubRecords) -> tuple[list[Environment], list[Scenario], DatasetRef]:
-    from harness.library import fingerprint
-
     environments: list[Environment] = []
     scenarios: list[Scenario] = []
     for name, items in records.configs.items():

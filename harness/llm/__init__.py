@@ -7,6 +7,9 @@ result = await client.chat(ModelSettings(model="qwen3-8b", temperature=0.0), mes
 ```
 """
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from harness.llm import _litellm  # noqa: F401  (first: sets the offline cost map before litellm loads)
 from harness.llm.aliases import AliasTable, ResolvedModel, env_name, user_models_file
 from harness.llm.cache import ResponseCache, cache_key
@@ -31,6 +34,20 @@ from harness.llm.python_models import (
 from harness.llm.retry import RetryPolicy
 from harness.schema import ModelSettings
 
+if TYPE_CHECKING:
+    from harness.llm.local import (
+        LocalCompletion,
+        LocalContextWindowExceeded,
+        LocalModel,
+        LocalModelUnavailable,
+        get_local_model,
+    )
+
+# The embedded model's module is loaded on first use of one of its names, not with every model client.
+_LOCAL_EXPORTS = frozenset(
+    {"LocalCompletion", "LocalContextWindowExceeded", "LocalModel", "LocalModelUnavailable", "get_local_model"}
+)
+
 __all__ = [
     "LOCAL_MODEL_STRING",
     "LOCAL_PROVIDER",
@@ -42,6 +59,10 @@ __all__ = [
     "EndpointUnreachable",
     "LLMClient",
     "LLMError",
+    "LocalCompletion",
+    "LocalContextWindowExceeded",
+    "LocalModel",
+    "LocalModelUnavailable",
     "ModelHandlerError",
     "ModelSettings",
     "PythonModelHandler",
@@ -52,8 +73,15 @@ __all__ = [
     "RetryPolicy",
     "cache_key",
     "env_name",
+    "get_local_model",
     "register_python_model",
     "registered_python_models",
     "unregister_python_model",
     "user_models_file",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LOCAL_EXPORTS:
+        return getattr(importlib.import_module("harness.llm.local"), name)
+    raise AttributeError(f"module 'harness.llm' has no attribute {name!r}")
