@@ -52,10 +52,10 @@ def run_level(
 ) -> None:
     import contextlib
 
-    import harness.runner
+    import harness.run.driver
 
     if default_collector:
-        harness.runner.tuned_for_throughput = contextlib.nullcontext  # type: ignore[assignment]
+        harness.run.driver.tuned_for_throughput = contextlib.nullcontext  # type: ignore[assignment]
     from agents.run_adapters import agent_factory
     from harness.library import load_library
     from harness.llm import AliasTable, EndpointLimits, LLMClient

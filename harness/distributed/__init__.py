@@ -1,6 +1,6 @@
 """Past one machine: runs, SFT rollouts and RL environment actors on a Ray cluster.
 
-Needs the ``ray`` extra. ``harness.runner.run`` uses :class:`RayBackend` when ``RunConfig.ray`` is set: the
+Needs the ``ray`` extra. ``harness.run.run`` uses :class:`RayBackend` when ``RunConfig.ray`` is set: the
 driver plans and writes the run folder, executors on the cluster's nodes run the episodes. RL trainers use
 :class:`EnvironmentPool`: environment actors with the gym interface, group rollouts and the reward function.
 """

@@ -1,12 +1,13 @@
 """The driver side of a run on a Ray cluster: place executors, dispatch episodes, collect every result once.
 
-The runner plans episodes and owns the run folder as for a local run; this backend only decides where each
-episode runs. Episodes go to an executor in batches (one ``submit`` call) and come back in batches (a
-``collect`` long poll that each executor always has one of outstanding), so a Ray call's cost is shared by
-the episodes it carries. The driver remembers which episodes each executor holds. When an executor or its
-node dies, its calls fail with a Ray error: every episode it held and had not returned goes back to the front
-of the queue and runs on another executor (a replacement is started on the lost one's node when the node is
-still there), and nothing more is accepted from it. So each planned episode gets exactly one ``on_result``.
+The run's driver (``harness.run.driver``) plans episodes and owns the run folder as for a local run; this
+backend only decides where each episode runs. Episodes go to an executor in batches (one ``submit`` call) and
+come back in batches (a ``collect`` long poll that each executor always has one of outstanding), so a Ray
+call's cost is shared by the episodes it carries. The driver remembers which episodes each executor holds.
+When an executor or its node dies, its calls fail with a Ray error: every episode it held and had not returned
+goes back to the front of the queue and runs on another executor (a replacement is started on the lost one's
+node when the node is still there), and nothing more is accepted from it. So each planned episode gets exactly
+one ``on_result``.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ from typing import Any
 from harness.llm import LLMClient
 from harness.llm.aliases import AliasEntry
 from harness.llm.transport import DIRECT_ROUTE_VARIABLE, OPENAI_COMPATIBLE
-from harness.runner import EpisodeJob, EpisodeSpec, RunConfig
+from harness.run.backend import EpisodeJob
+from harness.run.config import RunConfig
+from harness.run.plan import EpisodeSpec
 from harness.schema import ClusterInfo, ClusterNode, Trajectory
 
 from .cluster import ClusterUnavailable, alive_nodes, check_nodes, import_ray, join, root_cause

@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from harness import __version__
-from harness.runner import RunRefused
+from harness.run.config import RunRefused
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The episode executor: a Ray actor on one node with its own sandbox pool and model client.
 
-It runs the very code a local run runs (``harness.runner``'s per-episode function) and returns finished
+It runs the very code a local run runs (``harness.run.episodes.run_one_episode``) and returns finished
 trajectories to the driver as JSON; it never writes a result itself. Episodes arrive in batches
 (:meth:`EpisodeExecutor.submit`) and leave in batches (:meth:`EpisodeExecutor.collect`, a long poll), so the
 cost of a Ray call is shared by the episodes it carries rather than paid twice by each one. The library is put
@@ -22,7 +22,9 @@ from harness.collector import tune_for_throughput
 from harness.library import Library
 from harness.llm import AliasTable, EndpointLimits, RetryPolicy
 from harness.llm.aliases import AliasEntry
-from harness.runner import AgentFactory, EpisodeSpec, RunConfig, UserFactory, _run_one, agent_settings, user_settings
+from harness.run.config import RunConfig
+from harness.run.episodes import AgentFactory, EpisodeContext, UserFactory, run_one_episode
+from harness.run.plan import EpisodeSpec
 from harness.sandbox import SandboxError, SandboxLimits, SandboxPool
 from harness.schema import Environment, Mode, Scenario, ToolCall
 from harness.scoring import SharedResetResults, adopt_reset_results
@@ -211,18 +213,10 @@ class EpisodeExecutor:
         plan = self.plan
         scenario = self.scenarios[(ticket.environment_id, ticket.scenario_id)]
         spec = EpisodeSpec(ticket.episode_id, scenario, ticket.mode, ticket.trial, ticket.seed)
-        trajectory = await _run_one(
-            spec,
-            self._pool,
-            self._client,
-            agent_settings(plan.config),
-            user_settings(plan.config),
-            plan.config,
-            run_id,
-            plan.agent_factory,
-            plan.user_factory,
-            self.library,
+        context = EpisodeContext.of(
+            plan.config, self.library, self._pool, self._client, plan.agent_factory, plan.user_factory, run_id
         )
+        trajectory = await run_one_episode(spec, context)
         return trajectory.model_dump_json().encode()
 
     async def shutdown(self) -> None:

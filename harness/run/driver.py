@@ -1,0 +1,389 @@
+"""A run from start to end: load → check → plan → folder → backend → summarize.
+
+Episodes are bounded by ``concurrency``; model calls by the per-endpoint limits of ``harness.llm``; environment
+code runs in the sandbox's confined processes. Results are appended to ``results.jsonl`` as episodes finish;
+``--resume`` runs only the episodes that have no result yet. This module alone writes the run folder.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.collector import tuned_for_throughput
+from harness.library import Library
+from harness.llm import EndpointLimits, EndpointUnreachable, LLMClient, RequestRejected
+from harness.metrics import RESULTS_FILE, read_results, summarize_run, write_summary
+from harness.sandbox import SandboxLimits, SandboxPool
+from harness.schema import RunManifest, Scenario, TerminationReason, Trajectory
+from harness.scoring import known_reset_results
+from harness.store import ResultStore
+
+from .backend import EpisodeBackend, EpisodeJob
+from .config import ModelUnavailable, RunConfig, RunRefused, agent_settings, models_in_use
+from .episodes import AgentFactory, UserFactory
+from .folder import (
+    build_manifest,
+    check_folder_usable,
+    default_run_dir,
+    resolution_line,
+    resumed_manifest,
+    write_manifest,
+)
+from .local import LocalBackend
+from .plan import (
+    EpisodeSpec,
+    check_served_environments,
+    drop_invalid,
+    load_run_library,
+    nothing_to_run,
+    plan_episodes,
+    resolve_rules,
+    select_scenarios,
+    selection_problems,
+)
+from .progress import (
+    ProgressCallback,
+    RunOutcome,
+    RunPlan,
+    RunProgress,
+    StartCallback,
+    environment_error_causes,
+    infra_error_causes,
+    report_usage,
+)
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """A planned run: what it runs, where it writes, and what its caller asked to be told."""
+
+    config: RunConfig
+    library: Library
+    specs: list[EpisodeSpec]
+    invalid: dict[str, str]
+    run_dir: Path
+    pool: SandboxPool
+    client: LLMClient
+    agent_factory: AgentFactory
+    user_factory: UserFactory | None
+    on_progress: ProgressCallback | None
+    on_start: StartCallback | None
+    stop_on_signals: bool
+    backend: EpisodeBackend | None
+
+
+async def run(
+    config: RunConfig,
+    *,
+    agent_factory: AgentFactory,
+    user_factory: UserFactory | None = None,
+    on_progress: ProgressCallback | None = None,
+    on_start: StartCallback | None = None,
+    library: Library | None = None,
+    client: LLMClient | None = None,
+    sandbox_limits: SandboxLimits | None = None,
+    stop_on_signals: bool = False,
+    backend: EpisodeBackend | None = None,
+) -> RunOutcome:
+    """Run every planned episode that has no result yet, then write the summary.
+
+    Inputs are checked before any work (:class:`RunRefused` lists every problem; no run folder is made): the
+    selection, then the cheap part of `harness validate` on the selected scenarios in the run's own sandbox
+    (invalid ones are left out and named unless ``include_invalid``). Each model endpoint is probed once
+    (:class:`ModelUnavailable` when one does not answer). With ``stop_on_signals``, SIGINT or SIGTERM stops the
+    run cleanly: episodes in flight are dropped (they run again on resume), the summary is written, and
+    ``RunOutcome.stopped_by`` names the signal. Episodes run in this process, or through ``backend`` (by default
+    a Ray cluster when ``config.ray`` is set); either way this process alone writes the run folder.
+    """
+    library = library or load_run_library(config)
+    problems = selection_problems(library, config)
+    if problems:
+        raise RunRefused(*problems)
+    if config.skip_bad_records and library.problems:
+        logger.warning("running without %d record(s) that do not load", len(library.problems))
+    scenarios = select_scenarios(library, config)
+    config = resolve_rules(config, library, scenarios)
+    # One pool screens the scenarios and runs the episodes, so the confinement it requires covers both.
+    async with SandboxPool(
+        workers=config.workers,
+        limits=sandbox_limits,
+        require_full_confinement=library.from_hub and not config.allow_weak_sandbox,
+    ) as pool:
+        scenarios, invalid = await drop_invalid(pool, library, scenarios, config)
+        with tuned_for_throughput():
+            specs = await checked_plan(config, library, scenarios, user_factory)
+            run_dir = config.out or default_run_dir(config)
+            check_folder_usable(run_dir, config.resume)
+            async with model_client(config, client) as model:
+                context = RunContext(
+                    config=config,
+                    library=library,
+                    specs=specs,
+                    invalid=invalid,
+                    run_dir=run_dir,
+                    pool=pool,
+                    client=model,
+                    agent_factory=agent_factory,
+                    user_factory=user_factory,
+                    on_progress=on_progress,
+                    on_start=on_start,
+                    stop_on_signals=stop_on_signals,
+                    backend=backend if backend is not None else external_backend(config),
+                )
+                return await run_planned(context)
+
+
+async def checked_plan(
+    config: RunConfig, library: Library, scenarios: list[Scenario], user_factory: UserFactory | None
+) -> list[EpisodeSpec]:
+    """The episodes to run, refused when there are none or when they need what the run was not given."""
+    specs = plan_episodes(scenarios, config)
+    if not specs:
+        raise nothing_to_run(library, config)
+    await check_served_environments(config, scenarios)
+    if any(spec.mode == "conv" for spec in specs) and user_factory is None:
+        raise RunRefused("conversational mode needs a simulated user (user_factory)")
+    return specs
+
+
+@contextlib.asynccontextmanager
+async def model_client(config: RunConfig, client: LLMClient | None) -> AsyncIterator[LLMClient]:
+    """The caller's client, or one made from the run's limits (and closed at the end)."""
+    if client is not None:
+        yield client
+        return
+    owned = LLMClient(
+        cache_dir=config.cache_dir,
+        default_limits=EndpointLimits(concurrency=config.concurrency, rpm=config.rpm, tpm=config.tpm),
+        timeout=config.timeout,
+    )
+    try:
+        yield owned
+    finally:
+        await owned.aclose()
+
+
+def external_backend(config: RunConfig) -> EpisodeBackend | None:
+    """The Ray backend when ``--ray`` asks for it (imported here: ``harness.distributed`` builds on this package)."""
+    if config.ray is None:
+        return None
+    from harness.distributed import RayBackend
+
+    return RayBackend(config.ray)
+
+
+async def run_planned(context: RunContext) -> RunOutcome:
+    config, client, specs, run_dir = context.config, context.client, context.specs, context.run_dir
+    check_agent(config, specs[0].scenario, client, context.agent_factory)
+    manifest = build_manifest(config, run_dir.name, context.library, client, len(specs), context.invalid)
+    manifest = resumed_manifest(run_dir, manifest)
+    store = ResultStore(run_dir / RESULTS_FILE)
+    await check_models(config, client)
+    covered = {spec.episode_id for spec in specs} | set(store.terminations)
+    manifest = manifest.model_copy(update={"episodes_planned": len(covered)})
+    if config.skip_bad_records and context.library.problems:
+        manifest.config["skipped_records"] = list(context.library.problems)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    job = EpisodeJob(
+        config,
+        context.library,
+        client,
+        context.agent_factory,
+        context.user_factory,
+        context.pool.limits,
+        reset_results=known_reset_results(context.pool, (spec.scenario for spec in specs)),
+    )
+    if context.backend is not None:
+        try:
+            cluster = await context.backend.start(job)
+        except BaseException:
+            store.close()
+            await context.backend.close()
+            raise
+        manifest = manifest.model_copy(update={"cluster": cluster})
+    write_manifest(run_dir, manifest)
+
+    in_flight = episodes_in_flight(config, client)
+    finished = store.finished(retry_errors=config.retry_errors)
+    todo = [spec for spec in specs if spec.episode_id not in finished]
+    if context.on_start is not None:
+        context.on_start(
+            RunPlan(
+                run_dir=run_dir,
+                environments=sorted({spec.scenario.environment_id for spec in specs}),
+                scenarios=len({spec.scenario.id for spec in specs}),
+                modes=sorted({spec.mode for spec in specs}),
+                trials=config.trials,
+                max_steps=config.max_steps,
+                episodes=len(specs),
+                to_run=len(todo),
+                recorded=len(set(store.terminations)),
+                models={m: resolution_line(manifest.model_resolution.get(m)) for m in models_in_use(config)},
+                in_flight=min(in_flight, max(len(todo), 1)),
+            )
+        )
+    progress = RunProgress(total=len(todo))
+    backend = context.backend
+    if backend is None:
+        backend = LocalBackend(context.pool, progress)
+        await backend.start(job)
+    stopped_by = await execute(context, backend, manifest, todo, in_flight, store, progress)
+    progress.refresh_usage(client)
+    if context.on_progress is not None:
+        context.on_progress(progress)
+    skipped = len(specs) - len(todo)
+    return summarize(context, manifest, progress, skipped=skipped, planned=len(covered), stopped_by=stopped_by)
+
+
+async def execute(
+    context: RunContext,
+    backend: EpisodeBackend,
+    manifest: RunManifest,
+    todo: list[EpisodeSpec],
+    in_flight: int,
+    store: ResultStore,
+    progress: RunProgress,
+) -> int | None:
+    """Run ``todo`` on ``backend``, recording each result as it comes; returns the signal that stopped the run."""
+    stopped_by: list[int] = []
+    tasks: list[asyncio.Task[None]] = []
+
+    def request_stop(number: int) -> None:
+        stopped_by.append(number)
+        logger.warning(
+            "stopping: %s received; episodes in flight are dropped and run again on resume", signal.Signals(number).name
+        )
+        for task in tasks:
+            task.cancel()
+
+    def record(trajectory: Trajectory) -> None:
+        if stopped_by and trajectory.termination is TerminationReason.INFRA_ERROR:
+            return  # most likely the stop itself
+        store.append(trajectory)
+        progress.count(trajectory)
+        if context.on_progress is not None:
+            context.on_progress(progress)
+
+    try:
+        with stop_on_signals(context.stop_on_signals, request_stop):
+            if not stopped_by:
+                tasks.append(
+                    asyncio.create_task(
+                        backend.execute(todo, run_id=manifest.run_id, in_flight=in_flight, on_result=record)
+                    )
+                )
+            reporter = asyncio.create_task(report_usage(progress, context.client, context.on_progress))
+            try:
+                await asyncio.gather(*tasks)
+            except asyncio.CancelledError:
+                if not stopped_by:
+                    raise
+            finally:
+                reporter.cancel()
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+    finally:
+        store.close()
+        await backend.close()
+    return stopped_by[0] if stopped_by else None
+
+
+def summarize(
+    context: RunContext,
+    manifest: RunManifest,
+    progress: RunProgress,
+    *,
+    skipped: int,
+    planned: int,
+    stopped_by: int | None,
+) -> RunOutcome:
+    """Write the summary of every result in the folder and say what this invocation did."""
+    results = read_results(context.run_dir / RESULTS_FILE)
+    summary = summarize_run(results, run_id=manifest.run_id)
+    write_summary(context.run_dir, summary)
+    return RunOutcome(
+        context.run_dir,
+        manifest,
+        summary,
+        ran=progress.done,
+        skipped=skipped,
+        planned=planned,
+        stopped_by=stopped_by,
+        infra_causes=infra_error_causes(results),
+        environment_causes=environment_error_causes(results),
+    )
+
+
+def episodes_in_flight(config: RunConfig, client: LLMClient) -> int:
+    """``config.concurrency``, bounded by what the agent's and user's models are worth (alias ``max_episodes``)."""
+    bounds = [config.concurrency]
+    for model in models_in_use(config):
+        try:
+            bound = client.resolve(model).max_episodes
+        except Exception:  # an unresolvable model fails later, with the model call's own error
+            continue
+        if bound is not None:
+            bounds.append(bound)
+    if min(bounds) < config.concurrency:
+        logger.info("running %d episodes at a time: the model serves no more usefully", min(bounds))
+    return min(bounds)
+
+
+def check_agent(config: RunConfig, scenario: Scenario, client: LLMClient, agent_factory: AgentFactory) -> None:
+    """Build one policy before any episode: an unknown agent kind is bad input, not an error per episode."""
+    try:
+        agent_factory(scenario, client, agent_settings(config))
+    except ValueError as exc:
+        raise RunRefused(f"--agent {config.agent_kind}: {exc}") from None
+
+
+async def check_models(config: RunConfig, client: LLMClient) -> None:
+    """Every model the run calls has a route and answers one probe per endpoint."""
+    problems = [p for p in (client.route_problem(m) for m in models_in_use(config)) if p is not None]
+    if problems:
+        raise RunRefused(*problems)
+    probed: set[str] = set()
+    for model in models_in_use(config):
+        endpoint = client.resolve(model).endpoint
+        if endpoint in probed:
+            continue
+        probed.add(endpoint)
+        try:
+            await client.probe(model)
+        except RequestRejected as exc:
+            raise RunRefused(str(exc)) from None
+        except EndpointUnreachable as exc:
+            raise ModelUnavailable(str(exc)) from None
+
+
+@contextlib.contextmanager
+def stop_on_signals(enabled: bool, on_signal: Callable[[int], None]) -> Iterator[None]:
+    """While the block runs, SIGINT and SIGTERM call ``on_signal`` once; a second one acts as usual."""
+    if not enabled or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    loop = asyncio.get_running_loop()
+    signals = (signal.SIGINT, signal.SIGTERM)
+
+    def handle(number: int) -> None:
+        for other in signals:
+            loop.remove_signal_handler(other)
+        on_signal(number)
+
+    for number in signals:
+        loop.add_signal_handler(number, handle, number)
+    try:
+        yield
+    finally:
+        for number in signals:
+            loop.remove_signal_handler(number)

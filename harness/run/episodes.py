@@ -1,0 +1,101 @@
+"""One episode of a run: the policies built for it and the episode loop run, in the run's sandbox pool or
+through its MCP server. The local backend and the Ray executors both run episodes with this code."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from harness.episode import EpisodeConfig, run_episode
+from harness.library import Library
+from harness.llm import LLMClient
+from harness.protocols import AgentPolicy, UserPolicy
+from harness.rules import DEFAULT_RULES
+from harness.sandbox import SandboxPool
+from harness.schema import AgentSettings, Scenario, Trajectory
+
+from .config import RunConfig, agent_settings, user_settings
+from .plan import EpisodeSpec
+
+AgentFactory = Callable[[Scenario, LLMClient, AgentSettings], AgentPolicy]
+UserFactory = Callable[[Scenario, LLMClient, AgentSettings], UserPolicy]
+
+
+@dataclass(frozen=True)
+class EpisodeContext:
+    """What every episode of one run shares, wherever it runs."""
+
+    config: RunConfig
+    library: Library
+    pool: SandboxPool
+    client: LLMClient
+    agent_factory: AgentFactory
+    user_factory: UserFactory | None
+    run_id: str
+    agent: AgentSettings
+    user: AgentSettings
+
+    @classmethod
+    def of(
+        cls,
+        config: RunConfig,
+        library: Library,
+        pool: SandboxPool,
+        client: LLMClient,
+        agent_factory: AgentFactory,
+        user_factory: UserFactory | None,
+        run_id: str,
+    ) -> EpisodeContext:
+        return cls(
+            config,
+            library,
+            pool,
+            client,
+            agent_factory,
+            user_factory,
+            run_id,
+            agent=agent_settings(config),
+            user=user_settings(config),
+        )
+
+
+async def run_one_episode(spec: EpisodeSpec, context: EpisodeContext) -> Trajectory:
+    """Run ``spec`` to its end; every failure of the episode is recorded in the trajectory it returns."""
+    config = context.config
+    policy = context.agent_factory(spec.scenario, context.client, context.agent)
+    simulated_user = (
+        context.user_factory(spec.scenario, context.client, context.user)
+        if spec.mode == "conv" and context.user_factory
+        else None
+    )
+    episode_config = EpisodeConfig(
+        mode=spec.mode,
+        max_steps=config.max_steps,
+        seed=spec.seed,
+        trial=spec.trial,
+        run_id=context.run_id,
+        rules=config.rules or DEFAULT_RULES,
+    )
+    if config.mcp is not None:
+        from harness.mcp import run_mcp_episode
+
+        return await run_mcp_episode(
+            spec.scenario,
+            config.mcp,
+            pool=context.pool,
+            agent=policy,
+            user=simulated_user,
+            config=episode_config,
+            episode_id=spec.episode_id,
+            environment=context.library.environments.get(spec.scenario.environment_id),
+        )
+    environment = context.library.environments[spec.scenario.environment_id]
+    return await run_episode(
+        spec.scenario,
+        environment,
+        pool=context.pool,
+        agent=policy,
+        user=simulated_user,
+        config=episode_config,
+        episode_id=spec.episode_id,
+    )

@@ -1,0 +1,208 @@
+"""What a run will do: the library loaded, the scenarios selected and screened, the rules decided, and one
+:class:`EpisodeSpec` per episode, each with its content-hash id."""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from harness.library import Library, LibraryError, load_library
+from harness.rules import DEFAULT_RULES, RulesName
+from harness.sandbox import SandboxPool
+from harness.schema import AgentSettings, Mode, Scenario
+from harness.validate import invalid_scenarios
+
+from .config import RunConfig, RunRefused, agent_settings, user_settings
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EpisodeSpec:
+    episode_id: str
+    scenario: Scenario
+    mode: Mode
+    trial: int
+    seed: int
+
+
+def load_run_library(config: RunConfig) -> Library:
+    """The library ``--envs`` names (the bundled seed library by default); one line of refusal when it cannot load."""
+    try:
+        return load_library(config.envs)
+    except LibraryError as exc:
+        raise RunRefused(str(exc)) from None
+    except ValueError as error:  # a bad Hub id or revision, or records that do not validate
+        raise RunRefused(f"cannot load --envs {config.envs}: {error}") from None
+
+
+def unknown_ids(kind: str, asked: list[str], known: list[str]) -> list[str]:
+    """One line per asked id that is not known, with the closest known ones as a hint."""
+    problems: list[str] = []
+    for name in asked:
+        if name in known:
+            continue
+        close = difflib.get_close_matches(name, known, n=3)
+        if close:
+            hint = "did you mean " + " or ".join(repr(c) for c in close) + "?"
+        elif len(known) <= 12:
+            hint = "known: " + ", ".join(known)
+        else:
+            hint = f"{len(known)} known, e.g. {', '.join(known[:3])}"
+        problems.append(f"unknown {kind} {name!r} ({hint})")
+    return problems
+
+
+def selection_problems(library: Library, config: RunConfig) -> list[str]:
+    """Everything wrong with what ``config`` asks of ``library``, one line each (empty when the run can go)."""
+    problems: list[str] = []
+    if library.problems and not config.skip_bad_records:
+        problems.extend(f"{library.source.source}: {problem}" for problem in library.problems)
+        problems.append(
+            f"{len(library.problems)} record(s) of {library.source.source} do not load; fix them, or pass "
+            f"--skip-bad-records to run without them"
+        )
+    if config.env:
+        problems.extend(unknown_ids("environment", config.env, sorted({s.environment_id for s in library.scenarios})))
+    if config.scenario:
+        problems.extend(unknown_ids("scenario", config.scenario, [s.id for s in library.scenarios]))
+    return problems
+
+
+def select_scenarios(library: Library, config: RunConfig) -> list[Scenario]:
+    chosen = []
+    scripted = 0
+    for scenario in library.scenarios:
+        if config.env and scenario.environment_id not in config.env:
+            continue
+        if config.scenario and scenario.id not in config.scenario:
+            continue
+        if scenario.environment_id not in library.environments and config.mcp is None:
+            logger.warning("scenario %s skipped: environment %s is missing", scenario.id, scenario.environment_id)
+            continue
+        if not scenario.checks and not scenario.turns:
+            logger.warning("scenario %s skipped: it has no checks and cannot be scored", scenario.id)
+            continue
+        if scenario.turns and config.mode == "nonconv":
+            scripted += 1
+            continue
+        chosen.append(scenario)
+    if scripted:
+        message = f"{scripted} scenarios have scripted user turns and run only with --mode conv"
+        if not chosen:
+            raise RunRefused(message)
+        logger.warning("%s; skipped", message)
+    if config.limit is not None:
+        chosen = chosen[: config.limit]
+    return chosen
+
+
+def suggested_rules(library: Library, scenarios: list[Scenario]) -> RulesName:
+    """The rules the scenarios' environments suggest (``provenance.details["suggested_rules"]``, set by the
+    EnvScaler importer): a profile all of them suggest, else the default."""
+    suggestions: set[Any] = set()
+    for scenario in scenarios:
+        environment = library.environments.get(scenario.environment_id)
+        details = environment.provenance.details if environment is not None else {}
+        suggestions.add(details.get("suggested_rules"))
+    if len(suggestions) == 1:
+        (only,) = suggestions
+        if only in ("harness", "envscaler"):
+            return only
+    elif len(suggestions) > 1:
+        logger.warning("the selected environments suggest different episode rules; using %s", DEFAULT_RULES)
+    return DEFAULT_RULES
+
+
+def resolve_rules(config: RunConfig, library: Library, scenarios: list[Scenario]) -> RunConfig:
+    """``config`` with its rules decided: as asked, or the library's suggestion."""
+    if config.rules is not None:
+        return config
+    return config.model_copy(update={"rules": suggested_rules(library, scenarios)})
+
+
+async def drop_invalid(
+    pool: SandboxPool, library: Library, scenarios: list[Scenario], config: RunConfig
+) -> tuple[list[Scenario], dict[str, str]]:
+    """The scenarios to run and the invalid ones left out (id → problems), by the cheap validation.
+
+    With ``include_invalid`` nothing is left out (the invalid ones are still named). Refuses the run when
+    nothing valid is left.
+    """
+    invalid = await invalid_scenarios(pool, library, scenarios)
+    for scenario_id, problem in invalid.items():
+        action = "running it anyway (--include-invalid)" if config.include_invalid else "left out"
+        logger.warning("scenario %s is invalid, %s: %s", scenario_id, action, problem)
+    if config.include_invalid or not invalid:
+        return scenarios, invalid
+    kept = [s for s in scenarios if s.id not in invalid]
+    if not kept:
+        names = ", ".join(sorted(invalid))
+        raise RunRefused(f"every selected scenario is invalid ({names}); fix them or pass --include-invalid")
+    return kept, invalid
+
+
+def episode_id(
+    scenario: Scenario, mode: str, agent: AgentSettings, user: AgentSettings | None, trial: int, config: RunConfig
+) -> str:
+    """A content hash of what produces the episode: the same inputs always get the same id."""
+    key = {
+        "scenario": scenario.id,
+        "environment": scenario.environment_id,
+        "mode": mode,
+        "agent": agent.model_dump(mode="json"),
+        "user": user.model_dump(mode="json") if user is not None else None,
+        "max_steps": config.max_steps,
+        "trial": trial,
+        "mcp": config.mcp,
+    }
+    if config.rules not in (None, DEFAULT_RULES):
+        # Only a non-default profile enters the key, so ids of runs made before profiles existed stay the same.
+        key["rules"] = config.rules
+    return hashlib.sha256(orjson.dumps(key, option=orjson.OPT_SORT_KEYS)).hexdigest()[:20]
+
+
+def plan_episodes(scenarios: list[Scenario], config: RunConfig) -> list[EpisodeSpec]:
+    modes: list[Mode] = ["nonconv", "conv"] if config.mode == "both" else [config.mode]
+    agent = agent_settings(config)
+    user = user_settings(config)
+    specs = []
+    for scenario in scenarios:
+        for mode in modes:
+            if scenario.turns and mode == "nonconv":
+                continue  # scripted turns are a conversation
+            for trial in range(config.trials):
+                identifier = episode_id(scenario, mode, agent, user if mode == "conv" else None, trial, config)
+                seed = int(identifier[:8], 16) ^ config.seed
+                specs.append(EpisodeSpec(identifier, scenario, mode, trial, seed))
+    return specs
+
+
+def nothing_to_run(library: Library, config: RunConfig) -> RunRefused:
+    """The refusal of a selection that leaves no episode, naming the filters that emptied it."""
+    return RunRefused(
+        f"no episodes to run: no scenario of {library.source.source} with checks matches "
+        + (" ".join(f"--env {e}" for e in config.env) + " " if config.env else "")
+        + (" ".join(f"--scenario {s}" for s in config.scenario) + " " if config.scenario else "")
+        + (f"--limit {config.limit}" if config.limit is not None else "")
+        + " (harness validate shows what the library holds)"
+    )
+
+
+async def check_served_environments(config: RunConfig, scenarios: list[Scenario]) -> None:
+    """With ``--mcp``, the server must serve the selected scenarios' environments."""
+    if config.mcp is None:
+        return
+    from harness.mcp import EnvironmentMismatch, McpConnectionError, check_served_environment
+
+    try:
+        await check_served_environment(config.mcp, {s.environment_id for s in scenarios})
+    except EnvironmentMismatch as error:
+        raise RunRefused(str(error)) from error
+    except McpConnectionError as error:
+        raise RunRefused(f"cannot use --mcp {config.mcp}: {error}") from error

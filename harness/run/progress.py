@@ -1,0 +1,140 @@
+"""What a run tells its caller: the plan before the first episode (:class:`RunPlan`), counts as episodes end
+(:class:`RunProgress`), and what it did (:class:`RunOutcome`, with the causes of failed episodes)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.llm import LLMClient
+from harness.metrics import RunSummary
+from harness.schema import RunManifest, TerminationReason, Trajectory
+
+
+@dataclass
+class RunProgress:
+    total: int
+    done: int = 0
+    in_flight: int = 0
+    infra_errors: int = 0
+    environment_errors: int = 0
+    scored: int = 0
+    reward_sum: float = 0.0
+    successes: int = 0
+    requests: int = 0
+    tokens: int = 0
+    cost_usd: float = 0.0
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def mean_reward(self) -> float | None:
+        return self.reward_sum / self.scored if self.scored else None
+
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    @property
+    def requests_per_second(self) -> float:
+        return self.requests / self.elapsed if self.elapsed > 0 else 0.0
+
+    @property
+    def eta_seconds(self) -> float | None:
+        if not self.done:
+            return None
+        return self.elapsed / self.done * (self.total - self.done)
+
+    def count(self, trajectory: Trajectory) -> None:
+        """Count one finished episode."""
+        self.done += 1
+        if trajectory.termination is TerminationReason.ENVIRONMENT_ERROR:
+            self.environment_errors += 1
+        if trajectory.termination is TerminationReason.INFRA_ERROR:
+            self.infra_errors += 1
+        elif trajectory.reward is not None:
+            self.scored += 1
+            self.reward_sum += trajectory.reward.state_reward
+            self.successes += trajectory.reward.success
+
+    def refresh_usage(self, client: LLMClient) -> None:
+        """Take the request, token and cost totals from the model client."""
+        usage = client.usage_by_role()
+        self.requests = sum(u.requests - u.cached_requests for u in usage.values())
+        self.tokens = sum(u.total_tokens for u in usage.values())
+        self.cost_usd = sum(u.cost_usd for u in usage.values())
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What a run is about to do, known before the first episode (for a header)."""
+
+    run_dir: Path
+    environments: list[str]
+    scenarios: int
+    modes: list[str]
+    trials: int
+    max_steps: int | None
+    episodes: int
+    to_run: int
+    recorded: int
+    models: dict[str, str]
+    in_flight: int
+
+
+@dataclass
+class RunOutcome:
+    """What a run did. ``summary`` covers every episode recorded in the folder; ``ran`` are those of this
+    invocation, ``skipped`` the planned ones already recorded. ``stopped_by`` is the signal that stopped it."""
+
+    run_dir: Path
+    manifest: RunManifest
+    summary: RunSummary
+    ran: int
+    skipped: int
+    planned: int = 0
+    stopped_by: int | None = None
+    infra_causes: list[tuple[str, int]] = field(default_factory=list)
+    environment_causes: list[tuple[str, str, int]] = field(default_factory=list)
+    """(environment id, first line of the detail, count) of the environment failures, most frequent first."""
+
+    @property
+    def missing(self) -> int:
+        """Planned episodes with no result (a run stopped by a signal)."""
+        return max(self.planned - self.summary.overall.episodes, 0)
+
+
+ProgressCallback = Callable[[RunProgress], None]
+StartCallback = Callable[[RunPlan], None]
+
+
+async def report_usage(progress: RunProgress, client: LLMClient, on_progress: ProgressCallback | None) -> None:
+    """Refresh request, token and cost totals a few times a second, and tell the caller."""
+    while True:
+        await asyncio.sleep(0.5)
+        progress.refresh_usage(client)
+        if on_progress is not None:
+            on_progress(progress)
+
+
+def infra_error_causes(results: list[Trajectory]) -> list[tuple[str, int]]:
+    """What ended episodes in infrastructure errors, each cause once with its count, most frequent first."""
+    counts: Counter[str] = Counter()
+    for trajectory in results:
+        if trajectory.termination is TerminationReason.INFRA_ERROR:
+            detail = (trajectory.termination_detail or "").strip().splitlines()
+            counts[detail[0][:400] if detail else "no detail recorded"] += 1
+    return counts.most_common()
+
+
+def environment_error_causes(results: list[Trajectory]) -> list[tuple[str, str, int]]:
+    """Which environments failed their episodes and how, each (environment, cause) once with its count."""
+    counts: Counter[tuple[str, str]] = Counter()
+    for trajectory in results:
+        if trajectory.termination is TerminationReason.ENVIRONMENT_ERROR:
+            detail = (trajectory.termination_detail or "").strip().splitlines()
+            counts[(trajectory.environment_id, detail[0][:400] if detail else "no detail recorded")] += 1
+    return [(environment, cause, count) for (environment, cause), count in counts.most_common()]
