@@ -216,7 +216,9 @@ async def test_a_node_without_a_package_the_run_needs_is_one_line_before_any_epi
         from lab_agents import lab_agent_factory  # type: ignore[import-not-found]
 
         client = client_for(server)
-        with pytest.raises(ClusterUnavailable, match=r"^node \S+ \(\w+\) cannot import lab_agents \(No module named") as caught:
+        with pytest.raises(
+            ClusterUnavailable, match=r"^node \S+ \(\w+\) cannot import lab_agents \(No module named"
+        ) as caught:
             await run(
                 config(tmp_path, "run", limit=2, ray=ray_cluster.address),
                 agent_factory=lab_agent_factory,

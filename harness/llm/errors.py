@@ -39,7 +39,6 @@ class MissingCredentials(RequestRejected):
     """The provider needs a key from the environment and none is set: no request could succeed."""
 
 
-
 class RetriesExhausted(LLMError):
     """A transient failure (rate limit, timeout, connection error, 5xx) persisted through every attempt."""
 

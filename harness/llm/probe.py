@@ -134,8 +134,7 @@ def _check_credentials(model: str, resolved: ResolvedModel) -> None:
     missing = [str(name) for name in report.get("missing_keys") or []]
     if not report.get("keys_in_environment", True) and missing:
         raise MissingCredentials(
-            f"model {model!r} ({resolved.provider}) needs {' and '.join(missing)} in the environment, "
-            "which is not set",
+            f"model {model!r} ({resolved.provider}) needs {' and '.join(missing)} in the environment, which is not set",
             model=model,
         )
 

@@ -54,9 +54,7 @@ class AirlineReservations:
             number += 1
         return f"{prefix}{number:04d}"
 
-    def _record_payment(
-        self, reservation_id: str, customer_id: str, method: str, amount: float, kind: str
-    ) -> str:
+    def _record_payment(self, reservation_id: str, customer_id: str, method: str, amount: float, kind: str) -> str:
         payment_id = self._next_id("PAY", self.payments)
         self.payments[payment_id] = {
             "payment_id": payment_id,
@@ -287,9 +285,7 @@ class AirlineReservations:
         reservation["flight_id"] = new_flight_id
         reservation["total_paid"] = round(reservation["total_paid"] + difference, 2)
         if difference > 0:
-            self._record_payment(
-                reservation_id, customer["customer_id"], "card", difference, "fare_difference"
-            )
+            self._record_payment(reservation_id, customer["customer_id"], "card", difference, "fare_difference")
         elif difference < 0:
             customer["travel_credit"] = round(customer["travel_credit"] - difference, 2)
             self._record_payment(
@@ -297,8 +293,7 @@ class AirlineReservations:
             )
         return {
             "success": True,
-            "message": f"Reservation {reservation_id} moved to {new_flight_id}; fare "
-            f"difference {difference:.2f}.",
+            "message": f"Reservation {reservation_id} moved to {new_flight_id}; fare difference {difference:.2f}.",
         }
 
     def upgrade_cabin(self, reservation_id: str, new_cabin: str) -> dict:
@@ -353,8 +348,7 @@ class AirlineReservations:
         if not full_refund and reservation["cabin"] == "basic_economy":
             return {
                 "success": False,
-                "error": "Basic economy reservations without insurance can only be "
-                "cancelled on the day of booking.",
+                "error": "Basic economy reservations without insurance can only be cancelled on the day of booking.",
             }
         amount = reservation["total_paid"]
         method = reservation["payment_method"] if full_refund else "travel_credit"
@@ -485,7 +479,6 @@ class AirlineReservations:
         found = [
             r
             for r in self.reservations.values()
-            if any(wanted in p.lower() for p in r["passengers"])
-            and (flight_id is None or r["flight_id"] == flight_id)
+            if any(wanted in p.lower() for p in r["passengers"]) and (flight_id is None or r["flight_id"] == flight_id)
         ]
         return {"success": True, "data": found}

@@ -280,8 +280,7 @@ class Banking:
         if already + amount > DAILY_PAYEE_LIMIT:
             return {
                 "success": False,
-                "error": f"Daily payee limit {DAILY_PAYEE_LIMIT:.2f} exceeded "
-                f"({already:.2f} already paid today).",
+                "error": f"Daily payee limit {DAILY_PAYEE_LIMIT:.2f} exceeded ({already:.2f} already paid today).",
             }
         description = f"Payment to {payee['name']}" + (f": {memo.strip()}" if memo and memo.strip() else "")
         self._post(account_id, "payee_payment", -amount, description, payee_id)

@@ -139,9 +139,7 @@ class LibraryCirculation:
         for title in self.titles.values():
             if wanted in title["title"].lower() or wanted in title["author"].lower():
                 available = sum(
-                    1
-                    for c in self.copies.values()
-                    if c["title_id"] == title["title_id"] and c["status"] == "available"
+                    1 for c in self.copies.values() if c["title_id"] == title["title_id"] and c["status"] == "available"
                 )
                 found.append(dict(title, available_copies=available))
         return {"success": True, "data": found}
@@ -258,9 +256,7 @@ class LibraryCirculation:
         copy = self.copies.get(copy_id)
         if copy is None:
             return {"success": False, "error": f"No copy with id {copy_id}."}
-        loan = next(
-            (x for x in self.loans.values() if x["copy_id"] == copy_id and not x["returned_date"]), None
-        )
+        loan = next((x for x in self.loans.values() if x["copy_id"] == copy_id and not x["returned_date"]), None)
         if loan is None:
             return {"success": False, "error": f"Copy {copy_id} is not on loan."}
         loan["returned_date"] = self.current_date

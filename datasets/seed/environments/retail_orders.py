@@ -157,11 +157,7 @@ class RetailOrders:
             query: Text to look for in product names and categories.
         """
         wanted = query.strip().lower()
-        matches = [
-            p
-            for p in self.products.values()
-            if wanted in p["name"].lower() or wanted in p["category"].lower()
-        ]
+        matches = [p for p in self.products.values() if wanted in p["name"].lower() or wanted in p["category"].lower()]
         return {"success": True, "data": matches}
 
     def get_product(self, product_id: str) -> dict:
@@ -203,8 +199,7 @@ class RetailOrders:
         if order["status"] not in CANCELLABLE_STATUSES:
             return {
                 "success": False,
-                "error": f"Order {order_id} is {order['status']}; only pending or processing orders can be "
-                "cancelled.",
+                "error": f"Order {order_id} is {order['status']}; only pending or processing orders can be cancelled.",
             }
         if not reason.strip():
             return {"success": False, "error": "A cancellation reason is required."}
@@ -383,8 +378,7 @@ class RetailOrders:
         if refund_payment_method_id != order["payment_method_id"]:
             return {
                 "success": False,
-                "error": "Refunds can only go to the order's original payment method "
-                f"({order['payment_method_id']}).",
+                "error": f"Refunds can only go to the order's original payment method ({order['payment_method_id']}).",
             }
         line = next((item for item in order["items"] if item["product_id"] == product_id), None)
         if line is None:
