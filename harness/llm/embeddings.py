@@ -25,6 +25,7 @@ INSTALL_HINT = "pip install torch==2.13.0 && pip install 'envharness[embeddings]
 _local_model: Any = None
 _local_lock = threading.Lock()
 PADDED_LENGTH_STEP = 16  # tokens; see _encode_locally
+BATCH_ROWS = 8  # texts per forward pass, always; see _encode_locally
 
 
 class EmbeddingsUnavailable(RuntimeError):
@@ -57,10 +58,13 @@ def _load_local_model() -> Any:
 def _encode_locally(texts: list[str]) -> list[list[float]]:
     """Unit vectors, each a function of its text alone, whatever else shares the batch.
 
-    A text's tokens are padded to the next multiple of ``PADDED_LENGTH_STEP`` (attention-masked), and texts are
-    run in groups of one padded length, so a text always meets the model in the same shape: callers may batch
+    A text's tokens are padded to the next multiple of ``PADDED_LENGTH_STEP`` (attention-masked), texts are run in
+    groups of one padded length, and every forward pass holds exactly ``BATCH_ROWS`` texts (a short chunk is filled
+    with copies of its first text), so a text always meets the model in the same tensor shape: callers may batch
     freely (and batching is several times faster than one text at a time) without a vector changing in its last
-    digits, which could flip a similarity threshold between a run and its resume.
+    digits, which could flip a similarity threshold between a run and its resume. Both paddings are needed: CPU
+    matrix kernels pick their blocking by the shape, rows included, and then round differently; for one shape a
+    row's result does not depend on its position or its neighbours.
     """
     import torch
 
@@ -72,13 +76,17 @@ def _encode_locally(texts: list[str]) -> list[list[float]]:
             padded = min(-(-length // PADDED_LENGTH_STEP) * PADDED_LENGTH_STEP, model.max_seq_length)
             by_length.setdefault(padded, []).append(index)
         vectors: list[list[float]] = [[] for _ in texts]
-        for padded, indices in by_length.items():
-            batch = model.preprocess([texts[i] for i in indices])
-            features = _pad_features(batch, padded, model.tokenizer.pad_token_id)
-            with torch.inference_mode():
-                embedded = torch.nn.functional.normalize(model.forward(features)["sentence_embedding"], p=2, dim=1)
-            for index, row in zip(indices, embedded.tolist(), strict=True):
-                vectors[index] = [float(x) for x in row]
+        for padded, group in by_length.items():
+            for start in range(0, len(group), BATCH_ROWS):
+                indices = group[start : start + BATCH_ROWS]
+                rows = [texts[i] for i in indices]
+                rows += [rows[0]] * (BATCH_ROWS - len(rows))
+                features = _pad_features(model.preprocess(rows), padded, model.tokenizer.pad_token_id)
+                with torch.inference_mode():
+                    embedded = model.forward(features)["sentence_embedding"]
+                    embedded = torch.nn.functional.normalize(embedded, p=2, dim=1)
+                for index, row in zip(indices, embedded.tolist()[: len(indices)], strict=True):
+                    vectors[index] = [float(x) for x in row]
     return vectors
 
 
