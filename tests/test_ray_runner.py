@@ -304,6 +304,26 @@ def test_secrets_reach_executors_but_not_the_run_folder_or_logs(ray_cluster, tmp
             assert secret.encode() not in path.read_bytes(), path
 
 
+def test_the_request_timeout_reaches_the_executors_model_clients(ray_cluster, tmp_path):
+    # The endpoint answers each completion after 20 s: with --timeout 1 every request on the cluster times out (and
+    # is tried once more), so the episodes end as infrastructure errors saying so, instead of waiting the 20 s.
+    mock = MockOpenAIServer(latency=20.0)
+    register_scenarios(mock)
+    with mock.running_in_thread():
+        models = tmp_path / "models.toml"
+        write_aliases(models, mock)
+        out = tmp_path / "run"
+        args = ["run", "--model", "mock-agent", "--out", str(out), "--limit", "2", "--workers", "1", "--timeout", "1"]
+        process = cli([*args, "--ray", ray_cluster.address], {"HARNESS_MODELS_FILE": str(models)})
+        _, stderr = process.communicate(timeout=300)
+    assert process.returncode == 1, stderr
+    records = [orjson.loads(line) for line in (out / "results.jsonl").read_bytes().splitlines()]
+    assert len(records) == 2
+    for record in records:
+        assert record["termination"] == "infra_error", record["termination_detail"]
+        assert "timed out after 1 s" in record["termination_detail"], record["termination_detail"]
+
+
 def test_an_unreachable_address_is_one_line_and_no_run(tmp_path):
     out = tmp_path / "run"
     process = cli(["run", "--agent", "oracle", "--out", str(out), "--limit", "2", "--ray", "127.0.0.1:9"], {})

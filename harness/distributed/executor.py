@@ -151,6 +151,7 @@ class EpisodeExecutor:
                 cache_dir=plan.config.cache_dir,
                 default_limits=plan.default_limits,
                 retry=plan.retry,
+                timeout=plan.config.timeout,
                 aliases=AliasTable(plan.aliases, environ={}),
                 limiter=self.limiter,
             )
