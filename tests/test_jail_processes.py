@@ -317,6 +317,32 @@ def test_a_child_cannot_have_the_kernel_signal_the_harness_or_the_zygote(user, h
     assert process_state(report["zygote"]) == "", "the zygote outlived its pool"
 
 
+STOP = """
+async def run(pool):
+    session = await open_session(pool)
+    stopped = await call(session, "stop", pids=[ARGUMENT["sleeper"]])
+    await session.close()
+    return {"stopped": stopped}
+"""
+
+
+@pytest.mark.parametrize("user", USERS)
+def test_the_signal_scope_alone_keeps_a_childs_signals_inside_it(user, home, sleeper):
+    # seccomp and the PID namespace off: kill() is allowed and the sleeper's pid is in view, so only Landlock's
+    # scope (in the same ruleset as the file rules) stands between the child and a process of the same user.
+    report = run_program(user, STOP, {"sleeper": sleeper}, home, disable="seccomp,pid_namespace")
+    assert report["layers"]["signal_scope"] and not report["layers"]["seccomp"], report["layers"]
+    assert report["stopped"][0].startswith("PermissionError"), report["stopped"]
+    assert process_state(sleeper) == "S"  # still sleeping, not stopped
+    if user == "ordinary":
+        # The control: without the scope, the same child stops the sleeper (same uid, pid in view).
+        control = run_program(user, STOP, {"sleeper": sleeper}, home, disable="seccomp,pid_namespace,signal_scope")
+        assert not control["layers"]["signal_scope"], control["layers"]
+        assert control["stopped"][0].startswith("ok"), control["stopped"]
+        assert process_state(sleeper) == "T"
+        os.kill(sleeper, signal.SIGCONT)
+
+
 SCAN = """
 async def run(pool):
     neighbour = await open_session(pool)

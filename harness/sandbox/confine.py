@@ -261,13 +261,14 @@ def prepare(memory_mb: int, disabled: frozenset[str], seccomp: dict[str, str] | 
         libc, record, disabled, in_user_namespace
     )
     _prepare_user(confinement, record)
+    scope_wanted = "signal_scope" not in disabled
     if "landlock" not in disabled:
-        _prepare_landlock(confinement, record)
+        _prepare_landlock(confinement, record, libc, scope_wanted)
     else:
         record("landlock", False, "")
-    if "signal_scope" in disabled:
+    if not scope_wanted:
         record("signal_scope", False, "")
-    else:
+    elif "signal_scope" not in confinement.statuses:  # not part of the file layer's ruleset
         confinement.signal_scope_fd, detail = create_signal_scope(libc)
         record("signal_scope", confinement.signal_scope_fd is not None, detail)
     if "seccomp" not in disabled:
@@ -310,10 +311,11 @@ def _prepare_user(confinement: Confinement, record: Any) -> None:
     )
 
 
-def _prepare_landlock(confinement: Confinement, record: Any) -> None:
+def _prepare_landlock(confinement: Confinement, record: Any, libc: Any, scope: bool) -> None:
+    """The file layer's ruleset; with ``scope``, and a kernel that scopes signals, one ruleset for both layers."""
     try:
         import landlock
-        from landlock.plumbing import FSAccess, get_restrict_self
+        from landlock.plumbing import FSAccess, PathBeneathAttr, get_add_rule, get_restrict_self
     except ImportError:
         record("landlock", False, "the 'landlock' package is not installed")
         return
@@ -323,17 +325,32 @@ def _prepare_landlock(confinement: Confinement, record: Any) -> None:
         reason = getattr(exc, "reason", None) or str(exc)
         record("landlock", False, f"the kernel does not offer it: {reason.splitlines()[-1]}")
         return
+    readable = FSAccess.READ_FILE | FSAccess.READ_DIR
+    scoped_fd, scope_detail = create_signal_scope(libc, int(FSAccess.all())) if scope else (None, "")
     try:
-        ruleset = landlock.Ruleset()
-        ruleset.allow(*readable_roots(), rules=FSAccess.READ_FILE | FSAccess.READ_DIR)
+        if scoped_fd is None:
+            ruleset = landlock.Ruleset()
+            ruleset.allow(*readable_roots(), rules=readable)
+            fd = ruleset._fd  # the ruleset object closes nothing on its own; its descriptor is kept for the children
+        else:
+            fd = scoped_fd
+            for root in readable_roots():
+                held = os.open(root, os.O_PATH | os.O_CLOEXEC)
+                try:
+                    get_add_rule()(fd, 1, ctypes.byref(PathBeneathAttr(readable, held)), 0)
+                finally:
+                    os.close(held)
     except OSError as exc:
+        if scoped_fd is not None:
+            os.close(scoped_fd)
         record("landlock", False, f"creating the ruleset failed: {exc}")
         return
-    # The ruleset object closes nothing on its own; keep its descriptor for the children.
-    confinement.landlock_ruleset_fd = ruleset._fd
+    confinement.landlock_ruleset_fd = fd
     confinement._restrict_self = get_restrict_self()
-    os.set_inheritable(ruleset._fd, True)
+    os.set_inheritable(fd, True)
     record("landlock", True, f"ABI {abi}: read-only access to the standard library, nothing else")
+    if scoped_fd is not None:
+        record("signal_scope", True, f"{scope_detail} (in the file layer's ruleset)")
 
 
 def _libc() -> Any:
