@@ -487,11 +487,20 @@ def sft(
 
 
 def _register_subcommands() -> None:
-    from harness import cli_bfcl, cli_leaderboard, cli_publish, cli_serve, cli_synth, cli_synth_scenarios
+    from harness import (
+        cli_bfcl,
+        cli_leaderboard,
+        cli_publish,
+        cli_rescore,
+        cli_serve,
+        cli_synth,
+        cli_synth_scenarios,
+    )
 
     cli_bfcl.register(app, import_app)
     cli_publish.register(app)
     cli_leaderboard.register(app)
+    cli_rescore.register(app)
     cli_serve.register(app)
     cli_synth_scenarios.register(cli_synth.synth_app)
     cli_synth.register(app)

@@ -85,16 +85,39 @@ def publish(
 
 
 def show(
-    run_dir: Annotated[Path, typer.Argument(help="A run folder.")],
+    run_dirs: Annotated[list[Path], typer.Argument(help="A run folder (two with --diff: OLD NEW).")],
     episode: Annotated[
         str | None, typer.Option("--episode", help="Show this episode (its id or a unique prefix of it).")
     ] = None,
+    diff: Annotated[
+        bool,
+        typer.Option(
+            "--diff",
+            help="Compare two runs of the same episodes: the episodes whose verdict changed and the summaries.",
+        ),
+    ] = False,
 ) -> None:
-    """Show a run's summary, or one of its episodes, in the terminal."""
+    """Show a run's summary, or one of its episodes, in the terminal; or what changed between two runs."""
+    from harness.errors import BadInput
     from harness.metrics import load_run
     from leaderboards.catalog import load_catalog
     from leaderboards.terminal import find_episode, run_view, trajectory_view
 
+    if diff:
+        if len(run_dirs) != 2 or episode is not None:
+            raise BadInput("--diff takes exactly two run folders, OLD and NEW, and no --episode")
+        from leaderboards.run_diff import diff_runs, diff_view
+
+        try:
+            compared = diff_runs(run_dirs[0], run_dirs[1])
+        except (FileNotFoundError, ValueError) as error:
+            raise _fail("Cannot read the run:", error, 2) from error
+        for view in diff_view(compared):
+            console.print(view)
+        return
+    if len(run_dirs) != 1:
+        raise BadInput(f"show takes one run folder ({len(run_dirs)} given; --diff compares two)")
+    run_dir = run_dirs[0]
     try:
         manifest, trajectories = load_run(run_dir)
     except (FileNotFoundError, ValueError) as error:

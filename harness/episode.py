@@ -29,7 +29,6 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.bfcl import score_turns
 from harness.blame import classify_failure, environment_failure
 from harness.dispatch import open_tool_session
 from harness.llm import LLMError
@@ -49,7 +48,7 @@ from harness.protocols import (
     UserTurn,
     openai_tool_call,
 )
-from harness.reward import CompositeWeights, composite
+from harness.reward import CompositeWeights
 from harness.rules import (
     DEFAULT_RULES,
     INVALID_ACTION_TEXT,
@@ -78,11 +77,12 @@ from harness.schema import (
     Usage,
     utc_now,
 )
-from harness.scoring import check_transcript, score_final_state, zero_reward
+from harness.scoring import zero_reward
 from harness.statediff import diff_values
 from harness.tool_messages import pass_through_tools, tool_message
 from harness.toolspec import derive_tools
 from harness.turns import TurnTracker
+from harness.verdict import EndedEpisode, episode_verdict
 
 logger = logging.getLogger(__name__)
 
@@ -368,27 +368,13 @@ class Episode:
                     final_state_diff = [
                         DiffEntry.model_validate(entry) for entry in diff_values(self._start_state, final_state)
                     ]
-                if self.scripted is not None and not self.scenario.checks:
-                    started = time.perf_counter()
-                    try:
-                        check_results, reward = await score_turns(
-                            self.pool,
-                            self.scenario,
-                            self.environment,
-                            self.messages,
-                            self.termination,
-                            seed=self.config.seed,
-                        )
-                    finally:
-                        self.timings.scoring_seconds += time.perf_counter() - started
-                elif self.scenario.checks and self._rules_give_zero():
-                    reward = zero_reward(self.scenario)
-                elif self.scenario.checks:
-                    started = time.perf_counter()
-                    try:
-                        check_results, reward = await self._score(final_state)
-                    finally:
-                        self.timings.scoring_seconds += time.perf_counter() - started
+                started = time.perf_counter()
+                try:
+                    check_results, reward = await episode_verdict(
+                        self.pool, self._ended(), final_state, self._start_state
+                    )
+                finally:
+                    self.timings.scoring_seconds += time.perf_counter() - started
             except Exception as exc:
                 self.termination = None
                 self.failure = None
@@ -427,28 +413,19 @@ class Episode:
             errors=self.errors,
         )
 
-    def _rules_give_zero(self) -> bool:
-        """Whether the rules score this ending 0 without running the checks (EnvScaler: a raising tool, the step
-        limit)."""
-        if self.termination is TerminationReason.TOOL_EXCEPTION:
-            return self.rules.raising_tool_ends_episode
-        return self.termination is TerminationReason.MAX_STEPS and not self.rules.truncation_scores
-
-    async def _score(self, final_state: dict[str, Any]) -> tuple[list[CheckResult], RewardBreakdown]:
-        check_results, reward = await score_final_state(
-            self.pool,
-            self.scenario,
-            final_state,
-            initial_state=self._start_state,
-            transcript=check_transcript(self.messages),
+    def _ended(self) -> EndedEpisode:
+        assert self.termination is not None
+        return EndedEpisode(
+            scenario=self.scenario,
+            environment=self.environment,
             rules=self.rules,
+            termination=self.termination,
+            messages=self.messages,
+            calls=[step.call for step in self.steps],
+            seed=self.config.seed,
+            scripted=self.scripted is not None,
+            weights=self.config.reward_weights,
         )
-        if self.rules.composite_reward:
-            calls = [step.call for step in self.steps]
-            reward = composite(self.scenario, calls, reward, final_state, self.config.reward_weights)
-        else:
-            reward = reward.model_copy(update={"composite": reward.state_reward})
-        return check_results, reward
 
     def _system_prompt(self) -> str:
         if self.rules.name == "envscaler":

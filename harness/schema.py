@@ -407,6 +407,19 @@ class AgentSettings(Record):
 Mode = Literal["nonconv", "conv"]
 
 
+class RecordVersions(Record):
+    """Which versions of the graded material produced a trajectory's verdict: content hashes (sixteen hex digits
+    of a SHA-256, see :mod:`harness.versions`) of the environment's code, of the scenario without its checks, and
+    of its checks, plus the episode rules and the package version. Two verdicts are comparable only when their
+    checks, scenario and rules agree."""
+
+    environment: str | None = Field(default=None, description="Hash of the environment's code and tool schemas.")
+    scenario: str = Field(description="Hash of the scenario's initial state, task, user and reference actions.")
+    checks: str = Field(description="Hash of the scenario's checks (ids, sources and gates).")
+    rules: str = Field(description="The episode rules profile the episode ran and was scored under.")
+    package: str = Field(description="The version of this package that scored it.")
+
+
 class Trajectory(Record):
     schema_version: str = SCHEMA_VERSION
     episode_id: str
@@ -433,6 +446,12 @@ class Trajectory(Record):
     usage: dict[str, Usage] = Field(default_factory=dict, description="Token usage and cost per role.")
     timings: Timings = Field(default_factory=Timings)
     errors: list[str] = Field(default_factory=list)
+    versions: RecordVersions | None = Field(
+        default=None, description="What graded the episode (records of earlier runs have none)."
+    )
+    rescored_from: str | None = Field(
+        default=None, description="Set by `harness rescore`: the run id whose recorded episode this verdict replaces."
+    )
 
     @property
     def infra_error(self) -> bool:
@@ -471,6 +490,19 @@ class ClusterInfo(Record):
     nodes: list[ClusterNode] = Field(default_factory=list)
 
 
+class RescoredFrom(Record):
+    """Where a re-scored run came from."""
+
+    run_id: str
+    run_dir: str = Field(description="The folder re-scored, as given.")
+    checks_version: str | None = Field(default=None, description="The checks version the original run recorded.")
+    dataset: DatasetRef = Field(
+        description="The library the original run read (the manifest's own `dataset` is "
+        "the library whose checks gave the new verdicts)."
+    )
+    rescored_at: datetime = Field(default_factory=utc_now)
+
+
 class RunManifest(Record):
     schema_version: str = SCHEMA_VERSION
     run_id: str
@@ -482,6 +514,14 @@ class RunManifest(Record):
     model_resolution: dict[str, JSONValue] = Field(default_factory=dict)
     episodes_planned: int = 0
     cluster: ClusterInfo | None = Field(default=None, description="Set when episodes ran on a Ray cluster.")
+    checks_version: str | None = Field(
+        default=None,
+        description="One hash over every scenario's checks in the library the run read (harness.versions): runs "
+        "of one library version share it, whatever they selected; leaderboards keep different ones apart.",
+    )
+    rescored_from: RescoredFrom | None = Field(
+        default=None, description="Set on a folder written by `harness rescore`: what it was re-scored from."
+    )
 
 
 RECORD_TYPES: dict[str, type[Record]] = {

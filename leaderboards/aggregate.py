@@ -231,9 +231,10 @@ def settings_id(identity: dict[str, object]) -> str:
 
 
 def run_settings(manifest: RunManifest) -> dict[str, object]:
-    """The run-level settings that change what an episode does besides the agent's and user's own: how tools
-    were served (the sandbox or an MCP server), the step limit and the episode rules. Empty when all are the
-    defaults, so the settings id of an ordinary run does not change."""
+    """The run-level settings that change what an episode does or how it is graded besides the agent's and user's
+    own: how tools were served (the sandbox or an MCP server), the step limit, the episode rules and the version of
+    the checks. Empty for a run of defaults made before check versions were recorded, so its settings id does not
+    change."""
     config = manifest.config
     settings: dict[str, object] = {}
     if config.get("mcp"):
@@ -242,6 +243,9 @@ def run_settings(manifest: RunManifest) -> dict[str, object]:
         settings["max_steps"] = config["max_steps"]
     if config.get("rules", DEFAULT_RULES) != DEFAULT_RULES:
         settings["rules"] = config["rules"]
+    # Verdicts of different checks are never one row (runs made before check versions were recorded have none).
+    if manifest.checks_version is not None:
+        settings["checks"] = manifest.checks_version
     return settings
 
 
@@ -263,6 +267,8 @@ def settings_label(agent: AgentSettings, user: AgentSettings | None, run: dict[s
             parts.append(f"max_steps={run['max_steps']}")
         if run.get("rules") is not None:
             parts.append(f"rules={run['rules']}")
+        if run.get("checks") is not None:
+            parts.append(f"checks {str(run['checks'])[:8]}")
     return ", ".join(parts)
 
 

@@ -13,6 +13,7 @@ from harness.protocols import AgentPolicy, UserPolicy
 from harness.rules import DEFAULT_RULES
 from harness.sandbox import SandboxPool
 from harness.schema import AgentSettings, Scenario, Trajectory
+from harness.versions import record_versions
 
 from .config import RunConfig, agent_settings, user_settings
 from .plan import EpisodeSpec
@@ -60,7 +61,15 @@ class EpisodeContext:
 
 
 async def run_one_episode(spec: EpisodeSpec, context: EpisodeContext) -> Trajectory:
-    """Run ``spec`` to its end; every failure of the episode is recorded in the trajectory it returns."""
+    """Run ``spec`` to its end; every failure of the episode is recorded in the trajectory it returns, and the
+    versions of what graded it (:mod:`harness.versions`)."""
+    trajectory = await _episode(spec, context)
+    environment = context.library.environments.get(spec.scenario.environment_id)
+    rules = context.config.rules or DEFAULT_RULES
+    return trajectory.model_copy(update={"versions": record_versions(environment, spec.scenario, rules)})
+
+
+async def _episode(spec: EpisodeSpec, context: EpisodeContext) -> Trajectory:
     config = context.config
     policy = context.agent_factory(spec.scenario, context.client, context.agent)
     simulated_user = (

@@ -16,6 +16,7 @@ from harness.llm import LLMClient
 from harness.metrics import MANIFEST_FILE, RESULTS_FILE
 from harness.rules import DEFAULT_RULES
 from harness.schema import DatasetRef, RunManifest
+from harness.versions import library_checks_hash
 
 from .config import IN_PROCESS_PROVIDERS, RESULT_SETTINGS, RunConfig, RunRefused
 
@@ -79,6 +80,7 @@ def build_manifest(
         },
         model_resolution=resolution,
         episodes_planned=planned,
+        checks_version=library_checks_hash(library.scenarios),
     )
 
 

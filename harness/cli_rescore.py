@@ -1,0 +1,79 @@
+"""``harness rescore``: a stored run re-scored with a library's current checks, no model called."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from harness.console import console, err_console, labelled, outside
+
+MAX_REFUSALS_SHOWN = 20
+
+
+def rescore(
+    run_dir: Annotated[Path, typer.Argument(help="The run folder to re-score (it is only read).")],
+    envs: Annotated[str, typer.Option("--envs", help="The library whose checks decide: a folder or a Hub id.")],
+    out: Annotated[Path, typer.Option("--out", help="A new folder for the re-scored run.")],
+    workers: Annotated[int, typer.Option(help="Sandbox zygotes (fork servers; default 1).")] = 0,
+    concurrency: Annotated[int, typer.Option(min=1, help="Episodes replayed at once.")] = 16,
+    allow_weak_sandbox: Annotated[
+        bool,
+        typer.Option(help="Run Hub code even when the sandbox cannot apply every confinement layer."),
+    ] = False,
+) -> None:
+    """Re-score RUN_DIR's episodes with the checks of --envs: each final state is rebuilt by replaying the recorded
+    tool calls in the jail. Exit 0 when every episode was re-scored, 1 when some were refused (each is listed with
+    its reason and left out of the new folder), 2 when nothing could start."""
+    from harness.errors import BadInput
+    from harness.library import load_library
+    from harness.rescore import discard_output, plan_rescore, rescore_run
+    from harness.sandbox import SandboxPool
+
+    try:
+        library = load_library(envs)
+    except BadInput:
+        raise
+    except (OSError, ValueError) as error:
+        raise BadInput(f"cannot load {envs}: {error}") from error
+    plan = plan_rescore(run_dir, library, out)
+
+    async def run() -> object:
+        async with SandboxPool(
+            workers=workers or None, require_full_confinement=library.from_hub and not allow_weak_sandbox
+        ) as pool:
+            return await rescore_run(plan, pool, concurrency=concurrency)
+
+    try:
+        report = asyncio.run(run())
+    except BaseException:
+        discard_output(out)
+        raise
+    from harness.rescore import RescoreReport
+
+    assert isinstance(report, RescoreReport)
+    for refused in report.refused[:MAX_REFUSALS_SHOWN]:
+        err_console.print(
+            labelled("refused:", "red", f"episode {refused.episode_id} ({refused.scenario_id}): {refused.reason}"),
+            soft_wrap=True,
+        )
+    if len(report.refused) > MAX_REFUSALS_SHOWN:
+        err_console.print(
+            outside(f"… and {len(report.refused) - MAX_REFUSALS_SHOWN} more refused episodes (see rescore.json)"),
+            soft_wrap=True,
+        )
+    console.print(
+        outside(
+            f"Re-scored {report.rescored} episodes of {report.run_id} into {out} ({report.changed} changed verdict, "
+            f"{report.kept} kept without a final state, {len(report.refused)} refused)"
+        ),
+        soft_wrap=True,
+    )
+    if report.refused:
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("rescore")(rescore)

@@ -1,0 +1,327 @@
+"""Re-score a stored run with a library's current checks, without calling any model.
+
+Each episode's final state is rebuilt by replaying its recorded tool calls in the jail, from the scenario's initial
+state, with the session the run used (the same rules, the same seed); every replayed result must equal the recorded
+one. The library's checks then run on that state through the same verdict a run computes
+(:func:`harness.verdict.episode_verdict`). An episode is refused, with its reason, when its environment's code
+changed since the run or a replayed result differs; an episode that ended without a final state (its environment or
+the infrastructure failed) keeps its verdict, which no check decided.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import orjson
+from pydantic import BaseModel, Field
+
+from harness.dispatch import open_tool_session
+from harness.episode import FAILED_ENDINGS
+from harness.errors import BadInput
+from harness.library import Library
+from harness.metrics import MANIFEST_FILE, RESULTS_FILE, load_run, summarize_run, write_summary
+from harness.reward import CompositeWeights
+from harness.rules import DEFAULT_RULES, EpisodeRules, UnknownRules, rules_profile
+from harness.sandbox import SandboxError, SandboxPool
+from harness.schema import (
+    DatasetRef,
+    Environment,
+    Observation,
+    RescoredFrom,
+    RunManifest,
+    Scenario,
+    Step,
+    Trajectory,
+)
+from harness.store import ResultStore
+from harness.tool_messages import pass_through_tools
+from harness.verdict import EndedEpisode, episode_verdict
+from harness.versions import environment_hash, library_checks_hash, record_versions
+
+logger = logging.getLogger(__name__)
+
+REPORT_FILE = "rescore.json"
+Outcome = Literal["rescored", "kept", "refused"]
+
+
+class RescoreRefused(BadInput):
+    """The re-scoring cannot start: the run folder, the library or the output folder is unusable."""
+
+
+class EpisodeRefused(Exception):
+    """One episode cannot be re-scored; the message says why."""
+
+
+class RefusedEpisode(BaseModel):
+    episode_id: str
+    scenario_id: str
+    reason: str
+
+
+class RescoreReport(BaseModel):
+    """What ``harness rescore`` did; written as ``rescore.json`` in the new folder."""
+
+    run_id: str
+    source_dir: str
+    out_dir: str
+    rescored: int = 0
+    kept: int = Field(default=0, description="Episodes without a final state, whose verdict no check decided.")
+    changed: int = Field(default=0, description="Re-scored episodes whose check results or reward changed.")
+    refused: list[RefusedEpisode] = Field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        return not self.refused
+
+
+@dataclass
+class RescorePlan:
+    """A run folder checked against a library: what will be replayed with what."""
+
+    run_dir: Path
+    manifest: RunManifest
+    trajectories: list[Trajectory]
+    library: Library
+    rules: EpisodeRules
+    seed: int
+    out: Path
+    scenarios: dict[tuple[str, str], Scenario] = field(default_factory=dict)
+
+
+def plan_rescore(run_dir: Path, library: Library, out: Path) -> RescorePlan:
+    """Read the run and check, before any work, that the library holds every environment and scenario it used and
+    that ``out`` is free. Raises :class:`RescoreRefused` with one line per problem."""
+    try:
+        manifest, trajectories = load_run(run_dir)
+    except FileNotFoundError as exc:
+        raise RescoreRefused(str(exc)) from None
+    except ValueError as exc:
+        raise RescoreRefused(f"{run_dir / MANIFEST_FILE} is not a run manifest: {type(exc).__name__}") from None
+    if out.exists() and any(out.iterdir()):
+        raise RescoreRefused(f"{out} exists and is not empty; choose another --out")
+    if out.resolve() == run_dir.resolve():
+        raise RescoreRefused("--out must be a new folder, not the run folder itself")
+    try:
+        rules = rules_profile(str(manifest.config.get("rules") or DEFAULT_RULES))
+    except UnknownRules as exc:
+        raise RescoreRefused(f"{run_dir}: {exc}") from None
+    if manifest.config.get("mcp"):
+        raise RescoreRefused(
+            f"{run_dir} ran its environments behind an MCP server: its tool results were not produced in this "
+            "jail, so its final states cannot be rebuilt here"
+        )
+    scenarios = {(s.environment_id, s.id): s for s in library.scenarios}
+    problems = missing_ids(trajectories, library, scenarios)
+    if problems:
+        raise RescoreRefused("\n".join(problems))
+    seed = manifest.config.get("seed", 0)
+    return RescorePlan(
+        run_dir,
+        manifest,
+        trajectories,
+        library,
+        rules,
+        seed if isinstance(seed, int) else 0,
+        out,
+        scenarios,
+    )
+
+
+def missing_ids(
+    trajectories: Iterable[Trajectory], library: Library, scenarios: dict[tuple[str, str], Scenario]
+) -> list[str]:
+    """One line per environment or scenario id the run used and the library lacks, with its episode count."""
+    missing_environments: dict[str, int] = {}
+    missing_scenarios: dict[tuple[str, str], int] = {}
+    for trajectory in trajectories:
+        if trajectory.environment_id not in library.environments:
+            missing_environments[trajectory.environment_id] = missing_environments.get(trajectory.environment_id, 0) + 1
+        elif (trajectory.environment_id, trajectory.scenario_id) not in scenarios:
+            key = (trajectory.environment_id, trajectory.scenario_id)
+            missing_scenarios[key] = missing_scenarios.get(key, 0) + 1
+    source = library.source.source
+    lines = [
+        f"the library {source} has no environment {env_id!r} ({count} episode{'s' * (count != 1)} of the run)"
+        for env_id, count in sorted(missing_environments.items())
+    ]
+    lines += [
+        f"the library {source} has no scenario {scenario_id!r} of environment {env_id!r} "
+        f"({count} episode{'s' * (count != 1)} of the run)"
+        for (env_id, scenario_id), count in sorted(missing_scenarios.items())
+    ]
+    return lines
+
+
+def episode_seed(trajectory: Trajectory, run_seed: int) -> int:
+    """The seed the run gave the episode's session (harness.run.plan: the episode id's first 32 bits ^ --seed)."""
+    try:
+        return int(trajectory.episode_id[:8], 16) ^ run_seed
+    except ValueError:
+        return run_seed
+
+
+def _recorded(observation: Observation) -> list[Any]:
+    return [observation.kind.value, observation.content, observation.error]
+
+
+def _replayed_by_the_session(step: Step, rules: EpisodeRules, session_tools: set[str]) -> bool:
+    # Under rules that answer a call to a state attribute themselves, that call never reached the environment.
+    return not (rules.errors_as_user_messages and step.call.name not in session_tools)
+
+
+async def replay_final_state(
+    pool: SandboxPool, plan: RescorePlan, trajectory: Trajectory, environment: Environment, scenario: Scenario
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(state at reset, final state) after replaying the trajectory's recorded calls in a fresh session."""
+    session_environment = environment
+    if plan.rules.pass_arguments_through:
+        session_environment = environment.model_copy(update={"tools": pass_through_tools(environment)})
+    session_tools = set(session_environment.tool_names)
+    session = await open_tool_session(
+        pool, session_environment, scenario.initial_state, seed=episode_seed(trajectory, plan.seed)
+    )
+    try:
+        start_state = await session.state()
+        for step in trajectory.steps:
+            if not _replayed_by_the_session(step, plan.rules, session_tools):
+                continue
+            observation, _ = await session.call(step.call)
+            if _recorded(observation) != _recorded(step.observation):
+                raise EpisodeRefused(
+                    f"replaying call {step.index + 1} ({step.call.name}) gave another result than the recorded "
+                    f"one: {_short(_recorded(observation))} now, {_short(_recorded(step.observation))} recorded"
+                )
+        return start_state, await session.state()
+    finally:
+        await session.close()
+
+
+def _short(value: object, limit: int = 160) -> str:
+    text = orjson.dumps(value, default=str).decode()
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+async def rescore_episode(pool: SandboxPool, plan: RescorePlan, trajectory: Trajectory) -> tuple[Outcome, Trajectory]:
+    """The episode with the library's verdict ("rescored"), or unchanged but for its versions ("kept")."""
+    environment = plan.library.environments[trajectory.environment_id]
+    scenario = plan.scenarios[(trajectory.environment_id, trajectory.scenario_id)]
+    versions = record_versions(environment, scenario, plan.rules.name)
+    recorded = trajectory.versions
+    if recorded is not None and recorded.environment is not None and recorded.environment != versions.environment:
+        raise EpisodeRefused(
+            f"the environment's code changed since the run (version {recorded.environment} recorded, "
+            f"{environment_hash(environment)} in the library)"
+        )
+    if recorded is not None and recorded.scenario != versions.scenario:
+        raise EpisodeRefused(
+            f"the scenario changed since the run (version {recorded.scenario} recorded, {versions.scenario} in the "
+            "library): only its checks may differ"
+        )
+    update: dict[str, Any] = {"versions": versions, "rescored_from": trajectory.run_id, "run_id": plan_run_id(plan)}
+    if trajectory.termination in FAILED_ENDINGS:
+        return "kept", trajectory.model_copy(update=update)
+    try:
+        start_state, final_state = await replay_final_state(pool, plan, trajectory, environment, scenario)
+        ended = EndedEpisode(
+            scenario=scenario,
+            environment=environment,
+            rules=plan.rules,
+            termination=trajectory.termination,
+            messages=trajectory.messages,
+            calls=[step.call for step in trajectory.steps],
+            seed=episode_seed(trajectory, plan.seed),
+            scripted=bool(scenario.turns) and trajectory.mode == "conv",
+            weights=CompositeWeights(),
+        )
+        check_results, reward = await episode_verdict(pool, ended, final_state, start_state)
+    except SandboxError as exc:
+        raise EpisodeRefused(f"the jail could not replay it: {exc}") from None
+    update.update({"check_results": check_results, "reward": reward})
+    return "rescored", trajectory.model_copy(update=update)
+
+
+def plan_run_id(plan: RescorePlan) -> str:
+    """The new folder's run id: its name, as for a run."""
+    return plan.out.name
+
+
+def verdict_of(trajectory: Trajectory) -> bytes:
+    """The part of a record a re-scoring decides, as canonical bytes (to count changed verdicts)."""
+    return orjson.dumps(
+        [
+            [r.model_dump(mode="json") for r in trajectory.check_results],
+            trajectory.reward.model_dump(mode="json") if trajectory.reward else None,
+        ],
+        option=orjson.OPT_SORT_KEYS,
+    )
+
+
+async def rescore_run(plan: RescorePlan, pool: SandboxPool, *, concurrency: int = 16) -> RescoreReport:
+    """Re-score every episode of ``plan`` into its new folder (manifest, results, summary, report)."""
+    out = plan.out
+    report = RescoreReport(run_id=plan.manifest.run_id, source_dir=str(plan.run_dir), out_dir=str(out))
+    out.mkdir(parents=True, exist_ok=True)
+    library_ref = DatasetRef(
+        source=plan.library.source.source,
+        revision=plan.library.source.revision,
+        fingerprint=plan.library.source.fingerprint,
+    )
+    manifest = plan.manifest.model_copy(
+        update={
+            "run_id": plan_run_id(plan),
+            "dataset": library_ref,
+            "checks_version": library_checks_hash(plan.library.scenarios),
+            "rescored_from": RescoredFrom(
+                run_id=plan.manifest.run_id,
+                run_dir=str(plan.run_dir),
+                checks_version=plan.manifest.checks_version,
+                dataset=plan.manifest.dataset,
+            ),
+        }
+    )
+    (out / MANIFEST_FILE).write_text(manifest.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    store = ResultStore(out / RESULTS_FILE)
+    limit = asyncio.Semaphore(max(1, concurrency))
+    finished: dict[str, Trajectory] = {}
+
+    async def one(trajectory: Trajectory) -> None:
+        async with limit:
+            try:
+                outcome, rescored = await rescore_episode(pool, plan, trajectory)
+            except EpisodeRefused as refused:
+                report.refused.append(
+                    RefusedEpisode(
+                        episode_id=trajectory.episode_id, scenario_id=trajectory.scenario_id, reason=str(refused)
+                    )
+                )
+                return
+        if outcome == "kept":
+            report.kept += 1
+        else:
+            report.rescored += 1
+            report.changed += verdict_of(rescored) != verdict_of(trajectory)
+        finished[trajectory.episode_id] = rescored
+
+    try:
+        await asyncio.gather(*(one(t) for t in plan.trajectories))
+        # Written in the original's order, so the two folders read side by side.
+        for trajectory in plan.trajectories:
+            if trajectory.episode_id in finished:
+                store.append(finished[trajectory.episode_id])
+    finally:
+        store.close()
+    report.refused.sort(key=lambda r: r.episode_id)
+    write_summary(out, summarize_run(finished.values(), run_id=manifest.run_id))
+    (out / REPORT_FILE).write_text(report.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    return report
+
+
+def discard_output(out: Path) -> None:
+    """Remove a folder this module started writing (an interrupted re-scoring leaves nothing half-written)."""
+    shutil.rmtree(out, ignore_errors=True)

@@ -1,0 +1,68 @@
+"""An ended episode's verdict from its final state: the one decision a run and ``harness rescore`` both make.
+
+Which scoring applies: a scripted benchmark conversation without checks is judged turn by turn (BFCL); an ending
+the rules score 0 skips the checks (EnvScaler: a raising tool, the step limit); otherwise the checks run in the
+sandbox and the rules say whether the reward is EnvFactory's composite or the checks' pass rate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from harness.bfcl import score_turns
+from harness.reward import CompositeWeights, composite
+from harness.rules import EpisodeRules
+from harness.sandbox.pool import SandboxPool
+from harness.schema import CheckResult, Environment, RewardBreakdown, Scenario, TerminationReason, ToolCall
+from harness.scoring import check_transcript, score_final_state, zero_reward
+
+
+@dataclass(frozen=True)
+class EndedEpisode:
+    """What the verdict reads of an episode that ended with a final state."""
+
+    scenario: Scenario
+    environment: Environment
+    rules: EpisodeRules
+    termination: TerminationReason
+    messages: list[dict[str, Any]]
+    calls: list[ToolCall]
+    seed: int
+    scripted: bool
+    """The episode played the scenario's scripted turns with a user (a benchmark's conversation)."""
+    weights: CompositeWeights
+
+
+def rules_give_zero(rules: EpisodeRules, termination: TerminationReason) -> bool:
+    """Whether the rules score this ending 0 without running the checks (EnvScaler: a raising tool, the step
+    limit)."""
+    if termination is TerminationReason.TOOL_EXCEPTION:
+        return rules.raising_tool_ends_episode
+    return termination is TerminationReason.MAX_STEPS and not rules.truncation_scores
+
+
+async def episode_verdict(
+    pool: SandboxPool, ended: EndedEpisode, final_state: dict[str, Any], start_state: dict[str, Any] | None
+) -> tuple[list[CheckResult], RewardBreakdown | None]:
+    """The check results and the reward of ``ended`` (no reward when the scenario has nothing to score with)."""
+    scenario = ended.scenario
+    if ended.scripted and not scenario.checks:
+        return await score_turns(pool, scenario, ended.environment, ended.messages, ended.termination, seed=ended.seed)
+    if not scenario.checks:
+        return [], None
+    if rules_give_zero(ended.rules, ended.termination):
+        return [], zero_reward(scenario)
+    check_results, reward = await score_final_state(
+        pool,
+        scenario,
+        final_state,
+        initial_state=start_state,
+        transcript=check_transcript(ended.messages),
+        rules=ended.rules,
+    )
+    if ended.rules.composite_reward:
+        reward = composite(scenario, ended.calls, reward, final_state, ended.weights)
+    else:
+        reward = reward.model_copy(update={"composite": reward.state_reward})
+    return check_results, reward
