@@ -489,6 +489,7 @@ def sft(
 def _register_subcommands() -> None:
     from harness import (
         cli_bfcl,
+        cli_export,
         cli_leaderboard,
         cli_publish,
         cli_rescore,
@@ -501,6 +502,7 @@ def _register_subcommands() -> None:
     cli_publish.register(app)
     cli_leaderboard.register(app)
     cli_rescore.register(app)
+    cli_export.register(cli_bfcl.export_app)
     cli_serve.register(app)
     cli_synth_scenarios.register(cli_synth.synth_app)
     cli_synth.register(app)

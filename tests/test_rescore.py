@@ -12,15 +12,12 @@ import orjson
 import pytest
 
 from harness.library import load_library
-from tests.cli_process import Finished, alias_file, harness, serving_mock
+from tests.cli_process import Finished, harness
+from tests.stored_runs import lines_of, mock_model_run
 
 SEED = Path(__file__).resolve().parents[1] / "datasets" / "seed"
 SCENARIOS = ["banking-001", "banking-002", "car_rental-001"]
 HEX16 = set("0123456789abcdef")
-
-
-def lines_of(run_dir: Path) -> list[dict]:
-    return [orjson.loads(line) for line in (run_dir / "results.jsonl").read_bytes().splitlines()]
 
 
 def verdict(line: dict) -> bytes:
@@ -44,19 +41,7 @@ def edit_scenario(library: Path, environment: str, scenario_id: str, edit) -> No
 
 @pytest.fixture(scope="module")
 def stored_run(tmp_path_factory) -> Path:
-    """A run of three seed scenarios in both modes, two trials each, against the mock model (12 episodes)."""
-    folder = tmp_path_factory.mktemp("stored")
-    with serving_mock() as server:
-        models = alias_file(folder / "models.toml", server.base_url)
-        with models.open("a") as aliases:
-            aliases.write(f'[aliases.mock-user]\nmodel = "hosted_vllm/user"\napi_base = "{server.base_url}"\n')
-        args = ["run", "--model", "mock-agent", "--user-model", "mock-user", "--mode", "both", "--trials", "2"]
-        for scenario in SCENARIOS:
-            args += ["--scenario", scenario]
-        finished = harness([*args, "--out", str(folder / "run")], env={"HARNESS_MODELS_FILE": str(models)})
-    assert finished.code == 0, finished.stderr
-    assert len(lines_of(folder / "run")) == 12
-    return folder / "run"
+    return mock_model_run(tmp_path_factory.mktemp("stored"), SCENARIOS)
 
 
 def rescore(run_dir: Path, library: Path, out: Path) -> Finished:

@@ -1,0 +1,50 @@
+"""``harness export atif`` and ``harness export leaderboard-json``: runs in formats other tools read."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from harness.console import console, outside
+
+
+def export_atif_command(
+    run_dir: Annotated[Path, typer.Argument(help="A run folder.")],
+    out: Annotated[Path, typer.Option("--out", help="Folder for one ATIF-v1.4 JSON document per episode.")],
+) -> None:
+    """Every episode of a run as an Agent Trajectory Interchange Format (ATIF-v1.4) document."""
+    from harness.atif import UnsafeEpisodeId, write_atif
+    from harness.errors import BadInput
+    from harness.metrics import load_run
+
+    try:
+        _, trajectories = load_run(run_dir)
+        written = write_atif(trajectories, out)
+    except (FileNotFoundError, ValueError, UnsafeEpisodeId) as error:
+        raise BadInput(f"cannot export {run_dir}: {error}") from error
+    console.print(outside(f"Wrote {len(written)} ATIF documents to {out}"), soft_wrap=True)
+
+
+def export_leaderboard_json_command(
+    run_dir: Annotated[Path, typer.Argument(help="A run folder.")],
+    out: Annotated[Path, typer.Option("--out", help="The JSON file to write.")],
+) -> None:
+    """A run's numbers per environment and mode (pass^1..k, mean reward, cost) with the versions they came from."""
+    from harness.errors import BadInput
+    from leaderboards.submission import export_submission
+
+    try:
+        submission = export_submission(run_dir, out)
+    except (FileNotFoundError, ValueError) as error:
+        raise BadInput(f"cannot export {run_dir}: {error}") from error
+    console.print(
+        outside(f"Wrote {len(submission.entries)} entries (environment × mode) of {submission.run_id} to {out}"),
+        soft_wrap=True,
+    )
+
+
+def register(export_app: typer.Typer) -> None:
+    export_app.command("atif")(export_atif_command)
+    export_app.command("leaderboard-json")(export_leaderboard_json_command)

@@ -1,0 +1,114 @@
+"""A run as one JSON document for sites that take leaderboard submissions (``harness export leaderboard-json``).
+
+Per environment and mode: episodes, scored, success rate, pass^1..k, mean reward, cost, and the versions the
+numbers came from (environment code, checks, rules, package; see :mod:`harness.versions`). Every number is the
+one ``harness show`` prints for the same group (the same :mod:`harness.metrics` functions compute it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from harness import __version__
+from harness.metrics import load_run, summarize
+from harness.schema import RunManifest, Trajectory
+from harness.versions import content_hash
+
+SUBMISSION_FORMAT = "envharness-leaderboard/1"
+
+
+class EntryVersions(BaseModel):
+    environment: list[str] = Field(description="Environment code versions the episodes ran on (one, normally).")
+    checks: str | None = Field(description="One hash over the (scenario, checks version) pairs of the entry.")
+    rules: list[str]
+    package: list[str]
+    unversioned_episodes: int = Field(default=0, description="Episodes recorded before versions existed.")
+
+
+class SubmissionEntry(BaseModel):
+    environment_id: str
+    mode: str
+    episodes: int
+    scored: int
+    infra_errors: int
+    environment_errors: int
+    success_rate: float | None
+    mean_reward: float | None = Field(description="Mean state reward (share of checks passed) of scored episodes.")
+    pass_hat_k: dict[int, float]
+    total_cost_usd: float
+    versions: EntryVersions
+
+
+class Submission(BaseModel):
+    format: str = SUBMISSION_FORMAT
+    exported_by: str = Field(default_factory=lambda: f"envharness {__version__}")
+    run_id: str
+    model: str
+    agent: dict[str, Any]
+    user_model: str | None
+    dataset: dict[str, Any]
+    rules: str
+    checks_version: str | None
+    entries: list[SubmissionEntry]
+
+
+def entry_versions(trajectories: Sequence[Trajectory]) -> EntryVersions:
+    versioned = [t.versions for t in trajectories if t.versions is not None]
+    pairs = sorted({(t.scenario_id, t.versions.checks) for t in trajectories if t.versions is not None})
+    return EntryVersions(
+        environment=sorted({v.environment for v in versioned if v.environment is not None}),
+        checks=content_hash(pairs) if pairs else None,
+        rules=sorted({v.rules for v in versioned}),
+        package=sorted({v.package for v in versioned}),
+        unversioned_episodes=len(trajectories) - len(versioned),
+    )
+
+
+def build_submission(manifest: RunManifest, trajectories: Iterable[Trajectory]) -> Submission:
+    episodes = list(trajectories)
+    groups: dict[tuple[str, str], list[Trajectory]] = {}
+    for trajectory in episodes:
+        groups.setdefault((trajectory.environment_id, trajectory.mode), []).append(trajectory)
+    entries = []
+    for summary in summarize(episodes, ("environment_id", "mode")):
+        key = (summary.key["environment_id"], summary.key["mode"])
+        entries.append(
+            SubmissionEntry(
+                environment_id=key[0],
+                mode=key[1],
+                episodes=summary.episodes,
+                scored=summary.scored,
+                infra_errors=summary.infra_errors,
+                environment_errors=summary.environment_errors,
+                success_rate=summary.success_rate,
+                mean_reward=summary.mean_state_reward,
+                pass_hat_k=summary.pass_hat_k,
+                total_cost_usd=summary.total_cost_usd,
+                versions=entry_versions(groups[key]),
+            )
+        )
+    config = manifest.config
+    user_model = config.get("user_model")
+    return Submission(
+        run_id=manifest.run_id,
+        model=str(config.get("model")),
+        agent={key: config.get(key) for key in ("agent_kind", "temperature", "max_steps") if key in config},
+        user_model=str(user_model) if user_model is not None else None,
+        dataset=manifest.dataset.model_dump(mode="json"),
+        rules=str(config.get("rules") or "harness"),
+        checks_version=manifest.checks_version,
+        entries=sorted(entries, key=lambda e: (e.environment_id, e.mode)),
+    )
+
+
+def export_submission(run_dir: Path, out: Path) -> Submission:
+    """Write ``run_dir``'s submission to the file ``out``; raises FileNotFoundError/ValueError for a bad folder."""
+    manifest, trajectories = load_run(run_dir)
+    submission = build_submission(manifest, trajectories)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(submission.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    return submission
