@@ -140,3 +140,18 @@ def test_a_nonconv_run_of_scripted_scenarios_is_refused(bfcl_library: Path, tmp_
     result = harness_cli("run", "--envs", str(bfcl_library), "--agent", "oracle", "--out", str(tmp_path / "run"))
     assert result.returncode == 2
     assert "800 scenarios have scripted user turns and run only with --mode conv" in " ".join(result.stderr.split())
+
+
+def test_rescoring_the_oracle_run_reproduces_every_verdict(
+    oracle_run: Path, bfcl_library: Path, tmp_path: Path
+) -> None:
+    """BFCL's scripted turns re-score like any run: the recorded calls replayed, BFCL's turn checker rerun."""
+    out = tmp_path / "rescored"
+    result = harness_cli("rescore", str(oracle_run), "--envs", str(bfcl_library), "--out", str(out), timeout=1200)
+    assert result.returncode == 0, result.stderr[-2000:]
+    before = {t.episode_id: t for t in read_results(oracle_run / "results.jsonl")}
+    after = {t.episode_id: t for t in read_results(out / "results.jsonl")}
+    assert after.keys() == before.keys()
+    for episode_id, trajectory in after.items():
+        assert trajectory.check_results == before[episode_id].check_results, trajectory.scenario_id
+        assert trajectory.reward == before[episode_id].reward, trajectory.scenario_id
