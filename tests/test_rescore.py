@@ -179,3 +179,40 @@ def test_a_leaderboard_keeps_verdicts_of_two_check_versions_apart(stored_run, tm
     assert len(labels) == 2
     for version in versions:
         assert sum(f"checks {version[:8]}" in label for label in labels) == 1
+
+
+def test_an_envscaler_import_rescores_under_its_own_rules(tmp_path):
+    """EnvScaler's rules (arguments passed through, first call only, str() results) replay the same way."""
+    from tests.cli_process import alias_file
+    from tests.doubles.mock_openai import MockOpenAIServer
+    from tests.test_envscaler_import import release_files
+
+    env_file, scenario_file = release_files(tmp_path)
+    library = tmp_path / "library"
+    command = ["import", "envscaler", "--environments", str(env_file), "--scenarios", str(scenario_file)]
+    imported = harness([*command, "--out", str(library)])
+    assert imported.code == 0, imported.stderr
+    server = MockOpenAIServer(record_bodies=False)
+    server.register_replay(
+        "Redeem 200 of Ann's points.",
+        [
+            {"name": "get_user", "arguments": {"user_id": "u1"}},
+            {"name": "redeem_points", "arguments": {"user_id": "u1", "points": 200}},
+        ],
+        reply="Done.",
+    )
+    with server.running_in_thread():
+        models = alias_file(tmp_path / "models.toml", server.base_url)
+        run = tmp_path / "run"
+        finished = harness(
+            ["run", "--envs", str(library), "--model", "mock-agent", "--trials", "2", "--out", str(run)],
+            env={"HARNESS_MODELS_FILE": str(models)},
+        )
+    assert finished.code == 0, finished.stderr
+    recorded = lines_of(run)
+    assert {line["versions"]["rules"] for line in recorded} == {"envscaler"}
+    assert all(line["steps"] for line in recorded)
+    out = tmp_path / "rescored"
+    assert rescore(run, library, out).code == 0
+    before = {line["episode_id"]: verdict(line) for line in recorded}
+    assert {line["episode_id"]: verdict(line) for line in lines_of(out)} == before
