@@ -13,9 +13,15 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from harness.llm import ContextWindowExceeded, LLMError
+from harness.llm import (
+    ContextWindowExceeded,
+    EndpointUnreachable,
+    LLMError,
+    ModelHandlerError,
+    RequestRejected,
+)
 from harness.sandbox import EnvironmentFailed, EnvironmentLoadError, SandboxError
-from harness.schema import Failure, FailureParty, TerminationReason
+from harness.schema import Failure, FailureKind, FailureParty, TerminationReason
 from harness.toolspec import ToolDerivationError
 
 
@@ -37,16 +43,29 @@ def classify_failure(exc: BaseException, phase: str) -> Blame:
     if isinstance(exc, EnvironmentLoadError | EnvironmentFailed | ToolDerivationError):
         return environment_failure(detail)
     if isinstance(exc, LLMError):
-        return Blame(
-            TerminationReason.INFRA_ERROR, detail, Failure(at_fault=FailureParty.MODEL_ENDPOINT, detail=detail)
-        )
+        failure = Failure(at_fault=FailureParty.MODEL_ENDPOINT, detail=detail, kind=model_failure_kind(exc))
+        return Blame(TerminationReason.INFRA_ERROR, detail, failure)
     if isinstance(exc, SandboxError):
-        return Blame(TerminationReason.INFRA_ERROR, detail, Failure(at_fault=FailureParty.HARNESS, detail=detail))
+        failure = Failure(at_fault=FailureParty.HARNESS, detail=detail, kind=FailureKind.SANDBOX)
+        return Blame(TerminationReason.INFRA_ERROR, detail, failure)
     if phase == "agent":
         return Blame(TerminationReason.AGENT_ERROR, detail, None)
     # A failing user policy or loop is not the agent's fault: mark it for a re-run instead of scoring it.
-    return Blame(TerminationReason.INFRA_ERROR, detail, Failure(at_fault=FailureParty.HARNESS, detail=detail))
+    failure = Failure(at_fault=FailureParty.HARNESS, detail=detail, kind=FailureKind.HARNESS)
+    return Blame(TerminationReason.INFRA_ERROR, detail, failure)
+
+
+def model_failure_kind(exc: LLMError) -> FailureKind:
+    """Whether a model call's failure can pass with time (unreachable, transient) or not (rejected, raising)."""
+    if isinstance(exc, EndpointUnreachable):
+        return FailureKind.ENDPOINT_UNREACHABLE
+    if isinstance(exc, RequestRejected):
+        return FailureKind.REQUEST_REJECTED
+    if isinstance(exc, ModelHandlerError):
+        return FailureKind.MODEL_HANDLER
+    return FailureKind.TRANSIENT  # RetriesExhausted, and any other endpoint failure
 
 
 def environment_failure(detail: str) -> Blame:
-    return Blame(TerminationReason.ENVIRONMENT_ERROR, detail, Failure(at_fault=FailureParty.ENVIRONMENT, detail=detail))
+    failure = Failure(at_fault=FailureParty.ENVIRONMENT, detail=detail, kind=FailureKind.ENVIRONMENT)
+    return Blame(TerminationReason.ENVIRONMENT_ERROR, detail, failure)

@@ -195,7 +195,16 @@ def run(
     ] = False,
     out: Annotated[Path | None, typer.Option(help="Run folder (default runs/<time>-<model>).")] = None,
     resume: Annotated[bool, typer.Option(help="Continue the run in --out; only missing episodes run.")] = False,
-    retry_errors: Annotated[bool, typer.Option(help="With --resume, also re-run infrastructure errors.")] = False,
+    retry_errors: Annotated[
+        bool, typer.Option(help="With --resume, also re-run infrastructure errors a retry can help.")
+    ] = False,
+    retry_unretryable: Annotated[
+        bool,
+        typer.Option(
+            help="With --retry-errors, also re-run infrastructure errors recorded as not retryable (a request the "
+            "endpoint rejected, an in-process model that raised)."
+        ),
+    ] = False,
     workers: Annotated[int | None, typer.Option(help="Sandbox zygotes (fork servers; default 1).")] = None,
     cache_dir: Annotated[Path | None, typer.Option(help="Cache model responses in this folder.")] = None,
     mcp: Annotated[
@@ -246,6 +255,7 @@ def run(
         out=out,
         resume=resume,
         retry_errors=retry_errors,
+        retry_unretryable=retry_unretryable,
         workers=workers,
         cache_dir=cache_dir,
         mcp=mcp,

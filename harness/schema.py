@@ -349,11 +349,49 @@ class FailureParty(StrEnum):
     environment's reach (the kernel's OOM killer, an operator), or a bug."""
 
 
+class FailureKind(StrEnum):
+    """What failed, finer than who: it decides whether running the episode again can help."""
+
+    ENVIRONMENT = "environment"
+    """The environment's own code failed: running it again gives the same failure."""
+    ENDPOINT_UNREACHABLE = "endpoint_unreachable"
+    """Nothing answered at a model endpoint."""
+    TRANSIENT = "transient"
+    """Rate limits, timeouts, dropped connections or 5xx answers outlasted every retry."""
+    REQUEST_REJECTED = "request_rejected"
+    """A model endpoint refused the request (400, 401, 403, 404, 422, a missing key): the same request would be
+    refused again until the setup changes."""
+    MODEL_HANDLER = "model_handler"
+    """An in-process model raised."""
+    SANDBOX = "sandbox"
+    """The jail could not serve the episode: a zygote lost or replaced, a process killed from outside."""
+    HARNESS = "harness"
+    """Anything else of the harness's (a bug, a failing user policy)."""
+
+
+RETRYABLE_KINDS = frozenset(
+    {FailureKind.ENDPOINT_UNREACHABLE, FailureKind.TRANSIENT, FailureKind.SANDBOX, FailureKind.HARNESS}
+)
+
+
 class Failure(Record):
-    """Why an episode ended in ``environment_error`` or ``infra_error``, and who is at fault."""
+    """Why an episode ended in ``environment_error`` or ``infra_error``, who is at fault, and whether a retry can
+    help (records written before ``kind`` existed carry none and count as retryable, as they were then)."""
 
     at_fault: FailureParty
     detail: str = Field(description="What happened, in words (the error's text).")
+    kind: FailureKind | None = Field(default=None, description="What failed (see FailureKind).")
+    retryable: bool | None = Field(
+        default=None,
+        description="Whether running the episode again can help: `--retry-errors` re-runs these (and, with "
+        "`--retry-unretryable`, the others too).",
+    )
+
+    @model_validator(mode="after")
+    def _retryable_follows_kind(self) -> Failure:
+        if self.kind is not None and self.retryable is None:
+            self.retryable = self.kind in RETRYABLE_KINDS
+        return self
 
 
 class Usage(Record):

@@ -98,6 +98,8 @@ class ResultStore:
         self.path = path
         self.fsync = fsync
         self.terminations: dict[str, str] = {}
+        self.unretryable: set[str] = set()
+        """Infrastructure errors whose record says a retry cannot help."""
         self._handle: IO[bytes] | None = None
         self._load()
 
@@ -111,13 +113,27 @@ class ResultStore:
             with self.path.open("r+b") as handle:
                 handle.truncate(end)
         for _, trajectory in read_records(self.path, Trajectory):
-            self.terminations[trajectory.episode_id] = trajectory.termination.value
+            self._note(trajectory)
 
-    def finished(self, retry_errors: bool = False) -> set[str]:
-        """Episode ids whose result stands (with ``retry_errors``, infrastructure errors do not)."""
+    def _note(self, trajectory: Trajectory) -> None:
+        self.terminations[trajectory.episode_id] = trajectory.termination.value
+        failure = trajectory.failure
+        if failure is not None and failure.retryable is False:
+            self.unretryable.add(trajectory.episode_id)
+        else:
+            self.unretryable.discard(trajectory.episode_id)
+
+    def finished(self, retry_errors: bool = False, retry_unretryable: bool = False) -> set[str]:
+        """Episode ids whose result stands. With ``retry_errors``, infrastructure errors a retry can help do not
+        (with ``retry_unretryable`` too, none do)."""
         if not retry_errors:
             return set(self.terminations)
-        return {k for k, v in self.terminations.items() if v != TerminationReason.INFRA_ERROR.value}
+        return {
+            episode
+            for episode, termination in self.terminations.items()
+            if termination != TerminationReason.INFRA_ERROR.value
+            or (episode in self.unretryable and not retry_unretryable)
+        }
 
     def append(self, trajectory: Trajectory) -> None:
         stored, line = storable(trajectory)
@@ -128,7 +144,7 @@ class ResultStore:
         self._handle.flush()
         if self.fsync:
             os.fsync(self._handle.fileno())
-        self.terminations[stored.episode_id] = stored.termination.value
+        self._note(stored)
 
     def close(self) -> None:
         if self._handle is not None:

@@ -15,6 +15,7 @@ from harness.sandbox import SandboxPool
 from harness.schema import (
     Environment,
     Failure,
+    FailureKind,
     FailureParty,
     Scenario,
     TerminationReason,
@@ -151,7 +152,7 @@ def _unreachable(
         user=user.settings if config.mode == "conv" and user is not None else None,
         termination=TerminationReason.INFRA_ERROR,
         termination_detail=detail,
-        failure=Failure(at_fault=FailureParty.HARNESS, detail=detail),
+        failure=Failure(at_fault=FailureParty.HARNESS, detail=detail, kind=FailureKind.HARNESS),
         usage=usage,
         timings=Timings(ended_at=utc_now()),
         errors=[detail],

@@ -60,6 +60,11 @@ class RunConfig(BaseModel):
     out: Path | None = Field(default=None, description="Run folder; default runs/<time>-<model>.")
     resume: bool = False
     retry_errors: bool = False
+    retry_unretryable: bool = Field(
+        default=False,
+        description="With --retry-errors, also re-run infrastructure errors recorded as not retryable (a request the "
+        "endpoint rejected, an in-process model that raised).",
+    )
     workers: int | None = Field(default=None, description="Sandbox zygotes that fork the sandbox processes; default 1.")
     allow_weak_sandbox: bool = Field(
         default=False, description="Run Hub code even when a confinement layer is missing on this machine."

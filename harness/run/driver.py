@@ -213,7 +213,7 @@ async def run_planned(context: RunContext) -> RunOutcome:
     write_manifest(run_dir, manifest)
 
     in_flight = episodes_in_flight(config, client)
-    finished = store.finished(retry_errors=config.retry_errors)
+    finished = store.finished(retry_errors=config.retry_errors, retry_unretryable=config.retry_unretryable)
     todo = [spec for spec in specs if spec.episode_id not in finished]
     if context.on_start is not None:
         context.on_start(

@@ -121,12 +121,18 @@ async def report_usage(progress: RunProgress, client: LLMClient, on_progress: Pr
 
 
 def infra_error_causes(results: list[Trajectory]) -> list[tuple[str, int]]:
-    """What ended episodes in infrastructure errors, each cause once with its count, most frequent first."""
+    """What ended episodes in infrastructure errors, each cause once with its count, most frequent first; a cause
+    a retry cannot help says so (``--retry-errors`` leaves those unless ``--retry-unretryable``)."""
     counts: Counter[str] = Counter()
     for trajectory in results:
         if trajectory.termination is TerminationReason.INFRA_ERROR:
             detail = (trajectory.termination_detail or "").strip().splitlines()
-            counts[detail[0][:400] if detail else "no detail recorded"] += 1
+            cause = detail[0][:400] if detail else "no detail recorded"
+            failure = trajectory.failure
+            if failure is not None and failure.retryable is False:
+                kind = failure.kind.value if failure.kind is not None else "unretryable"
+                cause = f"{cause} (not retryable: {kind})"
+            counts[cause] += 1
     return counts.most_common()
 
 
