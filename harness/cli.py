@@ -198,6 +198,14 @@ def run(
     retry_errors: Annotated[
         bool, typer.Option(help="With --resume, also re-run infrastructure errors a retry can help.")
     ] = False,
+    cost_limit: Annotated[
+        float | None,
+        typer.Option(
+            min=0,
+            help="Start no episode once the spend recorded for the run folder reaches this many USD (all roles; "
+            "episodes in flight finish). Every model called needs a price; --resume with a higher limit continues.",
+        ),
+    ] = None,
     retry_unretryable: Annotated[
         bool,
         typer.Option(
@@ -256,6 +264,7 @@ def run(
         resume=resume,
         retry_errors=retry_errors,
         retry_unretryable=retry_unretryable,
+        cost_limit=cost_limit,
         workers=workers,
         cache_dir=cache_dir,
         mcp=mcp,

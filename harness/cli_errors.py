@@ -1,8 +1,9 @@
 """How the command line ends: one line per problem, honest exit statuses, a traceback only with ``--debug``.
 
 Exit statuses: 0 everything asked was done; 1 an infrastructure failure (an endpoint that does not answer,
-episodes ended in infrastructure errors, an unexpected error); 2 bad input (nothing was done); 130 and 143
-a run stopped by SIGINT or SIGTERM after a clean stop.
+episodes ended in infrastructure errors, an unexpected error); 2 bad input (nothing was done); 3 ``--cost-limit``
+stopped the work before everything asked was done; 130 and 143 a run stopped by SIGINT or SIGTERM after a clean
+stop.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from harness.redact import redact
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
+EXIT_COST_LIMIT = 3
 
 
 def exit_status_for_signal(number: int) -> int:

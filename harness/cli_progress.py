@@ -12,9 +12,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.table import Table
 from rich.text import Text
 
-from harness.cli_errors import EXIT_FAILED, EXIT_OK, exit_status_for_signal
+from harness.cli_errors import EXIT_COST_LIMIT, EXIT_FAILED, EXIT_OK, exit_status_for_signal
 from harness.console import markup_text, outside
-from harness.metrics import GroupSummary
+from harness.metrics import GroupSummary, cost_text
 from harness.runner import RunConfig, RunOutcome, RunPlan, RunProgress
 
 _PLAIN_INTERVAL_S = 10.0
@@ -99,7 +99,7 @@ def _row(group: GroupSummary, label: Text) -> list[str | Text]:
         _fmt(group.mean_steps, 1),
         _fmt(group.mean_tool_calls, 1),
         f"{group.total_tokens:,}",
-        f"{group.total_cost_usd:.4f}",
+        cost_text(group.total_cost_usd, group.unpriced_requests),
         str(group.environment_errors),
         str(group.infra_errors),
     ]
@@ -225,6 +225,17 @@ def print_exit_line(
             soft_wrap=True,
         )
         return status
+    if outcome.cost_limit is not None:
+        stop = outcome.cost_limit
+        console.print(
+            f"[yellow]exit {EXIT_COST_LIMIT}: stopped by --cost-limit ${stop.limit_usd:.4f} "
+            f"(spent ${stop.spent_usd:.4f}) with {outcome.summary.overall.episodes} of {outcome.planned} episodes "
+            f"recorded and {stop.not_started} not started; continue, with a higher --cost-limit, by: "
+            f"{markup_text(resume)}[/yellow]",
+            highlight=False,
+            soft_wrap=True,
+        )
+        return EXIT_COST_LIMIT
     errors = outcome.summary.overall.infra_errors + sum(b.summary.overall.infra_errors for b in baselines.values())
     missing = outcome.missing
     if errors or missing:

@@ -106,6 +106,9 @@ class GroupSummary(BaseModel):
     total_tokens: int = 0
     total_cost_usd: float = Field(default=0.0, description="Money spent by every episode, errors included.")
     mean_cost_usd: float | None = Field(default=None, description="Per episode, infrastructure errors excluded.")
+    unpriced_requests: int = Field(
+        default=0, description="Requests to models with no known price: their cost is unknown and not in the totals."
+    )
     terminations: dict[str, int] = Field(default_factory=dict)
 
     @property
@@ -131,7 +134,16 @@ def episode_tokens(trajectory: Trajectory) -> int:
 
 
 def episode_cost(trajectory: Trajectory) -> float:
+    """Money the episode's priced requests cost (see ``GroupSummary.unpriced_requests`` for the others)."""
     return sum(usage.cost_usd for usage in trajectory.usage.values())
+
+
+def cost_text(cost_usd: float | None, unpriced_requests: int) -> str:
+    """A cost as shown: never "$0" for requests whose price is unknown."""
+    if unpriced_requests and not cost_usd:
+        return "unpriced"
+    shown = "—" if cost_usd is None else f"{cost_usd:.4f}"
+    return f"{shown} + unpriced" if unpriced_requests else shown
 
 
 def task_key(trajectory: Trajectory) -> tuple[str, str, str]:
@@ -186,6 +198,7 @@ def summarize_group(trajectories: Sequence[Trajectory], key: dict[str, str] | No
         total_tokens=sum(episode_tokens(t) for t in trajectories),
         total_cost_usd=math.fsum(episode_cost(t) for t in trajectories),
         mean_cost_usd=_mean([episode_cost(t) for t in ran]),
+        unpriced_requests=sum(u.unpriced_requests for t in trajectories for u in t.usage.values()),
         terminations={
             reason.value: terminations[reason.value] for reason in TerminationReason if terminations[reason.value]
         },

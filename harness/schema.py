@@ -401,12 +401,18 @@ class Usage(Record):
     cost_usd: float = 0.0
     cached_requests: int = 0
     model_seconds: float = 0.0
+    unpriced_requests: int = Field(
+        default=0,
+        description="Requests to a model with no known price (litellm's cost map has none and its alias sets none): "
+        "their cost is unknown, not $0, and is not in cost_usd.",
+    )
 
     @property
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
 
     def add(self, other: Usage) -> None:
+        self.unpriced_requests += other.unpriced_requests
         self.requests += other.requests
         self.prompt_tokens += other.prompt_tokens
         self.completion_tokens += other.completion_tokens

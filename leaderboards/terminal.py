@@ -68,7 +68,7 @@ def _summary_values(summary: GroupSummary, max_k: int) -> dict[str, str]:
         "tool calls": fmt_float(summary.mean_tool_calls, 1),
         "tokens/ep": fmt_tokens(summary.mean_tokens),
         "cost/ep": fmt_cost(summary.mean_cost_usd),
-        "cost": fmt_cost(summary.total_cost_usd),
+        "cost": "unpriced" if summary.unpriced_requests and not summary.total_cost_usd else fmt_cost(summary.total_cost_usd),
     }
     values.update({f"pass^{k}": fmt_float(summary.pass_hat_k.get(k)) for k in range(1, max_k + 1)})
     return values

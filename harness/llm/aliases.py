@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 BUNDLED_FILE = Path(__file__).resolve().parent.parent / "data" / "models.toml"
 
@@ -34,6 +34,10 @@ class ResolvedModel(BaseModel):
     serve_hint: str | None = Field(default=None, description="How to start the endpoint.")
     max_episodes: int | None = Field(
         default=None, description="Episodes worth running at once on this model (None: no model-side bound)."
+    )
+    usd_per_million_tokens: tuple[float, float] | None = Field(
+        default=None,
+        description="(input, output) price set by the alias; None: litellm's cost map decides, or it is unpriced.",
     )
 
     @property
@@ -58,6 +62,18 @@ class AliasEntry(BaseModel):
     same_server_as: str | None = None
     max_episodes: int | None = Field(default=None, ge=1)
     description: str = ""
+    input_usd_per_million: float | None = Field(
+        default=None, ge=0, description="Price of a million prompt tokens (overrides litellm's cost map)."
+    )
+    output_usd_per_million: float | None = Field(
+        default=None, ge=0, description="Price of a million completion tokens (overrides litellm's cost map)."
+    )
+
+    @model_validator(mode="after")
+    def _both_prices_or_none(self) -> AliasEntry:
+        if (self.input_usd_per_million is None) != (self.output_usd_per_million is None):
+            raise ValueError("set both input_usd_per_million and output_usd_per_million, or neither")
+        return self
 
 
 def env_name(alias: str) -> str:
@@ -149,4 +165,9 @@ class AliasTable:
             api_key_env=entry.api_key_env,
             serve_hint=entry.serve,
             max_episodes=entry.max_episodes,
+            usd_per_million_tokens=(
+                (entry.input_usd_per_million, entry.output_usd_per_million)
+                if entry.input_usd_per_million is not None and entry.output_usd_per_million is not None
+                else None
+            ),
         )

@@ -124,7 +124,7 @@ class LLMClient:
         self._pool = OpenAIClientPool(max_connections=max_connections)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._usage: dict[str, Usage] = {}
-        self._prices: dict[str, tuple[float, float]] = {}
+        self._prices: dict[str, tuple[float, float] | None] = {}
 
     # ------------------------------------------------------------------------------------------- config
 
@@ -373,22 +373,35 @@ class LLMClient:
             ) from failure
         raise AssertionError("unreachable: tenacity either returns or raises")
 
-    def _cost(self, resolved: ResolvedModel, response: Any, prompt_tokens: int, completion_tokens: int) -> float:
-        hidden = getattr(response, "_hidden_params", None) or {}
-        reported = hidden.get("response_cost")
-        if isinstance(reported, int | float) and reported >= 0:
-            return float(reported)
-        prices = self._prices.get(resolved.provider_model)
-        if prices is None:
+    def price_of(self, resolved: ResolvedModel) -> tuple[float, float] | None:
+        """USD per (prompt, completion) token: the alias's own price, else litellm's cost map; None: unpriced."""
+        if resolved.usd_per_million_tokens is not None:
+            prompt, completion = resolved.usd_per_million_tokens
+            return prompt / 1e6, completion / 1e6
+        if resolved.provider_model not in self._prices:
             try:
                 info = litellm.get_model_info(resolved.provider_model)
-                prices = (
-                    float(info.get("input_cost_per_token") or 0.0),
-                    float(info.get("output_cost_per_token") or 0.0),
+                prompt_price, completion_price = info.get("input_cost_per_token"), info.get("output_cost_per_token")
+                known = prompt_price is not None and completion_price is not None
+                self._prices[resolved.provider_model] = (
+                    (float(prompt_price), float(completion_price)) if known else None
                 )
             except Exception:  # litellm raises for models it has no price for
-                prices = (0.0, 0.0)
-            self._prices[resolved.provider_model] = prices
+                self._prices[resolved.provider_model] = None
+        return self._prices[resolved.provider_model]
+
+    def _cost(self, resolved: ResolvedModel, response: Any, prompt_tokens: int, completion_tokens: int) -> float | None:
+        """The request's cost in USD; None when the model has no known price."""
+        prices = self.price_of(resolved)
+        if prices is None:
+            hidden = getattr(response, "_hidden_params", None) or {}
+            reported = hidden.get("response_cost")
+            return float(reported) if isinstance(reported, int | float) and reported > 0 else None
+        if resolved.usd_per_million_tokens is None:
+            hidden = getattr(response, "_hidden_params", None) or {}
+            reported = hidden.get("response_cost")
+            if isinstance(reported, int | float) and reported >= 0:
+                return float(reported)
         return prompt_tokens * prices[0] + completion_tokens * prices[1]
 
     def _result(self, response: Any, resolved: ResolvedModel, attempts: int, seconds: float) -> ChatResult:
@@ -399,13 +412,15 @@ class LLMClient:
         usage = getattr(response, "usage", None)
         prompt_tokens = int(getattr(usage, "prompt_tokens", 0) or 0)
         completion_tokens = int(getattr(usage, "completion_tokens", 0) or 0)
+        cost = self._cost(resolved, response, prompt_tokens, completion_tokens)
         return ChatResult(
             message=_message_dict(choice.message),
             usage=Usage(
                 requests=1,
                 prompt_tokens=prompt_tokens,
                 completion_tokens=completion_tokens,
-                cost_usd=self._cost(resolved, response, prompt_tokens, completion_tokens),
+                cost_usd=cost or 0.0,
+                unpriced_requests=int(cost is None),
                 model_seconds=seconds,
             ),
             finish_reason=getattr(choice, "finish_reason", None),

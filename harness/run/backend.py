@@ -17,6 +17,7 @@ from harness.scoring import SharedResetResults
 from .config import RunConfig
 from .episodes import AgentFactory, UserFactory
 from .plan import EpisodeSpec
+from .spending import SpendLimit
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,8 @@ class EpisodeJob:
     sandbox_limits: SandboxLimits | None
     reset_results: SharedResetResults = field(default_factory=dict)
     """What held at reset for each scenario, from this run's screening: executors start from it."""
+    spend_limit: SpendLimit | None = None
+    """``--cost-limit``: a backend starts no episode once it is reached (and counts those it did not start)."""
 
 
 class EpisodeBackend(Protocol):
@@ -44,7 +47,8 @@ class EpisodeBackend(Protocol):
     async def execute(
         self, specs: list[EpisodeSpec], *, run_id: str, in_flight: int, on_result: Callable[[Trajectory], None]
     ) -> None:
-        """Run each spec and call ``on_result`` exactly once per spec, with at most ``in_flight`` running."""
+        """Run each spec and call ``on_result`` exactly once per spec run, with at most ``in_flight`` running; a
+        spec not yet started when ``job.spend_limit`` is reached is not started (and counted there)."""
         ...
 
     async def close(self) -> None: ...

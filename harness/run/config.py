@@ -60,6 +60,12 @@ class RunConfig(BaseModel):
     out: Path | None = Field(default=None, description="Run folder; default runs/<time>-<model>.")
     resume: bool = False
     retry_errors: bool = False
+    cost_limit: float | None = Field(
+        default=None,
+        ge=0,
+        description="Start no episode once the spend recorded for the run folder reaches this many USD (all roles; "
+        "episodes in flight finish). Every model called needs a price; --resume with a higher limit continues.",
+    )
     retry_unretryable: bool = Field(
         default=False,
         description="With --retry-errors, also re-run infrastructure errors recorded as not retryable (a request the "

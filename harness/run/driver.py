@@ -49,6 +49,7 @@ from .plan import (
     selection_problems,
 )
 from .progress import (
+    CostLimitStop,
     ProgressCallback,
     RunOutcome,
     RunPlan,
@@ -58,6 +59,7 @@ from .progress import (
     infra_error_causes,
     report_usage,
 )
+from .spending import SpendLimit, spend_limit_for
 
 logger = logging.getLogger(__name__)
 
@@ -193,6 +195,7 @@ async def run_planned(context: RunContext) -> RunOutcome:
     if config.skip_bad_records and context.library.problems:
         manifest.config["skipped_records"] = list(context.library.problems)
     run_dir.mkdir(parents=True, exist_ok=True)
+    spend_limit = spend_limit_for(config, client, read_results(run_dir / RESULTS_FILE))
     job = EpisodeJob(
         config,
         context.library,
@@ -201,6 +204,7 @@ async def run_planned(context: RunContext) -> RunOutcome:
         context.user_factory,
         context.pool.limits,
         reset_results=known_reset_results(context.pool, (spec.scenario for spec in specs)),
+        spend_limit=spend_limit,
     )
     if context.backend is not None:
         try:
@@ -236,12 +240,15 @@ async def run_planned(context: RunContext) -> RunOutcome:
     if backend is None:
         backend = LocalBackend(context.pool, progress)
         await backend.start(job)
-    stopped_by = await execute(context, backend, manifest, todo, in_flight, store, progress)
+    stopped_by = await execute(context, backend, manifest, todo, in_flight, store, progress, spend_limit)
     progress.refresh_usage(client)
     if context.on_progress is not None:
         context.on_progress(progress)
     skipped = len(specs) - len(todo)
-    return summarize(context, manifest, progress, skipped=skipped, planned=len(covered), stopped_by=stopped_by)
+    outcome = summarize(context, manifest, progress, skipped=skipped, planned=len(covered), stopped_by=stopped_by)
+    if spend_limit is not None and spend_limit.not_started:
+        outcome.cost_limit = CostLimitStop(spend_limit.limit_usd, spend_limit.spent_usd, spend_limit.not_started)
+    return outcome
 
 
 async def execute(
@@ -252,6 +259,7 @@ async def execute(
     in_flight: int,
     store: ResultStore,
     progress: RunProgress,
+    spend_limit: SpendLimit | None = None,
 ) -> int | None:
     """Run ``todo`` on ``backend``, recording each result as it comes; returns the signal that stopped the run."""
     stopped_by: list[int] = []
@@ -269,6 +277,8 @@ async def execute(
         if stopped_by and trajectory.termination is TerminationReason.INFRA_ERROR:
             return  # most likely the stop itself
         store.append(trajectory)
+        if spend_limit is not None:
+            spend_limit.add(trajectory)
         progress.count(trajectory)
         if context.on_progress is not None:
             context.on_progress(progress)

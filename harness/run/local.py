@@ -39,9 +39,15 @@ class LocalBackend:
         for spec in specs:
             queue.put_nowait(spec)
         progress = self.progress
+        limit = job.spend_limit
 
         async def episode_worker() -> None:
             while True:
+                if limit is not None and limit.reached():
+                    limit.not_started += queue.qsize()
+                    while not queue.empty():
+                        queue.get_nowait()
+                    return
                 try:
                     spec = queue.get_nowait()
                 except asyncio.QueueEmpty:

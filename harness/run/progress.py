@@ -85,6 +85,15 @@ class RunPlan:
     in_flight: int
 
 
+@dataclass(frozen=True)
+class CostLimitStop:
+    """``--cost-limit`` kept episodes from starting."""
+
+    limit_usd: float
+    spent_usd: float
+    not_started: int
+
+
 @dataclass
 class RunOutcome:
     """What a run did. ``summary`` covers every episode recorded in the folder; ``ran`` are those of this
@@ -100,6 +109,8 @@ class RunOutcome:
     infra_causes: list[tuple[str, int]] = field(default_factory=list)
     environment_causes: list[tuple[str, str, int]] = field(default_factory=list)
     """(environment id, first line of the detail, count) of the environment failures, most frequent first."""
+    cost_limit: CostLimitStop | None = None
+    """Set when ``--cost-limit`` kept episodes from starting."""
 
     @property
     def missing(self) -> int:
