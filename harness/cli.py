@@ -441,6 +441,14 @@ def sft(
     timeout: RequestTimeout = 120.0,
     skip_bad_records: SkipBadRecords = False,
     ray: Annotated[str | None, typer.Option(help=RAY_HELP)] = None,
+    cost_limit: Annotated[
+        float | None,
+        typer.Option(
+            min=0,
+            help="Start no teacher episode once the spend recorded for the rollouts reaches this many USD (episodes "
+            "in flight finish; the export covers what was recorded). Rerun with a higher limit to continue.",
+        ),
+    ] = None,
 ) -> None:
     """Roll out a teacher (resumable), keep the episodes that reach the bar, export SFT datasets."""
     from harness.metrics import read_results
@@ -474,6 +482,7 @@ def sft(
         timeout=timeout,
         skip_bad_records=skip_bad_records,
         ray=ray,
+        cost_limit=cost_limit,
     )
     from harness.cli_progress import print_exit_line
 

@@ -70,6 +70,12 @@ class SynthEnvsConfig(BaseModel):
     sandbox_workers: int | None = None
     cache_answers: bool = True
     timeout: float = Field(default=120.0, gt=0, description="Seconds one model request may take.")
+    cost_limit: float | None = Field(
+        default=None,
+        ge=0,
+        description="Start no task discovery or environment build once this invocation has spent this many USD "
+        "(answers cached by an earlier invocation cost nothing when replayed). The model needs a price.",
+    )
 
 
 def environment_id(plan: EnvironmentPlan, theme: Theme) -> str:

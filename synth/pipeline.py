@@ -25,6 +25,7 @@ from synth.costs import CostReport, build_cost_report, price_for
 from synth.discovery import load_tasks
 from synth.environment_build import COST_STAGES, PIPELINE_VERSION, EnvironmentBuild, SynthEnvsConfig
 from synth.records import Rejection, TaskOutcome, Theme
+from synth.spending import synthesis_spend
 
 __all__ = ["COST_STAGES", "PIPELINE_VERSION", "SynthEnvsConfig", "SynthEnvsResult", "synthesize_environments"]
 
@@ -38,6 +39,7 @@ class SynthEnvsResult(BaseModel):
     fresh_usage: Usage = Field(description="What this invocation itself spent (zero when everything was on disk).")
     model_seconds: float = 0.0
     wall_seconds: float = 0.0
+    not_started: int = Field(default=0, description="Discoveries and builds --cost-limit kept from starting.")
 
 
 def _remove_stale_environments(out: Path, accepted: set[str]) -> None:
@@ -76,10 +78,18 @@ async def synthesize_environments(
     own_pool = pool is None and cluster is None
     sandbox = SandboxPool(workers=config.sandbox_workers) if own_pool else pool
     run = EnvironmentBuild(config, llm, sandbox)
+    spend = synthesis_spend(config.cost_limit, llm, [config.model])
+
+    async def discover(task: Any) -> Any:
+        return await run.discover(task) if spend.allows_start() else None
+
+    async def build(theme: Theme, usage: Usage) -> Any:
+        return await run.build(theme, usage) if spend.allows_start() else None
+
     try:
         if own_pool and sandbox is not None:
             await sandbox.start()
-        discovered = await asyncio.gather(*(run.discover(task) for task in tasks))
+        discovered = [d for d in await asyncio.gather(*(discover(task) for task in tasks)) if d is not None]
         outcomes = [outcome for outcome, _ in discovered]
         usage_by_task = {outcome.task: usage for outcome, usage in discovered}
         themes = (await run.themes(outcomes))[: config.max_envs]
@@ -88,7 +98,8 @@ async def synthesize_environments(
         if cluster is not None:
             built = await cluster.build_environments(run, themes, theme_usage)
         else:
-            built = list(await asyncio.gather(*(run.build(t, u) for t, u in zip(themes, theme_usage, strict=True))))
+            pairs = zip(themes, theme_usage, strict=True)
+            built = [b for b in await asyncio.gather(*(build(t, u) for t, u in pairs)) if b is not None]
     finally:
         await run.vectors.aclose()
         if own_client:
@@ -119,6 +130,7 @@ async def synthesize_environments(
         fresh_usage=run.fresh,
         model_seconds=run.fresh.model_seconds,
         wall_seconds=asyncio.get_running_loop().time() - started,
+        not_started=spend.not_started,
     )
 
 

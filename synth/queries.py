@@ -57,6 +57,7 @@ from synth.scenarios import (
     state_text,
     template_versions,
 )
+from synth.spending import recorded_spend, synthesis_spend
 from synth.templates import load_template
 from synth.vectors import TextVectors
 from synth.verification import minimize_reference, verify_by_rollouts
@@ -132,6 +133,12 @@ class QueryConfig(BaseModel):
     )
     embedding_model: str | None = Field(default=None, description="Embedding model (None: offline all-MiniLM-L6-v2).")
     sampling: SamplingParams = Field(default_factory=lambda: SamplingParams(max_tools=6, max_environments=1))
+    cost_limit: float | None = Field(
+        default=None,
+        ge=0,
+        description="Start no attempt once the spend recorded for the output folder reaches this many USD "
+        "(attempts in flight finish; a rerun with a higher limit continues). Every model called needs a price.",
+    )
 
 
 # ---------------------------------------------------------------------------------------------- execution
@@ -489,6 +496,9 @@ async def synthesize_queries(
     config = config.model_copy(update={"sampling": sampling.model_copy(update={"environments": known})})
     synthesizer = QuerySynthesizer(client, pool, graph, config)  # type: ignore[arg-type]  # no pool: plans only
     journal = Journal(out / "attempts.jsonl")
+    spend = synthesis_spend(
+        config.cost_limit, client, [config.model, config.solve_with], recorded_spend(journal.records.values())
+    )
     limit = asyncio.Semaphore(config.concurrency)
     keys = {seed: synthesizer.key(seed, by_id) for seed in range(config.seed, config.seed + config.chains)}
     pending = [seed for seed, key in keys.items() if key not in journal]
@@ -502,6 +512,8 @@ async def synthesize_queries(
 
     async def run(seed: int) -> None:
         async with limit:
+            if not spend.allows_start():
+                return
             record = await synthesizer.attempt(seed, by_id, keys[seed])
         journaled(record)
 
@@ -514,8 +526,9 @@ async def synthesize_queries(
                 raise ValueError("synthesize_queries needs a sandbox pool or a cluster")
             await asyncio.gather(*(run(seed) for seed in pending))
         records = [journal.records[k] for k in keys.values() if k in journal]
-        return await finish_synthesis(
+        report = await finish_synthesis(
             out, environments, records, config.price_model, config.dedup_similarity, config.embedding_model, vectors
         )
+        return report.model_copy(update={"not_started": spend.not_started})
     finally:
         await vectors.aclose()

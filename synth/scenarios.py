@@ -49,6 +49,7 @@ from synth.gates import (
 )
 from synth.graph import state_keys
 from synth.records import Answer, Reasoned
+from synth.spending import recorded_spend, synthesis_spend
 from synth.templates import allowed_modules_text, load_template
 from synth.vectors import TextVectors
 
@@ -170,6 +171,7 @@ class SynthesisReport(BaseModel):
     reference_usd_per_scenario: float = ENVSCALER_USD_PER_SCENARIO
     duplicates: int = Field(default=0, description="Accepted candidates dropped as duplicates of earlier ones.")
     dedup: str = Field(default="", description="How duplicates were found.")
+    not_started: int = Field(default=0, description="Attempts --cost-limit kept from starting (a rerun runs them).")
 
 
 def summarize_attempts(records: Sequence[dict[str, Any]], price_model: str = DEFAULT_PRICE_MODEL) -> SynthesisReport:
@@ -260,6 +262,12 @@ class ScenarioSynthesisConfig(BaseModel):
         default=DEFAULT_SIMILARITY, gt=0, le=1, description="Embedding similarity of duplicate tasks; None: text only."
     )
     embedding_model: str | None = Field(default=None, description="Embedding model (None: offline all-MiniLM-L6-v2).")
+    cost_limit: float | None = Field(
+        default=None,
+        ge=0,
+        description="Start no attempt once the spend recorded for the output folder reaches this many USD "
+        "(attempts in flight finish; a rerun with a higher limit continues). Every model called needs a price.",
+    )
 
 
 async def generate_initial_state(
@@ -478,6 +486,9 @@ async def synthesize_scenarios(
     the only writer of ``out``)."""
     out.mkdir(parents=True, exist_ok=True)
     journal = Journal(out / "attempts.jsonl")
+    spend = synthesis_spend(
+        config.cost_limit, client, [config.model, config.solve_with], recorded_spend(journal.records.values())
+    )
     synthesizer = ScenarioSynthesizer(client, pool, config)  # type: ignore[arg-type]  # no pool: plans only
     limit = asyncio.Semaphore(config.concurrency)
     jobs = []
@@ -500,6 +511,8 @@ async def synthesize_scenarios(
 
     async def run(environment: Environment, index: int) -> None:
         async with limit:
+            if not spend.allows_start():
+                return
             record = await synthesizer.attempt(environment, index)
         journaled(record)
 
@@ -512,9 +525,10 @@ async def synthesize_scenarios(
                 raise ValueError("synthesize_scenarios needs a sandbox pool or a cluster")
             await asyncio.gather(*(run(environment, index) for environment, index, _ in jobs))
         records = [journal.records[k] for k in keys if k in journal]
-        return await finish_synthesis(
+        report = await finish_synthesis(
             out, environments, records, config.price_model, config.dedup_similarity, config.embedding_model, vectors
         )
+        return report.model_copy(update={"not_started": spend.not_started})
     finally:
         await vectors.aclose()
 
