@@ -207,6 +207,10 @@ def print_summary(console: Console, outcome: RunOutcome, baselines: dict[str, Ru
         )
     if len(outcome.infra_causes) > 5:
         console.print(f"[yellow]… and {len(outcome.infra_causes) - 5} other causes[/yellow]")
+    if summary.versions is not None:
+        from leaderboards.terminal import versions_line
+
+        console.print(f"graded by: {markup_text(versions_line(summary.versions))}", highlight=False, soft_wrap=True)
     console.print(f"results: {markup_text(outcome.run_dir)}", highlight=False)
 
 

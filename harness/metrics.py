@@ -27,6 +27,7 @@ from pydantic import BaseModel, Field
 
 from harness.schema import RunManifest, TerminationReason, Trajectory
 from harness.store import read_records
+from harness.versions import VersionsSummary, versions_of
 
 logger = logging.getLogger(__name__)
 
@@ -123,6 +124,7 @@ class RunSummary(BaseModel):
     group_by: list[str] = Field(default_factory=lambda: list(DEFAULT_GROUP_BY))
     overall: GroupSummary
     groups: list[GroupSummary] = Field(default_factory=list)
+    versions: VersionsSummary | None = Field(default=None, description="What graded the episodes summarized.")
 
 
 def assistant_turns(trajectory: Trajectory) -> int:
@@ -230,6 +232,7 @@ def summarize_run(
         group_by=list(group_by),
         overall=summarize_group(unique),
         groups=summarize(unique, group_by),
+        versions=versions_of(unique),
     )
 
 

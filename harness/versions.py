@@ -11,9 +11,10 @@ import hashlib
 from collections.abc import Iterable
 
 import orjson
+from pydantic import BaseModel, Field
 
 from harness import __version__
-from harness.schema import Environment, RecordVersions, Scenario
+from harness.schema import Environment, RecordVersions, Scenario, Trajectory
 
 HASH_DIGITS = 16
 
@@ -63,4 +64,29 @@ def record_versions(environment: Environment | None, scenario: Scenario, rules: 
         checks=checks_hash(scenario),
         rules=rules,
         package=__version__,
+    )
+
+
+class VersionsSummary(BaseModel):
+    """Which versions a group of episodes' numbers came from."""
+
+    environments: list[str] = Field(default_factory=list, description="Environment code versions (by hash).")
+    checks: str | None = Field(
+        default=None, description="One hash over the (scenario, checks version) pairs of the episodes."
+    )
+    rules: list[str] = Field(default_factory=list)
+    packages: list[str] = Field(default_factory=list)
+    unversioned_episodes: int = Field(default=0, description="Episodes recorded before versions existed.")
+
+
+def versions_of(trajectories: Iterable[Trajectory]) -> VersionsSummary:
+    episodes = list(trajectories)
+    versioned = [t.versions for t in episodes if t.versions is not None]
+    pairs = sorted({(t.environment_id, t.scenario_id, t.versions.checks) for t in episodes if t.versions is not None})
+    return VersionsSummary(
+        environments=sorted({v.environment for v in versioned if v.environment is not None}),
+        checks=content_hash(pairs) if pairs else None,
+        rules=sorted({v.rules for v in versioned}),
+        packages=sorted({v.package for v in versioned}),
+        unversioned_episodes=len(episodes) - len(versioned),
     )

@@ -7,7 +7,7 @@ one ``harness show`` prints for the same group (the same :mod:`harness.metrics` 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -16,17 +16,9 @@ from pydantic import BaseModel, Field
 from harness import __version__
 from harness.metrics import load_run, summarize
 from harness.schema import RunManifest, Trajectory
-from harness.versions import content_hash
+from harness.versions import VersionsSummary, versions_of
 
 SUBMISSION_FORMAT = "envharness-leaderboard/1"
-
-
-class EntryVersions(BaseModel):
-    environment: list[str] = Field(description="Environment code versions the episodes ran on (one, normally).")
-    checks: str | None = Field(description="One hash over the (scenario, checks version) pairs of the entry.")
-    rules: list[str]
-    package: list[str]
-    unversioned_episodes: int = Field(default=0, description="Episodes recorded before versions existed.")
 
 
 class SubmissionEntry(BaseModel):
@@ -40,7 +32,7 @@ class SubmissionEntry(BaseModel):
     mean_reward: float | None = Field(description="Mean state reward (share of checks passed) of scored episodes.")
     pass_hat_k: dict[int, float]
     total_cost_usd: float
-    versions: EntryVersions
+    versions: VersionsSummary
 
 
 class Submission(BaseModel):
@@ -54,18 +46,6 @@ class Submission(BaseModel):
     rules: str
     checks_version: str | None
     entries: list[SubmissionEntry]
-
-
-def entry_versions(trajectories: Sequence[Trajectory]) -> EntryVersions:
-    versioned = [t.versions for t in trajectories if t.versions is not None]
-    pairs = sorted({(t.scenario_id, t.versions.checks) for t in trajectories if t.versions is not None})
-    return EntryVersions(
-        environment=sorted({v.environment for v in versioned if v.environment is not None}),
-        checks=content_hash(pairs) if pairs else None,
-        rules=sorted({v.rules for v in versioned}),
-        package=sorted({v.package for v in versioned}),
-        unversioned_episodes=len(trajectories) - len(versioned),
-    )
 
 
 def build_submission(manifest: RunManifest, trajectories: Iterable[Trajectory]) -> Submission:
@@ -88,7 +68,7 @@ def build_submission(manifest: RunManifest, trajectories: Iterable[Trajectory]) 
                 mean_reward=summary.mean_state_reward,
                 pass_hat_k=summary.pass_hat_k,
                 total_cost_usd=summary.total_cost_usd,
-                versions=entry_versions(groups[key]),
+                versions=versions_of(groups[key]),
             )
         )
     config = manifest.config

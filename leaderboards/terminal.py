@@ -26,6 +26,7 @@ from harness.metrics import (
     summarize_overall,
 )
 from harness.schema import DiffEntry, RunManifest, Scenario, Trajectory
+from harness.versions import VersionsSummary, versions_of
 from leaderboards.aggregate import LeaderboardTable, dataset_label
 from leaderboards.page import fmt_cost, fmt_float, fmt_percent, fmt_tokens, to_json_text
 from leaderboards.verdicts import closed_gates
@@ -55,6 +56,13 @@ def _summary_sections(max_k: int) -> list[tuple[str, list[str]]]:
     return sections
 
 
+def cost_cell(summary: GroupSummary) -> str:
+    """Never "$0" for requests whose price is unknown."""
+    if summary.unpriced_requests and not summary.total_cost_usd:
+        return "unpriced"
+    return fmt_cost(summary.total_cost_usd) + (" + unpriced" if summary.unpriced_requests else "")
+
+
 def _summary_values(summary: GroupSummary, max_k: int) -> dict[str, str]:
     values = {
         "episodes": str(summary.episodes),
@@ -68,7 +76,9 @@ def _summary_values(summary: GroupSummary, max_k: int) -> dict[str, str]:
         "tool calls": fmt_float(summary.mean_tool_calls, 1),
         "tokens/ep": fmt_tokens(summary.mean_tokens),
         "cost/ep": fmt_cost(summary.mean_cost_usd),
-        "cost": "unpriced" if summary.unpriced_requests and not summary.total_cost_usd else fmt_cost(summary.total_cost_usd),
+        "cost": "unpriced"
+        if summary.unpriced_requests and not summary.total_cost_usd
+        else fmt_cost(summary.total_cost_usd),
     }
     values.update({f"pass^{k}": fmt_float(summary.pass_hat_k.get(k)) for k in range(1, max_k + 1)})
     return values
@@ -156,6 +166,23 @@ def leaderboard_view(table: LeaderboardTable) -> Table:
     return view
 
 
+def versions_line(versions: VersionsSummary) -> str:
+    """Which checks, environment code, rules and package the numbers came from (short hashes)."""
+    if versions.checks is None:
+        return "versions not recorded (a run made before they were)"
+    parts = [
+        f"checks {versions.checks[:8]}",
+        "environments "
+        + ", ".join(v[:8] for v in versions.environments[:4])
+        + (" …" if len(versions.environments) > 4 else ""),
+        "rules " + ", ".join(versions.rules),
+        "package " + ", ".join(versions.packages),
+    ]
+    if versions.unversioned_episodes:
+        parts.append(f"{versions.unversioned_episodes} episodes without versions")
+    return " · ".join(parts)
+
+
 def run_view(
     manifest: RunManifest, trajectories: Sequence[Trajectory], width: int | None = None
 ) -> list[RenderableType]:
@@ -178,6 +205,7 @@ def run_view(
     overall = summarize_overall(trajectories)
     terminations = ", ".join(f"{reason} {count}" for reason, count in overall.terminations.items())
     header.add_row(Text("terminations", style="bold"), plain(terminations or "–"))
+    header.add_row(Text("graded by", style="bold"), plain(versions_line(versions_of(trajectories))))
     views: list[RenderableType] = [Panel(header, title="Run", expand=False)]
     if len(models) > 1:
         groups = summarize(trajectories, group_by=("model", "environment_id", "mode"))

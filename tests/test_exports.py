@@ -88,6 +88,6 @@ def test_leaderboard_json_has_the_summary_numbers_and_versions(stored_run, tmp_p
         group = expected[(entry["environment_id"], entry["mode"])]
         assert entry["pass_hat_k"] == {str(k): v for k, v in group.pass_hat_k.items()} and "2" in entry["pass_hat_k"]
         assert entry["success_rate"] == group.success_rate and entry["mean_reward"] == group.mean_state_reward
-        assert len(entry["versions"]["environment"]) == 1 and entry["versions"]["checks"]
+        assert len(entry["versions"]["environments"]) == 1 and entry["versions"]["checks"]
         assert entry["versions"]["rules"] == ["harness"] and entry["versions"]["unversioned_episodes"] == 0
     assert submission["checks_version"] == manifest.checks_version and submission["model"] == "mock-agent"

@@ -63,6 +63,11 @@ def test_records_carry_the_versions_of_what_graded_them(stored_run):
         assert versions["rules"] == "harness" and versions["package"]
     manifest = json.loads((stored_run / "manifest.json").read_text())
     assert manifest["checks_version"] == library_checks_hash(library.scenarios)
+    summary = json.loads((stored_run / "summary.json").read_text())
+    checks = summary["versions"]["checks"]
+    assert checks and summary["versions"]["rules"] == ["harness"] and summary["versions"]["unversioned_episodes"] == 0
+    shown = harness(["show", str(stored_run)])
+    assert shown.code == 0 and f"checks {checks[:8]}" in shown.stdout
 
 
 def test_unchanged_checks_reproduce_every_verdict_byte_for_byte(stored_run, tmp_path):
