@@ -6,6 +6,7 @@ every check runs in the jail.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import tempfile
@@ -181,7 +182,7 @@ def test_a_scripted_conversation_keeps_the_policy_tokens_and_masks_exactly_the_r
     assert follow_up in zeros[-1] and "<tool_response>" not in zeros[-1]
     assert all(lp == 0.0 for lp, flag in zip(output["logprobs"][0], mask, strict=True) if flag == 0)
     # No re-tokenization: every generation's input extends the previous one, and the last is prompt + completion.
-    for earlier, later in zip(inputs_seen, inputs_seen[1:], strict=False):
+    for earlier, later in itertools.pairwise(inputs_seen):
         assert later[: len(earlier)] == earlier
     assert (output["prompt_ids"][0] + completion)[: len(inputs_seen[-1])] == inputs_seen[-1]
 

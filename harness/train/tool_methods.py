@@ -44,7 +44,10 @@ def type_hint(schema: dict[str, Any]) -> Any:
         return Union[members] if len(members) > 1 else members[0]  # noqa: UP007
     if kind == "array":
         items = schema.get("items")
-        return list[type_hint(items)] if isinstance(items, dict) and items else list
+        if isinstance(items, dict) and items:
+            item_hint = type_hint(items)
+            return list.__class_getitem__(item_hint)
+        return list
     if isinstance(kind, str) and kind in _SCALAR_HINTS:
         return _SCALAR_HINTS[kind]
     return Any

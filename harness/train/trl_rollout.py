@@ -128,7 +128,7 @@ class TokenFaithfulRollout:
     def parse(self, ids: list[int], prefix: list[int], tools: list[dict[str, Any]]) -> dict[str, Any]:
         from trl.chat_template_utils import parse_response
 
-        message = dict(parse_response(self.tokenizer, ids, prefix=prefix, tools=tools))
+        message = dict(parse_response(self.tokenizer, ids, prefix=prefix, tools=list[Any](tools)))
         message["role"] = "assistant"
         return message
 
