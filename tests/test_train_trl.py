@@ -20,7 +20,7 @@ pytest.importorskip("trl")
 
 from harness.library import Library, load_library
 from harness.protocols import STOP, UserTurn
-from harness.schema import AgentSettings, ModelSettings
+from harness.schema import AgentSettings, ModelSettings, Trajectory
 from harness.train.jail_thread import JailThread
 from harness.train.jailed_episode import OTHER_ENVIRONMENT, REJECTED_CALL, UNKNOWN_SCENARIO
 from harness.train.trl_dataset import prompt_dataset
@@ -159,7 +159,10 @@ def test_a_scripted_conversation_keeps_the_policy_tokens_and_masks_exactly_the_r
 
         return generate
 
-    rollout = rollout_func(library, user=LinesUser([scenario.task, follow_up]), generator=scripted, jail=jail)
+    traces: list[Trajectory] = []
+    rollout = rollout_func(
+        library, user=LinesUser([scenario.task, follow_up]), generator=scripted, jail=jail, on_trajectory=traces.append
+    )
     prompt = prompt_dataset(library, scenarios=[scenario.id], mode="conv")[0]["prompt"]
     output = rollout([prompt], Trainer(tokenizer))
 
@@ -185,6 +188,12 @@ def test_a_scripted_conversation_keeps_the_policy_tokens_and_masks_exactly_the_r
     for earlier, later in itertools.pairwise(inputs_seen):
         assert later[: len(earlier)] == earlier
     assert (output["prompt_ids"][0] + completion)[: len(inputs_seen[-1])] == inputs_seen[-1]
+    # The trace keeps the same tokens, and survives a dump and a load.
+    (trace,) = traces
+    assert trace.policy_tokens is not None and trace.policy_tokens.completion_ids == completion
+    assert trace.reward is not None and trace.reward.composite == 1.0
+    again = Trajectory.model_validate_json(trace.model_dump_json())
+    assert again.policy_tokens == trace.policy_tokens and again.policy_tokens.env_mask == mask
 
 
 def crashing_library(library: Library) -> Library:

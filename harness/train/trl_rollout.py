@@ -19,7 +19,7 @@ from typing import Any
 from harness.library import Library
 from harness.reward import CompositeWeights
 from harness.rules import DEFAULT_RULES, RulesName
-from harness.schema import Mode
+from harness.schema import Mode, PolicyTokens, Trajectory
 from harness.train.jail_thread import JailThread
 from harness.train.jailed_episode import EpisodeSettings, JailedEpisode, RolloutOutcome
 from harness.train.trl_rewards import component_values
@@ -169,6 +169,13 @@ class TokenFaithfulRollout:
             rollout.outcome = self.jail.run(episode.end(_text(assistant)))
         finally:
             self.jail.run(episode.close())
+        if rollout.outcome is not None and rollout.outcome.trajectory is not None:
+            rollout.outcome.trajectory.policy_tokens = PolicyTokens(
+                prompt_ids=rollout.prompt_ids,
+                completion_ids=rollout.completion_ids,
+                logprobs=rollout.logprobs,
+                env_mask=rollout.env_mask,
+            )
         return rollout
 
 
@@ -194,13 +201,15 @@ def rollout_func(
     allow_weak_sandbox: bool = False,
     generator: Callable[[Any], Generator] = model_generator,
     jail: JailThread | None = None,
+    on_trajectory: Callable[[Trajectory], None] | None = None,
 ) -> Callable[[list[Any], Any], dict[str, list[Any]]]:
     """What ``GRPOTrainer(rollout_func=...)`` takes: multi-turn rollouts on the prompt dataset's scenarios.
 
     ``user`` is the simulated user (a :class:`~harness.protocols.UserPolicy`, or a function from the scenario
     to one, e.g. ``agents.scripted_user.ScriptedUser``); ``generator(trainer)`` returns the function that
-    continues a token sequence (the trainer's model by default). Use it without ``environment_factory``: TRL
-    would otherwise run its own tool loop over these completions.
+    continues a token sequence (the trainer's model by default). ``on_trajectory`` receives each finished
+    episode's record, with the policy's tokens in ``policy_tokens``. Use it without ``environment_factory``:
+    TRL would otherwise run its own tool loop over these completions.
     """
     from harness.train.trl_environment import as_library
 
@@ -225,6 +234,10 @@ def rollout_func(
         budget = int(trainer.args.max_completion_length)
         results = [driver.run(prompt, budget, max_turns) for prompt in prompts]
         outcomes = [r.outcome or RolloutOutcome(None, "not_started") for r in results]
+        if on_trajectory is not None:
+            for outcome in outcomes:
+                if outcome.trajectory is not None:
+                    on_trajectory(outcome.trajectory)
         return {
             "prompt_ids": [r.prompt_ids for r in results],
             "completion_ids": [r.completion_ids for r in results],
