@@ -6,7 +6,8 @@
 The trainer's model calls the environment's tools through TRL's own tool loop (``environment_factory``); the
 reward columns are the harness's components (check pass rate, state reward, trajectory match, length penalty,
 the composite, upstream EnvScaler's), logged with weight 0 here, while the environment's own ``get_reward`` column
-(the rules' reward) drives the update. For conversations with a simulated user, use ``harness.train.trl_rollout.rollout_func``.
+(the rules' reward) drives the update. For conversations with a simulated user, use
+``harness.train.trl_rollout.rollout_func``.
 """
 
 from __future__ import annotations
