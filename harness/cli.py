@@ -535,6 +535,10 @@ def _register_subcommands() -> None:
     cli_synth_scenarios.register(cli_synth.synth_app)
     cli_synth.register(app)
 
+    from harness.train import trl_cli
+
+    trl_cli.register(app)
+
 
 _register_subcommands()
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from harness.schema import RunManifest, TerminationReason, Trajectory
+from harness.schema import FailureParty, RunManifest, TerminationReason, Trajectory
 from harness.store import read_records
 from harness.versions import VersionsSummary, versions_of
 
@@ -94,6 +94,11 @@ class GroupSummary(BaseModel):
         default=0,
         description="Episodes the environment failed (not loadable; its process died, stopped or exited on its "
         "own); scored as the rules say, never re-run.",
+    )
+    user_simulator_failures: int = Field(default=0, description="Episodes the simulated user failed (infra errors).")
+    user_simulator_failure_share: float | None = Field(
+        default=None,
+        description="Share of the failed episodes (infra and environment errors) the user simulator caused.",
     )
     tasks: int = Field(default=0, description="Distinct (scenario, mode) pairs with at least one scored trial.")
     mean_state_reward: float | None = None
@@ -181,6 +186,8 @@ def summarize_group(trajectories: Sequence[Trajectory], key: dict[str, str] | No
     rewards = [t.reward for t in scored if t.reward is not None]
     deltas = [r.delta_reward for r in rewards if r.delta_reward is not None]
     terminations = Counter(t.termination.value for t in trajectories)
+    failed = [t for t in trajectories if t.infra_error or t.environment_error]
+    by_user = [t for t in failed if t.failure is not None and t.failure.at_fault is FailureParty.USER_SIMULATOR]
     return GroupSummary(
         key=dict(key or {}),
         episodes=len(trajectories),
@@ -188,6 +195,8 @@ def summarize_group(trajectories: Sequence[Trajectory], key: dict[str, str] | No
         infra_errors=len(infra),
         unscored=len(ran) - len(scored),
         environment_errors=sum(1 for t in trajectories if t.environment_error),
+        user_simulator_failures=len(by_user),
+        user_simulator_failure_share=len(by_user) / len(failed) if failed else None,
         tasks=len({task_key(t) for t in scored}),
         mean_state_reward=_mean([r.state_reward for r in rewards]),
         mean_delta_reward=_mean(deltas),

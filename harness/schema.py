@@ -11,7 +11,15 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 SCHEMA_VERSION = "1.1"
 """1.1 added ``Check.gate``; records of 1.0 still load (see :class:`Check`). ``Trajectory.failure`` and
@@ -343,7 +351,9 @@ class FailureParty(StrEnum):
     ENVIRONMENT = "environment"
     """The environment's own code: it cannot be loaded, or its process died, stopped or exited on its own."""
     MODEL_ENDPOINT = "model_endpoint"
-    """A model the episode calls (the agent's or the simulated user's) could not be reached or failed."""
+    """The agent's model could not be reached or failed."""
+    USER_SIMULATOR = "user_simulator"
+    """The simulated user failed: its model could not be reached or failed, or its policy raised."""
     HARNESS = "harness"
     """The harness itself: the sandbox could not start, a zygote was lost, a process was killed from outside the
     environment's reach (the kernel's OOM killer, an operator), or a bug."""
@@ -464,6 +474,17 @@ class RecordVersions(Record):
     package: str = Field(description="The version of this package that scored it.")
 
 
+class PolicyTokens(Record):
+    """The token ids and log-probabilities the trained policy produced, as a trainer saw them: the prompt, then
+    one completion in which ``env_mask`` is 1 on the policy's own tokens and 0 on what the environment and the
+    user said. Only rollouts driven by a trainer carry it."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    logprobs: list[float] = Field(description="Per completion token; 0 where env_mask is 0.")
+    env_mask: list[int]
+
+
 class Trajectory(Record):
     schema_version: str = SCHEMA_VERSION
     episode_id: str
@@ -496,6 +517,17 @@ class Trajectory(Record):
     rescored_from: str | None = Field(
         default=None, description="Set by `harness rescore`: the run id whose recorded episode this verdict replaces."
     )
+    policy_tokens: PolicyTokens | None = Field(
+        default=None, description="Token ids and log-probabilities of a trainer's rollout; absent otherwise."
+    )
+
+    @model_serializer(mode="wrap")
+    def _omit_absent_tokens(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Records without policy tokens dump exactly as before the field existed (Hub tables, stored runs).
+        data: dict[str, Any] = handler(self)
+        if data.get("policy_tokens", ...) is None:
+            del data["policy_tokens"]
+        return data
 
     @property
     def infra_error(self) -> bool:

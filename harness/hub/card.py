@@ -50,6 +50,7 @@ KIND_TITLES = {
     "trajectories": "Agent trajectories",
     "sft": "Supervised fine-tuning data for tool-using agents",
     "leaderboard": "Leaderboard",
+    "prompts": "Prompts for reinforcement learning on tool environments",
 }
 KIND_TASK_CATEGORIES = {
     "environments": ["reinforcement-learning", "text-generation"],
@@ -57,6 +58,7 @@ KIND_TASK_CATEGORIES = {
     "trajectories": ["text-generation", "reinforcement-learning"],
     "sft": ["text-generation"],
     "leaderboard": ["text-generation"],
+    "prompts": ["reinforcement-learning", "text-generation"],
 }
 BASE_TAGS = ["agents", "tool-use", "function-calling", "envharness"]
 KIND_TAGS = {
@@ -65,6 +67,7 @@ KIND_TAGS = {
     "trajectories": ["trajectories"],
     "sft": ["sft", "synthetic"],
     "leaderboard": ["leaderboard", "evaluation"],
+    "prompts": ["rl", "trl"],
 }
 LANGUAGE = ["en"]
 EXAMPLE_TEXT_LIMIT = 160

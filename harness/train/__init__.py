@@ -1,0 +1,1 @@
+"""Adapters that let trainers and environment servers use our environments (each behind its own extra)."""

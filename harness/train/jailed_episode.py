@@ -1,0 +1,234 @@
+"""One episode driven from outside the harness's own loop (by a trainer), with every failure kept as an outcome.
+
+A trainer's rollout must never die of one bad row, one bad call or one crashing environment: each of those ends
+only its own rollout, with a recorded reason and no reward (the reward functions read it as 0).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.episode import Episode, EpisodeConfig
+from harness.library import Library
+from harness.protocols import UserPolicy, agent_turn_from_message
+from harness.reward import CompositeWeights
+from harness.rules import RulesName, rules_profile
+from harness.sandbox import SandboxPool, WeakSandbox
+from harness.sandbox.arguments import CallRejected, validate_call
+from harness.schema import (
+    AgentSettings,
+    Mode,
+    ModelSettings,
+    RewardBreakdown,
+    Scenario,
+    TerminationReason,
+    Trajectory,
+)
+from harness.validate import invalid_scenarios
+
+logger = logging.getLogger(__name__)
+
+UNKNOWN_SCENARIO = "unknown_scenario"
+OTHER_ENVIRONMENT = "scenario_of_another_environment"
+INVALID_SCENARIO = "invalid_scenario"
+REJECTED_CALL = "rejected_tool_call"
+NOT_STARTED = "not_started"
+
+
+@dataclass
+class RolloutOutcome:
+    """How a rollout ended: the episode's termination reason or the adapter's own (``UNKNOWN_SCENARIO`` …)."""
+
+    scenario_id: str | None
+    reason: str
+    detail: str | None = None
+    reward: RewardBreakdown | None = None
+    trajectory: Trajectory | None = None
+
+    @property
+    def scored(self) -> bool:
+        return self.reward is not None
+
+
+@dataclass
+class EpisodeSettings:
+    library: Library
+    environment_id: str | None
+    """The environment every scenario must belong to (None: any environment of the library)."""
+    mode: Mode = "nonconv"
+    rules: RulesName = "harness"
+    include_invalid: bool = False
+    allow_weak_sandbox: bool = False
+    user: Any = None
+    """A :class:`UserPolicy`, or a function from the scenario to one (conversational mode)."""
+    max_steps: int | None = None
+    weights: CompositeWeights = field(default_factory=CompositeWeights)
+    policy_name: str = "trainer"
+    scenarios: dict[str, Scenario] = field(default_factory=dict)
+    screened: dict[str, str | None] = field(default_factory=dict)
+    """The cheap validation's verdict per scenario id, shared by every rollout slot."""
+
+    def __post_init__(self) -> None:
+        self.rules = rules_profile(self.rules).name
+        if not self.scenarios:
+            self.scenarios = {s.id: s for s in self.library.scenarios}
+
+
+class JailedEpisode:
+    """The current episode of one rollout slot; ``open`` again for the next rollout."""
+
+    def __init__(self, settings: EpisodeSettings, pool: SandboxPool) -> None:
+        self.settings = settings
+        self.pool = pool
+        self.agent = AgentSettings(kind=settings.policy_name, model=ModelSettings(model=settings.policy_name))
+        self.episode: Episode | None = None
+        self.scenario: Scenario | None = None
+        self.outcome: RolloutOutcome | None = RolloutOutcome(None, NOT_STARTED, "reset() was not called")
+        self._count = 0
+
+    async def open(self, scenario_id: Any, *, seed: int = 0) -> list[dict[str, Any]]:
+        """Start the scenario's episode and return its opening messages ([] when the rollout ended already)."""
+        await self.close()
+        self.outcome = None
+        self.scenario = None
+        settings = self.settings
+        scenario = settings.scenarios.get(scenario_id) if isinstance(scenario_id, str) else None
+        if scenario is None:
+            return self._refuse(str(scenario_id), UNKNOWN_SCENARIO, f"no scenario {scenario_id!r} in the library")
+        self.scenario = scenario
+        environment = settings.library.environments.get(scenario.environment_id)
+        if environment is None:
+            return self._refuse(scenario.id, UNKNOWN_SCENARIO, f"environment {scenario.environment_id!r} is missing")
+        if settings.environment_id is not None and scenario.environment_id != settings.environment_id:
+            detail = f"scenario {scenario.id!r} belongs to {scenario.environment_id!r}, not {settings.environment_id!r}"
+            return self._refuse(scenario.id, OTHER_ENVIRONMENT, detail)
+        if settings.library.from_hub and not settings.allow_weak_sandbox:
+            await self.pool.start()
+            if self.pool.missing_layers:
+                names = ", ".join(layer["name"] for layer in self.pool.missing_layers)
+                raise WeakSandbox(f"confinement layers missing on this machine: {names}; refusing code from the Hub")
+        if not settings.include_invalid:
+            problem = await self._screen(scenario)
+            if problem is not None:
+                return self._refuse(scenario.id, INVALID_SCENARIO, problem)
+        self._count += 1
+        config = EpisodeConfig(
+            mode=settings.mode,
+            max_steps=settings.max_steps,
+            seed=seed,
+            reward_weights=settings.weights,
+            rules=settings.rules,
+        )
+        user = settings.user
+        if user is not None and not isinstance(user, UserPolicy):
+            user = user(scenario)
+        episode = Episode(
+            scenario,
+            environment,
+            pool=self.pool,
+            config=config,
+            episode_id=f"{scenario.id}-{self._count}",
+            agent_settings=self.agent,
+            user=user,
+        )
+        self.episode = episode
+        try:
+            await episode.start()
+        except Exception as exc:
+            episode.fail(exc)
+        if episode.done:
+            await self._finish_episode()
+            return []
+        return list(episode.messages)
+
+    @property
+    def tools(self) -> list[dict[str, Any]]:
+        return list(self.episode.tools) if self.episode is not None else []
+
+    async def call(self, name: str, arguments: dict[str, Any]) -> str:
+        """Run one tool call and return the tool message's text. A call its schema rejects ends the rollout."""
+        episode = self.episode
+        if episode is None:
+            return self._ended_text()
+        message = {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}],
+        }
+        turn = agent_turn_from_message(message)
+        tools = {tool.function.name: tool for tool in episode.environment.tools}
+        try:
+            validate_call(turn.tool_calls[0], tools)
+        except CallRejected as exc:
+            await self.abort(REJECTED_CALL, str(exc))
+            return f"Error: {exc} The episode has ended."
+        observations = await self.step(message)
+        return "\n".join(str(o.get("content") or "") for o in observations) or self._ended_text()
+
+    async def step(self, assistant_message: dict[str, Any]) -> list[dict[str, Any]]:
+        """Apply one assistant message; the messages that followed it (tool results, the user's reply)."""
+        episode = self.episode
+        if episode is None:
+            return []
+        before = len(episode.messages)
+        try:
+            await episode.apply(agent_turn_from_message(assistant_message))
+        except Exception as exc:
+            episode.fail(exc)
+        observations = episode.messages[before + 1 :]
+        if episode.done:
+            await self._finish_episode()
+        return observations
+
+    async def end(self, final_text: str = "") -> RolloutOutcome:
+        """End the rollout (the agent has said its last word) and score it; the same outcome on later calls."""
+        episode = self.episode
+        if episode is not None and not episode.done:
+            episode.messages.append({"role": "assistant", "content": final_text})
+            episode.end(TerminationReason.AGENT_DONE)
+        if self.episode is not None:
+            await self._finish_episode()
+        assert self.outcome is not None
+        return self.outcome
+
+    async def abort(self, reason: str, detail: str) -> None:
+        """End the rollout without a reward, for ``reason``."""
+        scenario_id = self.scenario.id if self.scenario is not None else None
+        await self.close()
+        self._refuse(scenario_id or "", reason, detail)
+
+    async def close(self) -> None:
+        episode, self.episode = self.episode, None
+        if episode is not None:
+            await episode.close()
+
+    async def _finish_episode(self) -> None:
+        episode, self.episode = self.episode, None
+        assert episode is not None
+        trajectory = await episode.finish()
+        self.outcome = RolloutOutcome(
+            trajectory.scenario_id,
+            trajectory.termination.value,
+            trajectory.termination_detail,
+            trajectory.reward,
+            trajectory,
+        )
+
+    def _refuse(self, scenario_id: str, reason: str, detail: str) -> list[dict[str, Any]]:
+        logger.warning("rollout of scenario %s ended: %s: %s", scenario_id, reason, detail)
+        self.outcome = RolloutOutcome(scenario_id or None, reason, detail)
+        return []
+
+    def _ended_text(self) -> str:
+        reason = self.outcome.reason if self.outcome is not None else NOT_STARTED
+        return f"Error: the episode has ended ({reason}); no more tool calls run."
+
+    async def _screen(self, scenario: Scenario) -> str | None:
+        screened = self.settings.screened
+        if scenario.id not in screened:
+            found = await invalid_scenarios(self.pool, self.settings.library, [scenario])
+            screened[scenario.id] = found.get(scenario.id)
+        return screened[scenario.id]
