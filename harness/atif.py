@@ -4,7 +4,8 @@ One ATIF document per episode. Each message becomes a step: the system prompt a 
 ``user`` steps, and each assistant turn an ``agent`` step whose tool calls keep their ids and whose observation
 holds the tool messages that answered them (``source_call_id`` = the call's id), in the order the agent saw them.
 The episode's reward, checks, termination and versions go in the document's ``extra``; the agent's token usage
-and cost in ``final_metrics`` (the simulated user's in its ``extra``).
+and cost in ``final_metrics`` (the simulated user's in its ``extra``). A trainer's rollout that recorded the policy's
+tokens gives each agent step its completion token ids and logprobs (and the first its prompt's ids).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 import orjson
 
 from harness import __version__
-from harness.schema import Trajectory
+from harness.schema import PolicyTokens, Trajectory
 
 ATIF_VERSION = "ATIF-v1.4"
 SAFE_FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}")
@@ -75,6 +76,36 @@ def _agent_step(message: dict[str, Any], step_id: int, model: str) -> dict[str, 
     return step
 
 
+def policy_spans(tokens: PolicyTokens) -> list[tuple[list[int], list[float]]]:
+    """The policy's own runs of completion tokens (env_mask 1), in order: one per assistant turn it generated."""
+    spans: list[tuple[list[int], list[float]]] = []
+    previous = 0
+    for token, logprob, mask in zip(tokens.completion_ids, tokens.logprobs, tokens.env_mask, strict=False):
+        if mask:
+            if not previous:
+                spans.append(([], []))
+            spans[-1][0].append(token)
+            spans[-1][1].append(logprob)
+        previous = mask
+    return spans
+
+
+def attach_policy_tokens(steps: list[dict[str, Any]], tokens: PolicyTokens) -> bool:
+    """Put each generated turn's token ids and logprobs on its agent step (the prompt's on the first); False when
+    the turns and the steps do not pair up one to one."""
+    agent_steps = [step for step in steps if step["source"] == "agent"]
+    spans = policy_spans(tokens)
+    if not agent_steps or len(spans) != len(agent_steps):
+        return False
+    for index, (step, (ids, logprobs)) in enumerate(zip(agent_steps, spans, strict=True)):
+        metrics = step.setdefault("metrics", {})
+        metrics["completion_token_ids"] = ids
+        metrics["logprobs"] = logprobs
+        if index == 0:
+            metrics["prompt_token_ids"] = list(tokens.prompt_ids)
+    return True
+
+
 def to_atif(trajectory: Trajectory) -> dict[str, Any]:
     """The ATIF document of one episode."""
     model = trajectory.agent.model.model
@@ -94,6 +125,9 @@ def to_atif(trajectory: Trajectory) -> dict[str, Any]:
             steps.append(_agent_step(message, len(steps) + 1, model))
         elif role in ("system", "user"):
             steps.append({"step_id": len(steps) + 1, "source": role, "message": _text(message.get("content"))})
+    tokens_extra: dict[str, Any] | None = None
+    if trajectory.policy_tokens is not None and not attach_policy_tokens(steps, trajectory.policy_tokens):
+        tokens_extra = trajectory.policy_tokens.model_dump(mode="json")
     agent_usage = trajectory.usage.get("agent")
     final_metrics: dict[str, Any] = {"total_steps": len(steps)}
     if agent_usage is not None:
@@ -129,6 +163,7 @@ def to_atif(trajectory: Trajectory) -> dict[str, Any]:
             "check_results": [result.model_dump(mode="json") for result in trajectory.check_results],
             "failure": trajectory.failure.model_dump(mode="json") if trajectory.failure else None,
             "versions": trajectory.versions.model_dump(mode="json") if trajectory.versions else None,
+            **({"policy_tokens": tokens_extra} if tokens_extra is not None else {}),
         },
     }
 

@@ -91,3 +91,39 @@ def test_leaderboard_json_has_the_summary_numbers_and_versions(stored_run, tmp_p
         assert len(entry["versions"]["environments"]) == 1 and entry["versions"]["checks"]
         assert entry["versions"]["rules"] == ["harness"] and entry["versions"]["unversioned_episodes"] == 0
     assert submission["checks_version"] == manifest.checks_version and submission["model"] == "mock-agent"
+
+
+def test_policy_tokens_land_on_their_agent_steps():
+    """A trainer's rollout: each run of the policy's own tokens (env_mask 1) is one agent turn's completion."""
+    from harness.atif import to_atif
+    from harness.schema import AgentSettings, ModelSettings, PolicyTokens, TerminationReason, Trajectory
+
+    trajectory = Trajectory(
+        episode_id="e1",
+        scenario_id="s",
+        environment_id="env",
+        mode="nonconv",
+        agent=AgentSettings(model=ModelSettings(model="policy")),
+        termination=TerminationReason.AGENT_DONE,
+        messages=[
+            {"role": "user", "content": "do it"},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+            ]},
+            {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+            {"role": "assistant", "content": "done"},
+        ],
+        policy_tokens=PolicyTokens(
+            prompt_ids=[1, 2], completion_ids=[10, 11, 50, 51, 12], logprobs=[-0.1, -0.2, 0, 0, -0.3],
+            env_mask=[1, 1, 0, 0, 1],
+        ),
+    )  # fmt: skip
+    document = to_atif(trajectory)
+    agent = [step for step in document["steps"] if step["source"] == "agent"]
+    assert agent[0]["metrics"] == {
+        "completion_token_ids": [10, 11],
+        "logprobs": [-0.1, -0.2],
+        "prompt_token_ids": [1, 2],
+    }
+    assert agent[1]["metrics"] == {"completion_token_ids": [12], "logprobs": [-0.3]}
+    assert jsonschema.Draft202012Validator(SCHEMA).is_valid(document)
