@@ -263,7 +263,7 @@ async def test_the_synthesis_rate_limiter_sits_on_the_drivers_node(ray_cluster):
 
     library = load_library()
     environment = library.environments[ENVIRONMENT]
-    client = LLMClient(default_limits=EndpointLimits(rpm=600, tpm=100_000), timeout=7.5)
+    client = LLMClient(default_limits=EndpointLimits(rpm=600, tpm=100_000))
     synthesis = RaySynthesis(ray_cluster.address, sandbox_workers=1)
     try:
         await synthesis.start("scenarios", ScenarioSynthesisConfig(model="nobody/never-called"), [environment], client)
