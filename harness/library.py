@@ -1,88 +1,48 @@
-"""Loading environments and scenarios: the seed layout, a Hub-format folder, or a Hub dataset id."""
+"""Loading environments and scenarios: the seed layout, a Hub-format folder, or a Hub dataset id.
+
+The library record and the reading of every kind of source are ``harness.library_records``'s; this module adds
+the Hub package's readers, imported only when a source needs them (they bring pyarrow and the Hub client)."""
 
 from __future__ import annotations
 
-import logging
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import orjson
+from harness.library_records import (
+    SEED_LIBRARY,
+    HubReaders,
+    Library,
+    LibraryError,
+    Records,
+    is_seed_layout,
+    load_seed_layout,
+    read_library_source,
+    write_seed_layout,
+)
 
-from harness.containment import OutsideLibrary, require_inside
-from harness.errors import BadInput
-from harness.fingerprint import fingerprint
-from harness.names import require_safe_id
-from harness.schema import DatasetRef, Environment, Provenance, Scenario
-from harness.toolspec import derive_tools
-
-logger = logging.getLogger(__name__)
-
-SEED_LIBRARY = Path(__file__).resolve().parents[1] / "datasets" / "seed"
-
-
-class LibraryError(BadInput):
-    """A library source that cannot be read at all."""
-
-
-@dataclass
-class Library:
-    environments: dict[str, Environment]
-    scenarios: list[Scenario]
-    source: DatasetRef
-    problems: list[str] = field(default_factory=list)
-    from_hub: bool = False
-    """Downloaded from the Hub (a stranger's code): runs only under a full jail unless the user allows less."""
-
-    def scenarios_for(self, environment_id: str) -> list[Scenario]:
-        return [s for s in self.scenarios if s.environment_id == environment_id]
+__all__ = [
+    "SEED_LIBRARY",
+    "Library",
+    "LibraryError",
+    "is_seed_layout",
+    "load_library",
+    "load_seed_layout",
+    "write_seed_layout",
+]
 
 
-def _one_line(error: Exception, limit: int = 300) -> str:
-    text = " ".join(str(error).split()) or type(error).__name__
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+def _records_folder(folder: Path) -> Records:
+    from harness.hub import load_records_folder
+
+    return load_records_folder(folder)
 
 
-def load_seed_layout(root: Path) -> Library:
-    """``environments/<id>.py`` + ``environments/<id>.json`` and ``scenarios/<id>.jsonl``.
+def _hub_dataset(spec: str) -> Records:
+    from harness.hub import load_library_from_hub
 
-    A record that does not load is reported in ``problems`` with its file and line; the others still load.
-    """
-    metas = sorted((root / "environments").glob("*.json"))
-    scenario_files = sorted((root / "scenarios").glob("*.jsonl"))
-    for path in [*metas, *(m.with_suffix(".py") for m in metas), *scenario_files]:
-        if path.exists() or path.is_symlink():
-            require_inside(path, root, "library file")  # before any file is read
-    environments: dict[str, Environment] = {}
-    problems: list[str] = []
-    for meta_path in metas:
-        code_path = meta_path.with_suffix(".py")
-        try:
-            meta = orjson.loads(meta_path.read_bytes())
-            code = code_path.read_text()
-            meta.setdefault("id", meta_path.stem)
-            meta.setdefault("name", meta["id"])
-            provenance = meta.pop("provenance", None) or Provenance(source="seed-library").model_dump()
-            environment = Environment.model_validate({**meta, "code": code, "provenance": provenance})
-            if not environment.tools:
-                environment = environment.model_copy(update={"tools": derive_tools(code, environment.class_name)})
-            environments[environment.id] = environment
-        except Exception as exc:
-            problems.append(f"{meta_path.name}: {_one_line(exc)}")
-    scenarios: list[Scenario] = []
-    for path in scenario_files:
-        for number, line in enumerate(path.read_bytes().splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                scenarios.append(Scenario.model_validate(orjson.loads(line)))
-            except Exception as exc:
-                problems.append(f"{path.name}:{number}: {_one_line(exc)}")
-    ref = DatasetRef(source=str(root), fingerprint=fingerprint(environments, scenarios))
-    return Library(environments, scenarios, ref, problems)
+    return load_library_from_hub(spec)
 
 
-def _is_seed_layout(path: Path) -> bool:
-    return (path / "environments").is_dir() and any((path / "environments").glob("*.py"))
+HUB_READERS = HubReaders(records_folder=_records_folder, hub_dataset=_hub_dataset)
 
 
 def load_library(source: str | Path | None = None) -> Library:
@@ -90,58 +50,4 @@ def load_library(source: str | Path | None = None) -> Library:
 
     Raises :class:`LibraryError` (one line naming the source) when the source cannot be read at all; records
     that do not load are listed in ``Library.problems``."""
-    try:
-        library = _load(source)
-    except (LibraryError, OutsideLibrary):
-        raise
-    except Exception as exc:  # Hub, network, file and format errors of every kind: one line naming the source
-        detail = " ".join(str(exc).split())[:300] or type(exc).__name__
-        raise LibraryError(f"cannot load {str(source)!r}: {type(exc).__name__}: {detail}") from exc
-    if not library.environments and not library.scenarios and not library.problems:
-        raise LibraryError(f"{str(source)!r} holds no environments and no scenarios")
-    return library
-
-
-def _load(source: str | Path | None) -> Library:
-    if source is None:
-        return load_seed_layout(SEED_LIBRARY)
-    path = Path(source)
-    if path.exists():
-        if _is_seed_layout(path):
-            return load_seed_layout(path)
-        from harness.hub import load_records_folder
-
-        environments, scenarios, ref = load_records_folder(path)
-        return Library({e.id: e for e in environments}, scenarios, ref)
-    text = str(source)
-    if text.startswith(("/", "./", "../", "~")) or text.endswith("/") or text in (".", ".."):
-        raise LibraryError(f"{text!r}: no such folder (give a library folder, or a Hub dataset id org/name)")
-    if text.count("/") == 1 or "@" in text:
-        from harness.hub import load_library_from_hub
-
-        environments, scenarios, ref = load_library_from_hub(text)
-        return Library({e.id: e for e in environments}, scenarios, ref, from_hub=True)
-    raise LibraryError(f"{text!r} is neither an existing folder nor a Hub dataset id (org/name[@revision])")
-
-
-def write_seed_layout(environments: list[Environment], scenarios: list[Scenario], out: Path) -> None:
-    """Write records in the reviewable layout: class as ``.py``, metadata as ``.json``, scenarios as JSONL.
-
-    Every id that becomes a file name is checked before anything is written (UnsafeIdentifier names the record).
-    """
-    for environment in environments:
-        require_safe_id(environment.id, "environment id")
-    for scenario in scenarios:
-        require_safe_id(scenario.environment_id, f"environment id of scenario {scenario.id!r}")
-    (out / "environments").mkdir(parents=True, exist_ok=True)
-    (out / "scenarios").mkdir(parents=True, exist_ok=True)
-    for environment in environments:
-        (out / "environments" / f"{environment.id}.py").write_text(environment.code)
-        meta = environment.model_dump(mode="json", exclude={"code"})
-        (out / "environments" / f"{environment.id}.json").write_bytes(orjson.dumps(meta, option=orjson.OPT_INDENT_2))
-    by_environment: dict[str, list[Scenario]] = {}
-    for scenario in scenarios:
-        by_environment.setdefault(scenario.environment_id, []).append(scenario)
-    for env_id, items in by_environment.items():
-        lines = [orjson.dumps(s.model_dump(mode="json")) for s in items]
-        (out / "scenarios" / f"{env_id}.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    return read_library_source(source, HUB_READERS)

@@ -334,6 +334,18 @@ def test_an_unreachable_address_is_one_line_and_no_run(tmp_path):
     assert not (out / "results.jsonl").exists() and not (out / "manifest.json").exists()
 
 
+def test_a_run_without_ray_never_imports_the_cluster_code(tmp_path):
+    """``harness.run`` reaches ``harness.distributed`` (and Ray) only where ``--ray`` asks for it."""
+    out = tmp_path / "run"
+    process = cli(["run", "--agent", "oracle", "--out", str(out), "--limit", "1"], {"PYTHONPROFILEIMPORTTIME": "1"})
+    stdout, stderr = process.communicate(timeout=300)
+    assert process.returncode == 0, stdout + stderr[-2000:]
+    imported = {line.rsplit("|", 1)[-1].strip() for line in stderr.splitlines() if line.startswith("import time:")}
+    assert "harness.run.driver" in imported and "harness.sandbox" in imported  # the profile covers the run
+    assert not {name for name in imported if name.startswith(("harness.distributed", "ray"))}
+    assert len(read_results(out / "results.jsonl")) == 1
+
+
 def test_ray_without_an_address_means_a_local_cluster():
     from harness.cli import with_default_ray_address
 

@@ -7,12 +7,17 @@ executors' own model clients reach them over HTTP exactly as the driver's does."
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
+import time
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
+from harness.distributed.cluster import NAMESPACE
 from harness.library import load_library
 from tests.doubles.mock_openai import MockOpenAIServer, PolicyRequest
 from tests.doubles.scripted_scenarios import ScriptedQueryModel, ScriptedScenarioWriter, ScriptedTeacher
@@ -50,32 +55,51 @@ def counts(usage: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in usage.items() if "tokens" in k or "requests" in k}
 
 
-def comparable(out: Path) -> dict[str, Any]:
-    """The output folder's records without their creation times and model latencies, in a stable order."""
+def scrubbed(record: dict[str, Any]) -> dict[str, Any]:
+    """A record (or the scenario or environment inside it) without its creation time, and with its usage and
+    costs as counts only."""
+    inner = record.get("scenario") or record
+    provenance = inner.get("provenance")
+    if isinstance(provenance, dict):
+        provenance.pop("created_at", None)
+        details = provenance.get("details") or {}
+        if details.get("usage"):
+            details["usage"] = counts(details["usage"])
+        if details.get("costs"):
+            details["costs"] = {stage: counts(usage) for stage, usage in details["costs"].items()}
+    if isinstance(record.get("usage"), dict):
+        record["usage"] = counts(record["usage"])
+    return record
 
-    def scrub(record: dict[str, Any]) -> dict[str, Any]:
-        scenario = record.get("scenario") or record
-        if isinstance(scenario.get("provenance"), dict):
-            scenario["provenance"].pop("created_at", None)
-            usage = scenario["provenance"]["details"].get("usage")
-            if usage:
-                scenario["provenance"]["details"]["usage"] = counts(usage)
-        return record
 
-    attempts = sorted(
-        (scrub(orjson.loads(line)) for line in (out / "attempts.jsonl").read_bytes().splitlines()),
-        key=lambda r: r["key"],
-    )
-    for attempt in attempts:
-        attempt["usage"] = counts(attempt["usage"])
-    scenarios = sorted((scrub(s.model_dump(mode="json")) for s in load_library(out).scenarios), key=lambda s: s["id"])
-    rejected = sorted(
-        (scrub(orjson.loads(line)) for line in (out / "rejected.jsonl").read_bytes().splitlines()),
-        key=lambda r: r["key"],
-    )
-    report = orjson.loads((out / "report.json").read_bytes())
-    report["usage"] = counts(report["usage"])
-    return {"attempts": attempts, "scenarios": scenarios, "rejected": rejected, "report": report}
+def jsonl(path: Path, key: str) -> list[dict[str, Any]]:
+    return sorted((scrubbed(orjson.loads(line)) for line in path.read_bytes().splitlines()), key=lambda r: r[key])
+
+
+def synthesis_output(out: Path) -> dict[str, Any]:
+    """What a synthesis command wrote to ``out``, without creation times and model latencies, in a stable order:
+    the one comparison of a cluster's output with a local run's, for ``scenarios``, ``queries`` and ``envs``."""
+    if (out / "attempts.jsonl").exists():
+        scenarios = sorted(
+            (scrubbed(s.model_dump(mode="json")) for s in load_library(out).scenarios), key=lambda s: s["id"]
+        )
+        return {
+            "attempts": jsonl(out / "attempts.jsonl", "key"),
+            "scenarios": scenarios,
+            "rejected": jsonl(out / "rejected.jsonl", "key"),
+            "report": scrubbed(orjson.loads((out / "report.json").read_bytes())),
+        }
+    environments = {
+        p.name: scrubbed(orjson.loads(p.read_bytes())) for p in sorted((out / "environments").glob("*.json"))
+    }
+    return {
+        "environments": environments,
+        "code": {path.name: path.read_text() for path in sorted((out / "environments").glob("*.py"))},
+        "rejected": (out / "rejected.jsonl").read_text(),
+        "themes": (out / "themes.json").read_text(),
+        "stages": sorted(str(p.relative_to(out)) for p in (out / "stages").rglob("*.json")),
+        "cost totals": counts(orjson.loads((out / "costs.json").read_bytes())["total"]),
+    }
 
 
 def run(args: list[str], env: dict[str, str]) -> tuple[int, str, str]:
@@ -96,7 +120,7 @@ def test_scenarios_over_the_cluster_match_a_local_run_and_resume_without_work(ra
         for name, extra in (("local", []), ("ray", ["--ray", ray_cluster.address])):
             code, stdout, stderr = run([*common, "--out", str(tmp_path / name), *extra], env)
             assert code == 0, stdout + stderr
-            outputs[name] = comparable(tmp_path / name)
+            outputs[name] = synthesis_output(tmp_path / name)
         assert outputs["ray"] == outputs["local"]
         assert outputs["local"]["report"]["attempted"] == 4
         assert outputs["local"]["report"]["accepted"] == len(outputs["local"]["scenarios"]) >= 1
@@ -127,7 +151,7 @@ def test_queries_over_the_cluster_match_a_local_run(ray_cluster, tmp_path):
         for name, extra in (("local", []), ("ray", ["--ray", ray_cluster.address])):
             code, stdout, stderr = run([*common, "--out", str(tmp_path / name), *extra], env)
             assert code == 0, stdout + stderr
-            outputs[name] = comparable(tmp_path / name)
+            outputs[name] = synthesis_output(tmp_path / name)
     assert outputs["ray"] == outputs["local"]
     assert outputs["local"]["report"]["attempted"] == 4
 
@@ -153,27 +177,6 @@ TASKS = [
 ]
 
 
-def environments_output(out: Path) -> dict[str, Any]:
-    """What ``synth envs`` wrote, without creation times and model latencies."""
-    environments = {}
-    for path in sorted((out / "environments").glob("*.json")):
-        record = orjson.loads(path.read_bytes())
-        record["provenance"].pop("created_at", None)
-        costs = record["provenance"]["details"]["costs"]
-        record["provenance"]["details"]["costs"] = {stage: counts(usage) for stage, usage in costs.items()}
-        environments[path.name] = record
-    code = {path.name: path.read_text() for path in sorted((out / "environments").glob("*.py"))}
-    costs = orjson.loads((out / "costs.json").read_bytes())
-    return {
-        "environments": environments,
-        "code": code,
-        "rejected": (out / "rejected.jsonl").read_text(),
-        "themes": (out / "themes.json").read_text(),
-        "stages": sorted(str(p.relative_to(out)) for p in (out / "stages").rglob("*.json")),
-        "cost totals": counts(costs["total"]),
-    }
-
-
 def test_envs_over_the_cluster_match_a_local_run_and_resume_without_work(ray_cluster, tmp_path):
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text("".join(orjson.dumps({"task": task}).decode() + "\n" for task in TASKS))
@@ -186,7 +189,7 @@ def test_envs_over_the_cluster_match_a_local_run_and_resume_without_work(ray_clu
         for name, extra in (("local", []), ("ray", ["--ray", ray_cluster.address])):
             code, stdout, stderr = run([*common, "--out", str(tmp_path / name), *extra], env)
             assert code == 0, stdout + stderr
-            outputs[name] = environments_output(tmp_path / name)
+            outputs[name] = synthesis_output(tmp_path / name)
         assert outputs["ray"] == outputs["local"]
         assert len(outputs["local"]["code"]) == 1 and outputs["local"]["stages"]
 
@@ -194,4 +197,82 @@ def test_envs_over_the_cluster_match_a_local_run_and_resume_without_work(ray_clu
         code, stdout, stderr = run([*common, "--out", str(tmp_path / "ray"), "--ray", ray_cluster.address], env)
         assert code == 0, stdout + stderr
         assert len(mock.chat_requests()) == requests  # every stage was on disk: no model call
-        assert environments_output(tmp_path / "ray") == outputs["ray"]
+        assert synthesis_output(tmp_path / "ray") == outputs["ray"]
+
+
+def running_executors() -> set[str]:
+    """Names of the fleet executors alive on the test cluster (the CLI's driver names them in Ray's namespace)."""
+    import ray
+
+    return {
+        actor["name"]
+        for actor in ray.util.list_named_actors(all_namespaces=True)
+        if actor["namespace"] == NAMESPACE and actor["name"].startswith("harness-executor-")
+    }
+
+
+def kill_executor(name: str) -> int:
+    """SIGKILL one executor's process (every node of the test cluster is on this machine); returns its pid."""
+    import ray
+
+    status = ray.get(ray.get_actor(name, namespace=NAMESPACE).ready.remote(), timeout=60)
+    os.kill(status.pid, signal.SIGKILL)
+    return status.pid
+
+
+def test_a_synthesis_executor_killed_mid_run_is_replaced_and_the_output_equals_a_local_run(ray_cluster, tmp_path):
+    mock = MockOpenAIServer(record_bodies=False, latency=0.2)
+    with mock.running_in_thread():
+        env = serve_models(
+            tmp_path, mock, {"writer": ScriptedScenarioWriter([ENVIRONMENT]), "teacher": ScriptedTeacher()}
+        )
+        common = ["synth", "scenarios", "--env", ENVIRONMENT, "--per-env", "8", "--model", "mock-writer"]
+        common += ["--solve-with", "mock-teacher", "--attempts", "1", "--workers", "1", "--dedup-similarity", "0"]
+        common += ["--concurrency", "1"]  # one attempt in flight per executor: the killed one holds work
+        code, stdout, stderr = run([*common, "--out", str(tmp_path / "local")], env)
+        assert code == 0, stdout + stderr
+
+        before = running_executors()
+        requests = len(mock.chat_requests())
+        process = cli([*common, "--out", str(tmp_path / "ray"), "--ray", ray_cluster.address], env)
+        started: set[str] = set()
+        while process.poll() is None and (len(started) < 2 or len(mock.chat_requests()) <= requests):
+            started = running_executors() - before
+            time.sleep(0.05)
+        assert len(started) == 2, "the run ended before both executors were working"
+        victim = sorted(started)[0]
+        killed = kill_executor(victim)
+        replacements: set[str] = set()
+        while process.poll() is None:
+            replacements |= running_executors() - before - started
+            time.sleep(0.05)
+        stdout, stderr = process.communicate(timeout=600)
+    assert code == 0 and process.returncode == 0, stdout + stderr
+    assert killed and replacements, stderr
+    assert f"replaces {victim}" in stderr, stderr
+    assert synthesis_output(tmp_path / "ray") == synthesis_output(tmp_path / "local")
+    assert synthesis_output(tmp_path / "local")["report"]["attempted"] == 8
+
+
+async def test_the_synthesis_rate_limiter_sits_on_the_drivers_node(ray_cluster):
+    import ray
+
+    from harness.llm import EndpointLimits, LLMClient
+    from synth.distributed import RaySynthesis
+    from synth.scenarios import ScenarioSynthesisConfig
+
+    library = load_library()
+    environment = library.environments[ENVIRONMENT]
+    client = LLMClient(default_limits=EndpointLimits(rpm=600, tpm=100_000))
+    synthesis = RaySynthesis(ray_cluster.address, sandbox_workers=1)
+    try:
+        await synthesis.start("scenarios", ScenarioSynthesisConfig(model="nobody/never-called"), [environment], client)
+        limiter = synthesis.fleet.limiter
+        assert limiter is not None
+        where = await asyncio.wrap_future(limiter.node_id.remote().future())
+        assert where == ray.get_runtime_context().get_node_id()
+        executor_nodes = {executor.node_id for executor in synthesis.fleet.executors if executor.alive}
+        assert len(executor_nodes) == 2 and where not in executor_nodes  # the head offers no CPUs: none there
+    finally:
+        await synthesis.close()
+        await client.aclose()

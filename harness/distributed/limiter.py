@@ -50,6 +50,12 @@ class ClusterLimiter:
         """Requests admitted so far, per endpoint."""
         return dict(self._admitted)
 
+    def node_id(self) -> str:
+        """The Ray node this limiter runs on (the driver's, where the fleet places it)."""
+        import ray
+
+        return str(ray.get_runtime_context().get_node_id())
+
 
 class _RemoteAdmission(Admission):
     def __init__(self, limiter: Any, ticket: int) -> None:

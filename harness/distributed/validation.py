@@ -1,20 +1,27 @@
-"""``harness validate --ray``: the library's environments split over the cluster's nodes, one part per node.
+"""``harness validate --ray``: the library's environments split over the fleet's executors, one part each.
 
 An environment and its scenarios go to the same part (a scenario is replayed on its own environment), each
-part is validated on its node by ``harness.validate.validate_library`` in a sandbox pool there, and the report
-comes back in the library's order, exactly as a local validation writes it.
+part is validated by ``harness.validate.validate_library`` in its executor's sandbox pool, and the report comes
+back in the library's order, exactly as a local validation writes it. A part whose executor is lost is
+re-queued on another, as every unit of the fleet is.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections import deque
+from dataclasses import dataclass
+from typing import ClassVar
 
 from harness.library import Library
-from harness.sandbox import SandboxPool
+from harness.llm import EndpointLimits, RetryPolicy
+from harness.llm.client import DEFAULT_TIMEOUT_S
 from harness.validate import RecordReport, ValidationReport, validate_library
 
-from .cluster import ClusterUnavailable, alive_nodes, check_nodes, import_ray, join, root_cause
+from .fleet import Fleet
+from .settings import ExecutorConfig, WorkUnit
+from .worker import FleetExecutor
+
+VALIDATE_PART = "validate_part"
 
 
 def split_library(library: Library, parts: int) -> list[Library]:
@@ -33,18 +40,22 @@ def split_library(library: Library, parts: int) -> list[Library]:
     ]
 
 
-def validate_part(
-    library: Library, workers: int | None, concurrency: int, allow_weak_sandbox: bool = False
-) -> list[RecordReport]:
-    """Runs on a node: validate one part in a sandbox pool there (Hub code only under the full jail unless
-    ``allow_weak_sandbox``)."""
+@dataclass(frozen=True)
+class ValidationJob:
+    """The job of validation executors (``ExecutorConfig.job``)."""
 
-    async def go() -> ValidationReport:
-        confine_fully = library.from_hub and not allow_weak_sandbox
-        async with SandboxPool(workers=workers, require_full_confinement=confine_fully) as pool:
-            return await validate_library(library, pool, concurrency=concurrency)
+    concurrency: int
 
-    return asyncio.run(go()).records
+
+class ValidationExecutor(FleetExecutor):
+    """Ray actor body for ``harness validate --ray``: validates one part of the library in its sandbox pool."""
+
+    WORK: ClassVar[frozenset[str]] = frozenset({VALIDATE_PART})
+
+    async def validate_part(self, part: Library) -> bytes:
+        job: ValidationJob = self.config.job
+        report = await validate_library(part, self.pool, concurrency=job.concurrency)
+        return report.model_dump_json().encode()
 
 
 async def validate_on_cluster(
@@ -55,34 +66,35 @@ async def validate_on_cluster(
     concurrency: int = 16,
     allow_weak_sandbox: bool = False,
 ) -> ValidationReport:
-    """Validate ``library`` on the Ray cluster at ``address``; the same report as a local validation."""
-    owns_ray = join(address)
-    ray = import_ray()
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
+    """Validate ``library`` on the Ray cluster at ``address``; the same report as a local validation. Hub code
+    runs only under the full jail unless ``allow_weak_sandbox``."""
+    config = ExecutorConfig(
+        aliases={},  # validation calls no model
+        retry=RetryPolicy(),
+        default_limits=EndpointLimits(),
+        timeout=DEFAULT_TIMEOUT_S,
+        cache_dir=None,
+        sandbox_workers=workers,
+        sandbox_limits=None,
+        require_full_confinement=library.from_hub and not allow_weak_sandbox,
+        environment={},
+        job=ValidationJob(concurrency),
+    )
+    fleet = Fleet(address, what="validation", resume_hint="run the validation again once nodes are back")
     try:
-        nodes = alive_nodes()
-        if not nodes:
-            raise ClusterUnavailable(f"the Ray cluster at {address} has no alive node")
-        nodes = await asyncio.to_thread(check_nodes, nodes, [])
-        parts = split_library(library, len(nodes))
-        task = ray.remote(num_cpus=0, max_retries=2)(validate_part)
-        references = [
-            task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=True)).remote(
-                part, workers, concurrency, allow_weak_sandbox
-            )
-            for node, part in zip(nodes, parts, strict=True)
-        ]
-        try:
-            answers: list[list[RecordReport]] = list(
-                await asyncio.gather(*(asyncio.wrap_future(reference.future()) for reference in references))
-            )
-        except ray.exceptions.RayError as exc:
-            raise ClusterUnavailable(f"validation on the cluster failed: {root_cause(exc)}") from None
+        await fleet.start(ValidationExecutor, config, modules=[])
+        parts = split_library(library, sum(executor.alive for executor in fleet.executors))
+        answers: dict[str, list[RecordReport]] = {}
+
+        def arrived(unit: WorkUnit, payload: bytes) -> None:
+            answers[unit.key] = ValidationReport.model_validate_json(payload).records
+
+        units = [WorkUnit(str(number), VALIDATE_PART, part) for number, part in enumerate(parts)]
+        await fleet.dispatch(units, in_flight=len(units), on_result=arrived)
     finally:
-        if owns_ray:
-            ray.shutdown()
-    return ValidationReport(source=library.source.source, records=_in_library_order(library, parts, answers))
+        await fleet.close()
+    ordered = [answers[str(number)] for number in range(len(parts))]
+    return ValidationReport(source=library.source.source, records=_in_library_order(library, parts, ordered))
 
 
 def _in_library_order(library: Library, parts: list[Library], answers: list[list[RecordReport]]) -> list[RecordReport]:

@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 
 from harness.containment import require_inside
+from harness.library_records import HubReaders, read_library_source
 from harness.schema import DatasetRef, Environment, RunManifest, Scenario, Trajectory
 
 CONFIG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -66,12 +67,11 @@ def _require_folder(source: Path) -> Path:
 
 
 def read_library(source: str | Path) -> LibrarySource:
-    """Environments and scenarios from anything ``harness.library.load_library`` reads, with the license of
-    the source's card (a Hub dataset or a Hub-format folder)."""
-    from harness.hub.load import card_license
-    from harness.library import load_library
+    """Environments and scenarios from anything ``harness.library.load_library`` reads (the same reading, with
+    this package's readers), with the license of the source's card (a Hub dataset or a Hub-format folder)."""
+    from harness.hub.load import card_license, load_library_from_hub, load_records_folder
 
-    library = load_library(source)
+    library = read_library_source(source, HubReaders(load_records_folder, load_library_from_hub))
     environments = list(library.environments.values())
     return LibrarySource(
         environments,
