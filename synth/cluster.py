@@ -45,8 +45,14 @@ class AttemptCluster(Protocol):
         """Start executors for ``kind``; ``config`` is that pipeline's configuration record."""
         ...
 
-    async def execute(self, units: list[AttemptUnit], on_record: Callable[[Any], None]) -> None:
-        """Run every unit once; ``on_record`` gets each finished attempt's record, in the calling process."""
+    async def execute(
+        self,
+        units: list[AttemptUnit],
+        on_record: Callable[[Any], None],
+        may_start: Callable[[], bool] | None = None,
+    ) -> int:
+        """Run every unit once; ``on_record`` gets each finished attempt's record, in the calling process. Once
+        ``may_start`` says no, no unit starts; returns how many did not."""
         ...
 
 
@@ -54,7 +60,12 @@ class EnvironmentCluster(Protocol):
     """Builds the environments of ``synth envs``."""
 
     async def build_environments(
-        self, run: EnvironmentBuild, themes: list[Theme], discovery_usage: list[Usage]
+        self,
+        run: EnvironmentBuild,
+        themes: list[Theme],
+        discovery_usage: list[Usage],
+        may_start: Callable[[], bool] | None = None,
     ) -> list[tuple[Environment | Rejection, dict[str, Usage]]]:
-        """Each theme's environment (or its rejection) and what each stage spent, in the order of ``themes``."""
+        """Each theme's environment (or its rejection) and what each stage spent, in the order of ``themes``; a
+        theme not started because ``may_start`` said no has no entry."""
         ...

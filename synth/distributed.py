@@ -152,7 +152,11 @@ class RaySynthesis:
         await self._dispatch(work, lambda payload: on_record(AttemptRecord.model_validate_json(payload)))
 
     async def build_environments(
-        self, run: EnvironmentBuild, themes: list[Theme], discovery_usage: list[Usage]
+        self,
+        run: EnvironmentBuild,
+        themes: list[Theme],
+        discovery_usage: list[Usage],
+        may_start: Callable[[], bool] | None = None,
     ) -> list[tuple[Environment | Rejection, dict[str, Usage]]]:
         """Build each theme's environment on the executors; ``run`` is the driver's, whose stage store gets the
         stage outputs the builds computed. Results come back in the order of ``themes``."""
@@ -178,8 +182,8 @@ class RaySynthesis:
             WorkUnit(str(position), BUILD_THEME, ThemeUnit(position, theme, usage, run.stored_stages(theme)))
             for position, (theme, usage) in enumerate(zip(themes, discovery_usage, strict=True))
         ]
-        await self._dispatch(units, arrived)
-        return [built[position] for position in range(len(themes))]
+        await self._dispatch(units, arrived, may_start)
+        return [built[position] for position in range(len(themes)) if position in built]
 
     async def _start(
         self, body: type[FleetExecutor], job: Any, client: LLMClient, models: list[str], concurrency: int
@@ -200,11 +204,17 @@ class RaySynthesis:
         await self.fleet.stop_executors()  # a second build on the same fleet starts its own kind of executors
         await self.fleet.start(body, settings, modules=["synth"])
 
-    async def _dispatch(self, units: list[WorkUnit], on_result: Callable[[bytes], None]) -> None:
-        """Run every unit once; ``on_result`` gets each unit's answer, in this process."""
+    async def _dispatch(
+        self, units: list[WorkUnit], on_result: Callable[[bytes], None], may_start: Callable[[], bool] | None = None
+    ) -> int:
+        """Run every unit once; ``on_result`` gets each unit's answer, in this process. Returns how many units
+        ``may_start`` kept from starting."""
         executors = sum(executor.alive for executor in self.fleet.executors)
-        await self.fleet.dispatch(
-            units, in_flight=self.concurrency * max(executors, 1), on_result=lambda _unit, payload: on_result(payload)
+        return await self.fleet.dispatch(
+            units,
+            in_flight=self.concurrency * max(executors, 1),
+            on_result=lambda _unit, payload: on_result(payload),
+            may_start=may_start,
         )
 
     async def close(self) -> None:

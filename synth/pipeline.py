@@ -96,7 +96,8 @@ async def synthesize_environments(
         await run.vectors.aclose()
         theme_usage = [_sum(usage_by_task.get(t, Usage()) for t in theme.tasks) for theme in themes]
         if cluster is not None:
-            built = await cluster.build_environments(run, themes, theme_usage)
+            built = await cluster.build_environments(run, themes, theme_usage, spend.gate())
+            spend.not_started += len(themes) - len(built)
         else:
             pairs = zip(themes, theme_usage, strict=True)
             built = [b for b in await asyncio.gather(*(build(t, u) for t, u in pairs)) if b is not None]

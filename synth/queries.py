@@ -520,7 +520,8 @@ async def synthesize_queries(
     try:
         if cluster is not None and pending:
             await cluster.start("queries", config, list(environments), client, graph=graph)
-            await cluster.execute([AttemptUnit("", seed, keys[seed]) for seed in pending], journaled)
+            units = [AttemptUnit("", seed, keys[seed]) for seed in pending]
+            spend.not_started += await cluster.execute(units, journaled, spend.gate())
         elif cluster is None:
             if pool is None:
                 raise ValueError("synthesize_queries needs a sandbox pool or a cluster")

@@ -519,7 +519,8 @@ async def synthesize_scenarios(
     try:
         if cluster is not None and jobs:
             await cluster.start("scenarios", config, list(environments), client)
-            await cluster.execute([AttemptUnit(e.id, index, key) for e, index, key in jobs], journaled)
+            units = [AttemptUnit(e.id, index, key) for e, index, key in jobs]
+            spend.not_started += await cluster.execute(units, journaled, spend.gate())
         elif cluster is None:
             if pool is None:
                 raise ValueError("synthesize_scenarios needs a sandbox pool or a cluster")

@@ -8,7 +8,7 @@ journaled; the others are not started (and not journaled), so a rerun with a hig
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +31,13 @@ class SynthesisSpend:
     @property
     def spent_usd(self) -> float:
         return self.recorded_usd + self.client.total_usage().cost_usd
+
+    def reached(self) -> bool:
+        return self.limit_usd is not None and self.spent_usd >= self.limit_usd
+
+    def gate(self) -> Callable[[], bool] | None:
+        """For a cluster's dispatch: whether a unit may start (None without a limit); the dispatch counts the rest."""
+        return None if self.limit_usd is None else lambda: not self.reached()
 
     def allows_start(self) -> bool:
         """Whether a new attempt may start; counts the ones it keeps from starting."""

@@ -15,6 +15,7 @@ from typing import Any
 from harness.run.backend import EpisodeJob
 from harness.run.config import RunConfig
 from harness.run.plan import EpisodeSpec
+from harness.run.spending import SpendLimit
 from harness.schema import ClusterInfo, ClusterNode, Trajectory
 
 from .cluster import import_ray
@@ -41,6 +42,7 @@ class RayBackend:
     """
 
     def __init__(self, address: str = "local", *, executors_per_node: int = 1) -> None:
+        self.spend_limit: SpendLimit | None = None
         self.address = address
         self._token = uuid.uuid4().hex[:8]
         self.fleet = Fleet(
@@ -64,6 +66,7 @@ class RayBackend:
         return [status.reset_results_adopted for status in self.fleet.statuses]
 
     async def start(self, job: EpisodeJob) -> ClusterInfo:
+        self.spend_limit = job.spend_limit
         self.fleet.connect()  # blocks briefly, before any episode; Ray wants the main thread
         ray = import_ray()
         config = job.config
@@ -116,7 +119,15 @@ class RayBackend:
             on_result(Trajectory.model_validate_json(payload))
 
         units = [WorkUnit(spec.episode_id, RUN_EPISODE, EpisodeTicket.of(spec, run_id)) for spec in specs]
-        await self.fleet.dispatch(units, in_flight=in_flight, on_result=arrived)
+        limit = self.spend_limit
+        not_started = await self.fleet.dispatch(
+            units,
+            in_flight=in_flight,
+            on_result=arrived,
+            may_start=None if limit is None else lambda: not limit.reached(),
+        )
+        if limit is not None:
+            limit.not_started += not_started
 
     async def close(self) -> None:
         await self.fleet.close()

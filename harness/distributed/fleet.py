@@ -234,16 +234,27 @@ class Fleet:
             )
 
     async def dispatch(
-        self, units: Iterable[WorkUnit], *, in_flight: int, on_result: Callable[[WorkUnit, bytes], None]
-    ) -> None:
+        self,
+        units: Iterable[WorkUnit],
+        *,
+        in_flight: int,
+        on_result: Callable[[WorkUnit, bytes], None],
+        may_start: Callable[[], bool] | None = None,
+    ) -> int:
         """Run every unit once on the executors, at most ``in_flight`` at a time over the whole fleet;
         ``on_result`` gets each unit with its result, in this process. A unit that raises on its executor (a
-        bug, not a failure its result records) stops the dispatch with that error."""
+        bug, not a failure its result records) stops the dispatch with that error. Once ``may_start`` says no
+        (a spending limit), no unit is sent any more; those in flight finish. Returns how many were not run."""
         ray = import_ray()
         queue = deque(units)
+        not_started = 0
         calls: dict[asyncio.Future[Any], ExecutorHandle] = {}
         try:
             while queue or any(executor.held for executor in self.executors):
+                if queue and may_start is not None and not may_start():
+                    not_started += len(queue)
+                    queue.clear()
+                    continue
                 alive = [executor for executor in self.executors if executor.alive]
                 if not alive:
                     if not self._replacing:
@@ -282,6 +293,7 @@ class Fleet:
                         unit = executor.held.pop(key, None)
                         if unit is not None:
                             on_result(unit, payload)
+            return not_started
         finally:
             for future in calls:
                 future.cancel()
