@@ -375,3 +375,32 @@ def test_a_run_on_a_cluster_it_starts_prints_no_notice_from_ray(ray_cluster, tmp
 
     ran_on = {node["node_id"] for node in manifest["cluster"]["nodes"]}
     assert len(ran_on) == 1 and not ran_on & {node["NodeID"] for node in ray.nodes()}
+
+
+async def test_the_cost_limit_stops_sending_episodes_to_the_cluster(ray_cluster, server, tmp_path):
+    """The fleet sends no episode once the spend its executors recorded reaches --cost-limit; every request the
+    server saw belongs to a recorded episode, and a resume with a higher limit finishes the run exactly once."""
+    priced = {"input_usd_per_million": 100.0, "output_usd_per_million": 100.0}
+    aliases = AliasTable(
+        {"mock-agent": AliasEntry(model="hosted_vllm/replay", api_base=server.base_url, **priced)}, environ={}
+    )
+    client = LLMClient(aliases=aliases)
+    stopped = await run(
+        config(tmp_path, "run", limit=16, concurrency=1, cost_limit=1.0, ray=ray_cluster.address),
+        agent_factory=agent_factory,
+        client=client,
+        library=LIBRARY,
+    )
+    assert stopped.cost_limit is not None and stopped.cost_limit.not_started > 0
+    recorded = read_results(stopped.run_dir / "results.jsonl")
+    assert 1 <= len(recorded) < 16
+    assert len(server.chat_requests()) == sum(u.requests for t in recorded for u in t.usage.values())
+    finished = await run(
+        config(tmp_path, "run", limit=16, concurrency=1, cost_limit=1000.0, resume=True, ray=ray_cluster.address),
+        agent_factory=agent_factory,
+        client=client,
+        library=LIBRARY,
+    )
+    await client.aclose()
+    assert finished.cost_limit is None
+    assert_exactly_once(stopped.run_dir, 16)

@@ -95,6 +95,8 @@ def alias_entries_for(client: LLMClient, models: list[str]) -> dict[str, AliasEn
                 api_key_env=resolved.api_key_env,
                 params=resolved.params,
                 max_episodes=resolved.max_episodes,
+                input_usd_per_million=prices[0] if (prices := resolved.usd_per_million_tokens) else None,
+                output_usd_per_million=prices[1] if prices else None,
             )
     return entries
 
