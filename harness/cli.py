@@ -490,6 +490,9 @@ def _register_subcommands() -> None:
     from harness import cli_bfcl, cli_leaderboard, cli_publish, cli_serve, cli_synth, cli_synth_scenarios
 
     cli_bfcl.register(app, import_app)
+    from harness.benchmarks.tau2 import cli as tau2_cli
+
+    tau2_cli.register(import_app)
     cli_publish.register(app)
     cli_leaderboard.register(app)
     cli_serve.register(app)

@@ -3,8 +3,9 @@
 Upstream's ``data_model.py`` and ``tools.py`` are embedded verbatim except for their imports: what they import
 from ``tau2`` (``DB``, ``ToolKitBase``, ``ToolType``, ``is_tool``) is replaced by the few lines below that do the
 same, ``loguru``'s logger by one that drops messages, and the functions that load the database from a path are
-left out. The domain's database is validated by upstream's own pydantic models when a
-session opens (the database is the scenario's initial state: the sandbox caps code at 1 MB). The class receives every call through ``execute_call`` and answers as upstream's
+left out. The domain's database is validated by upstream's own pydantic models when a session opens (the
+database is the scenario's initial state: the sandbox caps code at 1 MB). The class receives every call through
+``execute_call`` and answers as upstream's
 ``Environment.get_response`` does: the result through ``to_json_str``, an exception as ``"Error: <message>"``.
 """
 
@@ -279,6 +280,14 @@ class DomainCode:
 _EVAL_CALL = 'eval(expression, {"__builtins__": None}, {})'
 
 
+def _drops_import(node: ast.stmt) -> bool:
+    if isinstance(node, ast.ImportFrom):
+        return (node.module or "").split(".")[0] in _DROPPED_IMPORT_ROOTS
+    if isinstance(node, ast.Import):
+        return any(alias.name.split(".")[0] in _DROPPED_IMPORT_ROOTS for alias in node.names)
+    return False
+
+
 def strip_module(source: str, label: str) -> str:
     """``source`` without its imports of ``tau2``/``loguru`` and its database-loading functions, else verbatim."""
     try:
@@ -288,9 +297,7 @@ def strip_module(source: str, label: str) -> str:
     drop: list[tuple[int, int]] = []
     for node in tree.body:
         end = node.end_lineno or node.lineno
-        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in _DROPPED_IMPORT_ROOTS:
-            drop.append((node.lineno, end))
-        elif isinstance(node, ast.Import) and any(a.name.split(".")[0] in _DROPPED_IMPORT_ROOTS for a in node.names):
+        if _drops_import(node):
             drop.append((node.lineno, end))
         elif isinstance(node, ast.FunctionDef) and node.name in _DROPPED_FUNCTIONS:
             first = min([node.lineno, *(d.lineno for d in node.decorator_list)])

@@ -14,11 +14,24 @@ import ast
 from harness.benchmarks.tau2.source import Tau2SourceError
 
 _SECTION_TITLES = frozenset(
-    f"{title}:"
-    for title in (
-        "Arguments Args Parameters Params Raises Exceptions Except Attributes Example Examples "
-        "Returns Yields Return Yield Raise Attribute"
-    ).split()
+    {
+        "Args:",
+        "Arguments:",
+        "Parameters:",
+        "Params:",
+        "Raises:",
+        "Raise:",
+        "Exceptions:",
+        "Except:",
+        "Attributes:",
+        "Attribute:",
+        "Example:",
+        "Examples:",
+        "Returns:",
+        "Return:",
+        "Yields:",
+        "Yield:",
+    }
 )
 _PARAMETER_TITLES = frozenset({"Args:", "Arguments:", "Parameters:", "Params:"})
 
