@@ -96,7 +96,11 @@ def test_the_retail_import_keeps_every_base_task_upstreams_tools_and_the_license
     assert sorted(s.provenance.upstream_id for s in scenarios) == sorted(splits["base"])
     assert environment.tool_names == upstream_tool_names(tau2_wheel, "retail")
     assert environment.provenance.details["source_license"] == "apache-2.0"
-    assert all([c.id for c in s.checks] == ["tau2-db"] for s in scenarios)
+    for scenario in scenarios:
+        infos = scenario.provenance.details["communicate_info"]
+        assert isinstance(infos, list)
+        assert [c.id for c in scenario.checks] == ["tau2-db"] + [f"tau2-communicate-{i}" for i in range(len(infos))]
+    assert sum(1 for s in scenarios if s.provenance.details["communicate_info"]) == 38
     # Upstream's gold raises in 18 retail base tasks (a product looked up by an item id, a user not found; counted
     # by replaying the gold with the wheel's own Environment); those tasks are kept, raising the same way here.
     assert sum(1 for s in scenarios if s.provenance.details["gold_raises"]) == 18
@@ -120,6 +124,8 @@ def test_the_oracle_scores_every_airline_task_one(airline_library: Path, tmp_pat
     rewards = [orjson.loads(line)["reward"] for line in (run / "results.jsonl").read_bytes().splitlines()]
     assert len(rewards) == 50
     assert all(reward["success"] for reward in rewards)
+    # Six airline tasks also score what the agent told the user (upstream's communicate_info).
+    assert sum(1 for reward in rewards if reward["checks_total"] > 1) == 6
 
 
 def test_tools_answer_with_upstreams_texts_and_a_wrong_write_misses_the_gold_database(
@@ -192,3 +198,30 @@ def test_a_missing_domain_lists_the_domains_there_are(tau2_wheel: Path, tmp_path
     assert result.returncode == 2
     assert "airline, retail, telecom" in result.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_communicate_checks_follow_upstreams_rule(airline_library: Path) -> None:
+    library = load_library(airline_library)
+    scenario = next(s for s in library.scenarios if s.provenance.details["communicate_info"])
+    infos = [str(info) for info in scenario.provenance.details["communicate_info"]]  # type: ignore[union-attr]
+    checks = [c for c in scenario.checks if c.id.startswith("tau2-communicate-")]
+    assert len(checks) == len(infos)
+    said = " and ".join(info.upper() for info in infos)
+    transcripts = {
+        "told in capitals": [{"role": "assistant", "content": f"Done: {said}."}],
+        "only the user said it": [{"role": "user", "content": said}, {"role": "assistant", "content": "OK."}],
+        "only a tool result held it": [{"role": "tool", "content": said}],
+    }
+    state = {"db": {}}
+
+    async def verdicts() -> dict[str, list[bool]]:
+        async with SandboxPool(workers=1) as pool:
+            return {
+                name: [r.passed for r in await pool.run_checks(checks, state, state, transcript)]
+                for name, transcript in transcripts.items()
+            }
+
+    results = asyncio.run(verdicts())
+    assert results["told in capitals"] == [True] * len(infos)
+    assert results["only the user said it"] == [False] * len(infos)
+    assert results["only a tool result held it"] == [False] * len(infos)

@@ -39,6 +39,12 @@ from harness.schema import (
 )
 
 SUPPORTED_DOMAINS: tuple[str, ...] = ("airline", "retail")
+DEFAULT_REWARD_BASIS: tuple[str, ...] = ("DB", "COMMUNICATE")
+"""Upstream's default (``EvaluationCriteria.reward_basis``), every airline and retail task's basis."""
+
+
+def basis_of(scenario: Scenario) -> list[str]:
+    return [str(item) for item in scenario.provenance.details["reward_basis"]]
 
 
 class Tau2ImportError(ValueError):
@@ -71,6 +77,33 @@ def db_check(expected_hash: str) -> Check:
         description="The final database equals the one the task's gold actions reach (τ²'s DB check).",
         source=source,
     )
+
+
+def communicate_check(index: int, info: str) -> Check:
+    """Upstream's communicate check (``evaluator_communicate.py``): some assistant message with text holds
+    ``info``, compared in lower case with the message's commas removed."""
+    source = (
+        "def check(initial, final, transcript):\n"
+        f"    info = {info.lower()!r}\n"
+        "    for message in transcript:\n"
+        "        content = message.get('content')\n"
+        "        if message.get('role') != 'assistant' or not isinstance(content, str) or not content.strip():\n"
+        "            continue\n"
+        "        if info in content.lower().replace(',', ''):\n"
+        "            return True\n"
+        "    return False\n"
+    )
+    return Check(id=f"tau2-communicate-{index}", description=f"The agent told the user {info!r}.", source=source)
+
+
+def task_checks(scenario: Scenario, expected_hash: str) -> list[Check]:
+    """One check per factor of the task's reward basis: the DB, each piece of information to communicate."""
+    basis = basis_of(scenario)
+    checks = [db_check(expected_hash)] if "DB" in basis else []
+    if "COMMUNICATE" in basis:
+        infos = [str(info) for info in scenario.provenance.details["communicate_info"]]
+        checks.extend(communicate_check(index, info) for index, info in enumerate(infos))
+    return checks
 
 
 def _environment(domain: str, source: Tau2Source, tools: list[dict[str, Any]]) -> Environment:
@@ -191,6 +224,11 @@ async def import_tau2(
             if a.get("requestor", "assistant") == "assistant"
         ]
         task_id = str(task["id"])
+        basis = list(criteria.get("reward_basis") or DEFAULT_REWARD_BASIS)
+        unsupported = sorted(set(basis) - set(DEFAULT_REWARD_BASIS))
+        if unsupported:
+            raise Tau2ImportError(f"task {task_id}: reward basis {unsupported} is not imported yet")
+        communicate = [str(info) for info in criteria.get("communicate_info") or []]
         result.scenarios.append(
             Scenario(
                 id=f"tau2-{domain}-{task_id}",
@@ -198,6 +236,7 @@ async def import_tau2(
                 initial_state=_initial_state(db, task),
                 task=_user_instructions(task),
                 reference_actions=actions,
+                reference_reply=" ".join(communicate) or None,
                 tags=["tau2", domain, split],
                 provenance=Provenance(
                     source="tau2",
@@ -205,8 +244,8 @@ async def import_tau2(
                     details={
                         "tau2_version": source.version,
                         "domain": domain,
-                        "reward_basis": list(criteria.get("reward_basis") or ["DB", "COMMUNICATE"]),
-                        "communicate_info": list(criteria.get("communicate_info") or []),
+                        "reward_basis": basis,
+                        "communicate_info": communicate,
                         "env_assertions": list(criteria.get("env_assertions") or []),
                         "gold_actions": list(criteria.get("actions") or []),
                         "source_license": source.license,
@@ -227,7 +266,7 @@ async def import_tau2(
         details["gold_raises"] = raised
         result.scenarios[index] = scenario.model_copy(
             update={
-                "checks": [db_check(expected)],
+                "checks": task_checks(scenario, expected),
                 "provenance": scenario.provenance.model_copy(update={"details": details}),
             }
         )
