@@ -180,6 +180,34 @@ async def test_a_float_for_an_integer_keeps_the_state_but_not_the_response(libra
     assert "ground-truth result" in (first.value or "")
 
 
+async def test_a_float_dict_key_equals_the_integer_key_as_under_python_equality(library: Library) -> None:
+    # multi_turn_base_52 turn 3: comment(tweet_id=10, ...) stores the comments under the key tweet_id. With 10.0
+    # the model's TwitterAPI.comments is {10.0: [...]} and the ground truth's {10: [...]}; BFCL compares them with
+    # != on the live objects, where 10.0 == 10 and the dicts are equal (as JSON, their keys "10.0" and "10" differ).
+    def as_float(truth: list[Call]) -> list[list[Call]]:
+        return [[(n, {**a, "tweet_id": float(a["tweet_id"])} if n == "comment" else a) for n, a in truth]]
+
+    trajectory = await play(library, "multi_turn_base_52", replace_in_turn(3, as_float))
+    assert verdicts(trajectory) == {"turn_0": True, "turn_1": True, "turn_2": True, "turn_3": True}
+    assert trajectory.reward is not None and trajectory.reward.success
+    comment = next(
+        c for m in trajectory.messages for c in m.get("tool_calls") or [] if c["function"]["name"] == "comment"
+    )
+    assert '"tweet_id": 10.0' in comment["function"]["arguments"]
+
+
+async def test_a_text_dict_key_differs_from_the_integer_key(library: Library) -> None:
+    # The converse: where Python's == says unequal, the turn fails. comment(tweet_id="10") is refused by the
+    # tool ("10" is not a key of tweets), so no comment is stored and TwitterAPI.comments differs.
+    def as_text(truth: list[Call]) -> list[list[Call]]:
+        return [[(n, {**a, "tweet_id": str(a["tweet_id"])} if n == "comment" else a) for n, a in truth]]
+
+    trajectory = await play(library, "multi_turn_base_52", replace_in_turn(3, as_text))
+    last = trajectory.check_results[-1]
+    assert last.check_id == "turn_3" and not last.passed
+    assert "TwitterAPI.comments" in (last.value or "")
+
+
 async def test_a_raising_call_is_a_result_and_the_conversation_goes_on(library: Library) -> None:
     # Rule: a call that raises yields "Error during execution: ..." as its result; the entry can still pass.
     trajectory = await play(
