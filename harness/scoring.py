@@ -74,6 +74,12 @@ def _reset_key(scenario: Scenario) -> ResetKey:
     return (scenario.id, id(scenario.initial_state), tuple(c.source for c in scenario.checks))
 
 
+def batch_key(scenario: Scenario) -> tuple[str, str]:
+    """The key under which the sandbox scores episodes of one scenario in one check process (never two scenarios'
+    episodes: the pool adds the checks themselves to the key)."""
+    return (scenario.environment_id, scenario.id)
+
+
 def known_reset_results(pool: SandboxPool, scenarios: Iterable[Scenario]) -> SharedResetResults:
     """What the pool already computed as holding at reset for these scenarios (repeats are fine), for another
     pool to start from (a Ray executor reuses the driver's screening, as a local run does)."""
@@ -121,7 +127,9 @@ async def checks_at_reset(
         return cached[1]
     done = pool.reset_pending[key] = asyncio.Event()
     try:
-        results = await pool.run_checks(prepared_checks(scenario.checks), state, state, transcript=[])
+        results = await pool.run_checks(
+            prepared_checks(scenario.checks), state, state, transcript=[], scenario=batch_key(scenario)
+        )
         pool.reset_results[key] = (scenario.initial_state, results)
     finally:
         del pool.reset_pending[key]
@@ -149,7 +157,10 @@ async def score_final_state(
     initial = initial_state if initial_state is not None else scenario.initial_state
     if reset_results is None:
         reset_results = await checks_at_reset(pool, scenario, initial)
-    results = await pool.run_checks(prepared_checks(scenario.checks), initial, final_state, transcript=transcript or [])
+    checks = prepared_checks(scenario.checks)
+    results = await pool.run_checks(
+        checks, initial, final_state, transcript=transcript or [], scenario=batch_key(scenario)
+    )
     at_reset = {r.check_id: r.passed for r in reset_results}
     results = [r.model_copy(update={"passed_at_reset": at_reset.get(r.check_id)}) for r in results]
     return results, reward_from_results(results, rules)

@@ -1,0 +1,154 @@
+"""Check batches: the episodes of one scenario scored together in one check process.
+
+Score requests for one scenario (the same checks) that arrive while that scenario's check process is being forked
+or is running its batch wait, and the next check process scores all of them, up to ``MAX_BATCH_EPISODES``; a check
+process never serves two scenarios and exits after its one batch. Batches form only from what is already waiting:
+the first request of a quiet scenario is scored at once. More processes start for one scenario only when more
+episodes wait than its running processes will take next.
+
+A batch whose process dies (a crash, a kill, a run past its budget, a reply refused) fails only its own episodes,
+and each of them is scored again alone, one after the other, in a fresh process: the batch's failure never reaches
+another episode's verdict.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Hashable
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.sandbox.children import Child, ChildLost
+from harness.schema import Check
+
+logger = logging.getLogger(__name__)
+
+MAX_BATCH_EPISODES = 8
+"""Episodes one check process scores at most: a batch's inputs are all in the process at once, under its memory
+cap, and a batch that fails is scored again one episode at a time."""
+
+EpisodeInputs = tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]
+"""What the checks of one episode read: the initial state, the final state and the transcript."""
+Answers = list[dict[str, Any]]
+"""One episode's answers, one per check, as the check process sent them."""
+
+
+@dataclass
+class _Waiting:
+    inputs: EpisodeInputs
+    answers: asyncio.Future[Answers]
+
+
+@dataclass
+class _ScenarioQueue:
+    checks: list[Check]
+    waiting: list[_Waiting] = field(default_factory=list)
+    runners: int = 0
+
+
+class CheckBatcher:
+    """Scores episodes in batches per scenario with the pool's functions: ``spawn`` forks a check process,
+    ``request`` runs a batch in it (``ChildLost`` when the process fails it), ``alone`` scores one episode in
+    processes of its own, never raising ``ChildLost`` (first all its checks in one process when asked, then, or
+    at once, each check in a process of its own)."""
+
+    def __init__(
+        self,
+        spawn: Callable[[], Awaitable[Child]],
+        request: Callable[[Child, list[Check], list[EpisodeInputs]], Awaitable[list[Answers]]],
+        alone: Callable[[list[Check], EpisodeInputs, bool], Awaitable[Answers]],
+        max_episodes: int = MAX_BATCH_EPISODES,
+    ):
+        self.spawn = spawn
+        self.request = request
+        self.alone = alone
+        self.max_episodes = max_episodes
+        self._queues: dict[Hashable, _ScenarioQueue] = {}
+        self._runners: set[asyncio.Task[None]] = set()
+
+    async def score(self, key: Hashable, checks: list[Check], inputs: EpisodeInputs) -> Answers:
+        """The answers of ``checks`` on one episode's inputs; ``key`` names the scenario (its checks included)."""
+        queue = self._queues.get(key)
+        if queue is None:
+            queue = self._queues[key] = _ScenarioQueue(checks)
+        waiting = _Waiting(inputs, asyncio.get_running_loop().create_future())
+        queue.waiting.append(waiting)
+        if queue.runners == 0 or len(queue.waiting) > self.max_episodes * queue.runners:
+            queue.runners += 1
+            runner = asyncio.get_running_loop().create_task(self._run(key, queue))
+            self._runners.add(runner)
+            runner.add_done_callback(self._runners.discard)
+        return await waiting.answers
+
+    async def _run(self, key: Hashable, queue: _ScenarioQueue) -> None:
+        """Score the scenario's waiting episodes, a batch per check process, until none waits."""
+        batch: list[_Waiting] = []
+        try:
+            while queue.waiting:
+                child: Child | None = None
+                failure: BaseException | None = None
+                try:
+                    child = await self.spawn()  # episodes that finish meanwhile join this batch
+                except Exception as exc:
+                    failure = exc
+                batch = self._take(queue)
+                if child is not None and not batch:
+                    child.close()
+                if not batch:
+                    continue
+                if failure is not None or child is None:
+                    for waiting in batch:
+                        _fail(waiting, failure or RuntimeError("no check process"))
+                    batch = []
+                    continue
+                answers = await self._score_batch(child, queue.checks, batch)
+                for waiting, episode_answers in zip(batch, answers, strict=True):
+                    if not waiting.answers.done():
+                        waiting.answers.set_result(episode_answers)
+                batch = []
+        except BaseException as exc:
+            # The pool is closing (or something unforeseen broke): no episode is left waiting for an answer.
+            for waiting in [*batch, *queue.waiting]:
+                _fail(waiting, exc if isinstance(exc, Exception) else RuntimeError("the sandbox pool closed"))
+            queue.waiting.clear()
+            raise
+        finally:
+            queue.runners -= 1
+            if queue.runners == 0 and not queue.waiting and self._queues.get(key) is queue:
+                del self._queues[key]
+
+    def _take(self, queue: _ScenarioQueue) -> list[_Waiting]:
+        live = [waiting for waiting in queue.waiting if not waiting.answers.done()]
+        batch, queue.waiting = live[: self.max_episodes], live[self.max_episodes :]
+        return batch
+
+    async def _score_batch(self, child: Child, checks: list[Check], batch: list[_Waiting]) -> list[Answers]:
+        try:
+            return await self.request(child, checks, [waiting.inputs for waiting in batch])
+        except ChildLost as lost:
+            if len(batch) > 1:
+                logger.warning(
+                    "a check process scoring %d episodes of one scenario failed (%s); each is scored again alone",
+                    len(batch),
+                    lost.reason,
+                )
+        answers = []
+        for waiting in batch:  # one at a time, each in a fresh process
+            answers.append(await self.alone(checks, waiting.inputs, len(batch) > 1))
+        return answers
+
+    async def close(self) -> None:
+        runners = list(self._runners)
+        for runner in runners:
+            runner.cancel()
+        await asyncio.gather(*runners, return_exceptions=True)
+        self._queues.clear()
+
+
+def _fail(waiting: _Waiting, exc: BaseException) -> None:
+    if not waiting.answers.done():
+        waiting.answers.set_exception(exc)
+
+
+__all__ = ["MAX_BATCH_EPISODES", "Answers", "CheckBatcher", "EpisodeInputs"]
