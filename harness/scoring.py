@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from harness.rules import EpisodeRules, rules_profile
+from harness.sandbox.check_batches import checks_of_scenario
 from harness.sandbox.pool import SandboxPool
 from harness.schema import Check, CheckResult, RewardBreakdown, Scenario
 from harness.transcript_checks import with_helpers
@@ -127,9 +128,8 @@ async def checks_at_reset(
         return cached[1]
     done = pool.reset_pending[key] = asyncio.Event()
     try:
-        results = await pool.run_checks(
-            prepared_checks(scenario.checks), state, state, transcript=[], scenario=batch_key(scenario)
-        )
+        with checks_of_scenario(batch_key(scenario)):
+            results = await pool.run_checks(prepared_checks(scenario.checks), state, state, transcript=[])
         pool.reset_results[key] = (scenario.initial_state, results)
     finally:
         del pool.reset_pending[key]
@@ -157,10 +157,10 @@ async def score_final_state(
     initial = initial_state if initial_state is not None else scenario.initial_state
     if reset_results is None:
         reset_results = await checks_at_reset(pool, scenario, initial)
-    checks = prepared_checks(scenario.checks)
-    results = await pool.run_checks(
-        checks, initial, final_state, transcript=transcript or [], scenario=batch_key(scenario)
-    )
+    with checks_of_scenario(batch_key(scenario)):
+        results = await pool.run_checks(
+            prepared_checks(scenario.checks), initial, final_state, transcript=transcript or []
+        )
     at_reset = {r.check_id: r.passed for r in reset_results}
     results = [r.model_copy(update={"passed_at_reset": at_reset.get(r.check_id)}) for r in results]
     return results, reward_from_results(results, rules)

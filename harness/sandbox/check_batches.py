@@ -14,8 +14,10 @@ another episode's verdict.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +34,21 @@ EpisodeInputs = tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]
 """What the checks of one episode read: the initial state, the final state and the transcript."""
 Answers = list[dict[str, Any]]
 """One episode's answers, one per check, as the check process sent them."""
+
+SCENARIO_OF_CHECKS: ContextVar[Hashable | None] = ContextVar("scenario_of_checks", default=None)
+"""The scenario whose checks the current task runs (see ``checks_of_scenario``); None: a process of their own."""
+
+
+@contextlib.contextmanager
+def checks_of_scenario(scenario: Hashable) -> Iterator[None]:
+    """Within this block, ``SandboxPool.run_checks`` may score the checks together with other waiting episodes of
+    ``scenario`` (a key that names one scenario; the pool adds the checks themselves to it). The run path's call
+    to ``run_checks`` stays as it is."""
+    token = SCENARIO_OF_CHECKS.set(scenario)
+    try:
+        yield
+    finally:
+        SCENARIO_OF_CHECKS.reset(token)
 
 
 @dataclass
@@ -151,4 +168,4 @@ def _fail(waiting: _Waiting, exc: BaseException) -> None:
         waiting.answers.set_exception(exc)
 
 
-__all__ = ["MAX_BATCH_EPISODES", "Answers", "CheckBatcher", "EpisodeInputs"]
+__all__ = ["MAX_BATCH_EPISODES", "SCENARIO_OF_CHECKS", "Answers", "CheckBatcher", "EpisodeInputs", "checks_of_scenario"]

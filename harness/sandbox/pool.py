@@ -24,7 +24,7 @@ from pydantic import BaseModel, Field
 
 from harness.errors import BadInput
 from harness.sandbox.arguments import CallRejected, validate_call
-from harness.sandbox.check_batches import CheckBatcher, EpisodeInputs
+from harness.sandbox.check_batches import SCENARIO_OF_CHECKS, CheckBatcher, EpisodeInputs
 from harness.sandbox.children import Child, ChildLost, Zygote, ZygoteFailed
 from harness.sandbox.confine import DISABLE_VARIABLE, disabled_layers, seccomp_filter
 from harness.sandbox.replies import (
@@ -426,9 +426,12 @@ class SandboxPool:
         parameter, in a process that never ran environment code. Only an exact True passes; errors are recorded,
         not raised.
 
-        ``scenario`` (any key naming the scenario the checks belong to) lets one check process score this episode
-        together with other episodes of the same scenario and the same checks that are waiting at the same time
-        (``harness.sandbox.check_batches``); without it the checks get a process of their own."""
+        ``scenario`` (any key naming the scenario the checks belong to; by default the one set with
+        ``checks_of_scenario``) lets one check process score this episode together with other episodes of the same
+        scenario and the same checks that are waiting at the same time (``harness.sandbox.check_batches``); without
+        one the checks get a process of their own."""
+        if scenario is None:
+            scenario = SCENARIO_OF_CHECKS.get()
         checks = list(checks)
         results: list[CheckResult | None] = [None] * len(checks)
         runnable: list[int] = []
