@@ -160,11 +160,13 @@ class EnvSession:
         budget = self.pool._budget(self.pool.limits.call_timeout_s)
         call_reply_bytes = self.pool.reply_limits.call_reply_bytes(self.record_diffs)
         code_key = hashlib.sha256(self.environment.code.encode("utf-8", "surrogatepass")).hexdigest()
+        bytecode = self.pool._bytecode.get(code_key)
         response = await child.request(
             {
                 "op": "open",
-                "code": self.environment.code,
-                "bytecode": self.pool._bytecode.get(code_key),
+                # With the bytecode the source is not needed: the child would only decode it.
+                "code": None if bytecode else self.environment.code,
+                "bytecode": bytecode,
                 "class_name": self.environment.class_name,
                 "state": self.initial_state,
                 "seed": self.seed,
