@@ -155,12 +155,21 @@ async def score_final_state(
     if not scenario.checks:
         raise ScenarioWithoutChecks(f"scenario {scenario.id!r} has no checks and cannot be scored")
     initial = initial_state if initial_state is not None else scenario.initial_state
-    if reset_results is None:
-        reset_results = await checks_at_reset(pool, scenario, initial)
     with checks_of_scenario(batch_key(scenario)):
-        results = await pool.run_checks(
-            prepared_checks(scenario.checks), initial, final_state, transcript=transcript or []
+        # Asked for together with the reset results (when those are still to compute), so that one check process
+        # scores both.
+        final_run = asyncio.ensure_future(
+            pool.run_checks(prepared_checks(scenario.checks), initial, final_state, transcript=transcript or [])
         )
+    try:
+        if reset_results is None:
+            reset_results = await checks_at_reset(pool, scenario, initial)
+        results = await final_run
+    finally:
+        if not final_run.done():
+            final_run.cancel()  # the reset results failed: its answer would go nowhere
+        elif not final_run.cancelled():
+            final_run.exception()  # retrieved, whatever it was: the exception that ends this call is the reset's
     at_reset = {r.check_id: r.passed for r in reset_results}
     results = [r.model_copy(update={"passed_at_reset": at_reset.get(r.check_id)}) for r in results]
     return results, reward_from_results(results, rules)
