@@ -17,7 +17,7 @@ from pathlib import Path
 
 import orjson
 
-from harness.sandbox import SandboxPool, find_problems
+from harness.sandbox import SandboxLimits, SandboxPool, find_problems
 from harness.sandbox.check_batches import checks_of_scenario
 from harness.schema import Check, CheckResult
 from tests.jail_library import REPO, harness_cli, hostile_scenario, write_hostile_library
@@ -259,3 +259,13 @@ def test_batches_stay_apart_when_an_ordinary_user_runs_the_harness(tmp_path: Pat
     assert all(tag.startswith("h") for seen in report["hostile_seen"] for tag in seen)
     assert all(tag.startswith("o") for seen in report["other_seen"] for tag in seen)
     assert any(len(seen) > 1 for seen in report["hostile_seen"] + report["other_seen"])
+
+
+async def test_a_batch_holds_no_more_inputs_than_one_state_may_be():
+    """Episodes whose inputs would together exceed ``max_state_bytes`` are scored in separate processes."""
+    batch = checks(WITNESS, PROBE)
+    bulky = [{**state(f"b{n}", n), "padding": "x" * 3000} for n in range(4)]
+    async with SandboxPool(limits=SandboxLimits(max_state_bytes=5000)) as pool:
+        scored = await score(pool, "bulky", batch, bulky)
+    assert [witnessed(results[0]) for results in scored] == [[f"b{n}"] for n in range(4)]
+    assert [results[1].passed for results in scored] == [n % 3 == 0 for n in range(4)]

@@ -30,10 +30,12 @@ MAX_BATCH_EPISODES = 8
 """Episodes one check process scores at most: a batch's inputs are all in the process at once, under its memory
 cap, and a batch that fails is scored again one episode at a time."""
 
-EpisodeInputs = tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]
-"""What the checks of one episode read: the initial state, the final state and the transcript."""
+EpisodeInputs = bytes
+"""What the checks of one episode read, as the JSON object the check process receives: ``initial``, ``final`` and
+``transcript``. Encoded once, when the episode asks to be scored: its size decides which batch it fits."""
 Answers = list[dict[str, Any]]
 """One episode's answers, one per check, as the check process sent them."""
+
 
 SCENARIO_OF_CHECKS: ContextVar[Hashable | None] = ContextVar("scenario_of_checks", default=None)
 """The scenario whose checks the current task runs (see ``checks_of_scenario``); None: a process of their own."""
@@ -75,12 +77,19 @@ class CheckBatcher:
         spawn: Callable[[], Awaitable[Child]],
         request: Callable[[Child, list[Check], list[EpisodeInputs]], Awaitable[list[Answers]]],
         alone: Callable[[list[Check], EpisodeInputs, bool], Awaitable[Answers]],
+        *,
         max_episodes: int = MAX_BATCH_EPISODES,
+        max_bytes: int,
+        closed: Callable[[], Exception],
     ):
         self.spawn = spawn
         self.request = request
         self.alone = alone
         self.max_episodes = max_episodes
+        self.max_bytes = max_bytes
+        """The inputs a batch holds at most (an episode larger than that is a batch of its own)."""
+        self.closed = closed
+        """The error of the episodes still waiting when the pool closes."""
         self._queues: dict[Hashable, _ScenarioQueue] = {}
         self._runners: set[asyncio.Task[None]] = set()
 
@@ -114,20 +123,22 @@ class CheckBatcher:
                     child.close()
                 if not batch:
                     continue
-                if failure is not None or child is None:
+                try:
+                    if failure is not None or child is None:
+                        raise failure or RuntimeError("no check process")
+                    answers = await self._score_batch(child, queue.checks, batch)
+                except Exception as exc:  # the sandbox failed (no zygote could fork): this batch's episodes say so
                     for waiting in batch:
-                        _fail(waiting, failure or RuntimeError("no check process"))
-                    batch = []
-                    continue
-                answers = await self._score_batch(child, queue.checks, batch)
-                for waiting, episode_answers in zip(batch, answers, strict=True):
-                    if not waiting.answers.done():
-                        waiting.answers.set_result(episode_answers)
+                        _fail(waiting, exc)
+                else:
+                    for waiting, episode_answers in zip(batch, answers, strict=True):
+                        if not waiting.answers.done():
+                            waiting.answers.set_result(episode_answers)
                 batch = []
-        except BaseException as exc:
-            # The pool is closing (or something unforeseen broke): no episode is left waiting for an answer.
+        except BaseException:
+            # The pool is closing: no episode is left waiting for an answer.
             for waiting in [*batch, *queue.waiting]:
-                _fail(waiting, exc if isinstance(exc, Exception) else RuntimeError("the sandbox pool closed"))
+                _fail(waiting, self.closed())
             queue.waiting.clear()
             raise
         finally:
@@ -136,8 +147,16 @@ class CheckBatcher:
                 del self._queues[key]
 
     def _take(self, queue: _ScenarioQueue) -> list[_Waiting]:
+        """The next batch: the first waiting episodes, within both bounds (at least one)."""
         live = [waiting for waiting in queue.waiting if not waiting.answers.done()]
-        batch, queue.waiting = live[: self.max_episodes], live[self.max_episodes :]
+        size = 0
+        count = 0
+        for waiting in live[: self.max_episodes]:
+            size += len(waiting.inputs)
+            if count and size > self.max_bytes:
+                break
+            count += 1
+        batch, queue.waiting = live[:count], live[count:]
         return batch
 
     async def _score_batch(self, child: Child, checks: list[Check], batch: list[_Waiting]) -> list[Answers]:

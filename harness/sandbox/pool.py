@@ -20,6 +20,7 @@ from collections.abc import Hashable, Iterable
 from types import TracebackType
 from typing import Any
 
+import orjson
 from pydantic import BaseModel, Field
 
 from harness.errors import BadInput
@@ -287,7 +288,13 @@ class SandboxPool:
         """Check results on each scenario's initial state, computed once per scenario (see harness.scoring)."""
         self.reset_pending: dict[tuple[str, int, tuple[str, ...]], asyncio.Event] = {}
         """Keys of ``reset_results`` being computed, each set when its computation ends (stored or not)."""
-        self._batcher = CheckBatcher(self._spawn_checks, self._checks_request, self._score_alone)
+        self._batcher = CheckBatcher(
+            self._spawn_checks,
+            self._checks_request,
+            self._score_alone,
+            max_bytes=self.limits.max_state_bytes,
+            closed=lambda: SandboxError("the sandbox pool was closed before the checks ran"),
+        )
 
     def _options(self) -> dict[str, Any]:
         limits = self.limits
@@ -447,7 +454,7 @@ class SandboxPool:
                 runnable.append(index)
         if runnable:
             batch = [checks[i] for i in runnable]
-            inputs: EpisodeInputs = (initial_state, final_state, transcript or [])
+            inputs = orjson.dumps({"initial": initial_state, "final": final_state, "transcript": transcript or []})
             if scenario is None:
                 answers = await self._score_alone(batch, inputs, True)
             else:
@@ -486,10 +493,7 @@ class SandboxPool:
                 {
                     "op": "checks",
                     "checks": [{"id": c.id, "source": c.source} for c in checks],
-                    "episodes": [
-                        {"initial": initial, "final": final, "transcript": transcript}
-                        for initial, final, transcript in episodes
-                    ],
+                    "episodes": [orjson.Fragment(inputs) for inputs in episodes],
                     "timeout": timeout,
                 },
                 budget=self._budget((timeout * len(checks) + self.limits.call_timeout_s) * len(episodes)),
