@@ -24,9 +24,9 @@ out before its first check runs."""
 def run_checks(request: dict[str, Any], settings: Settings, *, isolated: bool = False) -> dict[str, Any]:
     """Each check on fresh copies of (initial, final[, transcript]). Only an exact True passes.
 
-    A request holds one episode's inputs (``initial``, ``final``, ``transcript``: the reply's ``results``) or, for a
-    batch of episodes of one scenario, an ``episodes`` list of them (the reply's ``episodes``: one list of results
-    per episode). ``isolated`` (a check process's batch) installs the check guard and, after each check, puts back
+    A request holds one episode's inputs (``initial``, ``final``, ``transcript``) or, for a batch of episodes of one
+    scenario, an ``episodes`` list of them; the reply's ``results`` hold every check's result, episode after
+    episode. ``isolated`` (a check process's batch) installs the check guard and, after each check, puts back
     the state the process's checks share (``harness.sandbox.check_isolation``): no check changes how another is
     evaluated, whether the next one belongs to the same episode or to the next. The loop uses only locals bound
     before the first check runs."""
@@ -85,11 +85,7 @@ def run_checks(request: dict[str, Any], settings: Settings, *, isolated: bool = 
         # Never freed: freeing the snapshot would write to every page it shares with the zygote, and freeing what
         # the checks left would run their finalizers unguarded. The process exits right after its reply.
         _LEFT_ALIVE.extend((restore, graveyard))
-    results = [decode(answer) for answer in encoded]
-    if not batched:
-        return {"ok": True, "results": results}
-    count = len(checks)
-    return {"ok": True, "episodes": [results[start : start + count] for start in range(0, len(results), count)]}
+    return {"ok": True, "results": [decode(answer) for answer in encoded]}
 
 
 def _run_check(

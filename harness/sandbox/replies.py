@@ -150,12 +150,10 @@ def read_check_answers(response: dict[str, Any], count: int) -> list[dict[str, A
 
 
 def read_batch_answers(response: dict[str, Any], episodes: int, count: int) -> list[list[dict[str, Any]]]:
-    """The answers of a batch reply, ``count`` for each of its ``episodes``; :class:`ReplyRefused` when the reply does
-    not hold them."""
-    lists = response.get("episodes")
-    if response.get("ok") is not True or not isinstance(lists, list) or len(lists) != episodes:
-        raise ReplyRefused(f"running checks failed: {error_text(response.get('error') or 'a malformed answer')}")
-    return [read_check_answers({"ok": True, "results": answers}, count) for answers in lists]
+    """The answers of a batch reply, ``count`` for each of its ``episodes`` (all in ``results``, episode after
+    episode); :class:`ReplyRefused` when the reply does not hold them."""
+    answers = read_check_answers(response, episodes * count)
+    return [answers[start : start + count] for start in range(0, len(answers), count)]
 
 
 def check_result(check_id: str, answer: dict[str, Any]) -> CheckResult:
