@@ -5,19 +5,23 @@
 Prints p50/p99 latency of opening a session (fork from the zygote + confinement + loading the class) and of one
 call through the jail against the same call made in-process, calls per second with many sessions in flight,
 the private memory (USS) and proportional share (PSS) per open session with ``--open`` sessions open (read from
-/proc/<pid>/smaps_rollup), the latency of one check run (a fresh confined process), and the cost of a call and
-of a state read as state grows.
+/proc/<pid>/smaps_rollup), the latency of one check run (a fresh confined process), the sandbox CPU per episode of
+scoring episodes that finish together, each in a process of its own and in batches of one scenario (each in a pool
+of its own, whose zygote's CPU, its children's included, is counted when the pool closes), and the cost of a call
+and of a state read as state grows.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import resource
 import statistics
 import time
 from typing import Any
 
 from harness.sandbox import SandboxLimits, SandboxPool
+from harness.sandbox.check_batches import checks_of_scenario
 from harness.schema import Check, Environment, ToolCall
 from harness.toolspec import derive_tools
 
@@ -153,6 +157,34 @@ async def check_latencies(pool: SandboxPool, count: int) -> list[float]:
     return samples
 
 
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+async def scoring_cpu(rounds: int, together: int, batched: bool) -> float:
+    """Sandbox CPU seconds per episode of scoring ``rounds`` times ``together`` episodes of one scenario that finish
+    at once (10 checks each), in a pool of its own."""
+    checks = [
+        Check(id=f"c{i}", description="", source=f"def check(initial, final):\n    return final['hits'] >= {i}\n")
+        for i in range(10)
+    ]
+    state = state_of_size(1000)
+
+    async def score() -> None:
+        if batched:
+            with checks_of_scenario("bench"):
+                await pool.run_checks(checks, state, state)
+        else:
+            await pool.run_checks(checks, state, state)
+
+    before = _children_cpu()
+    async with SandboxPool() as pool:
+        for _ in range(rounds):
+            await asyncio.gather(*(score() for _ in range(together)))
+    return (_children_cpu() - before) / (rounds * together)
+
+
 async def snapshot_costs(pool: SandboxPool) -> list[tuple[str, float, float, float]]:
     rows = []
     for label, size in (("1 KB", 1_000), ("100 KB", 100_000), ("10 MB", 10_000_000)):
@@ -191,6 +223,8 @@ async def main() -> None:
         uss, pss = await memory_per_session(pool, args.open)
         checks = await check_latencies(pool, 100)
         snapshots = await snapshot_costs(pool)
+    alone = await scoring_cpu(40, 8, batched=False)
+    batched = await scoring_cpu(40, 8, batched=True)
     print(f"zygotes: {args.workers}; layers active: {', '.join(active)}")
     print(f"open session:  p50 {percentile(opens, 0.5) * 1e3:.3f} ms   p99 {percentile(opens, 0.99) * 1e3:.3f} ms")
     print(f"direct call:   p50 {percentile(direct, 0.5) * 1e3:.4f} ms   p99 {percentile(direct, 0.99) * 1e3:.4f} ms")
@@ -205,6 +239,10 @@ async def main() -> None:
     print(
         f"10 checks in a fresh process: p50 {percentile(checks, 0.5) * 1e3:.3f} ms   "
         f"p99 {percentile(checks, 0.99) * 1e3:.3f} ms"
+    )
+    print(
+        f"sandbox CPU per episode scored (8 at once, 10 checks): {alone * 1e3:.2f} ms each in its own process, "
+        f"{batched * 1e3:.2f} ms in one process per scenario"
     )
     print("state size   read call (ms)   state-changing call (ms)   state read (ms)")
     for label, read, write, state in snapshots:

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from harness.rules import EpisodeRules, rules_profile
+from harness.sandbox.check_batches import checks_of_scenario
 from harness.sandbox.pool import SandboxPool
 from harness.schema import Check, CheckResult, RewardBreakdown, Scenario
 from harness.transcript_checks import with_helpers
@@ -74,6 +75,12 @@ def _reset_key(scenario: Scenario) -> ResetKey:
     return (scenario.id, id(scenario.initial_state), tuple(c.source for c in scenario.checks))
 
 
+def batch_key(scenario: Scenario) -> tuple[str, str]:
+    """The key under which the sandbox scores episodes of one scenario in one check process (never two scenarios'
+    episodes: the pool adds the checks themselves to the key)."""
+    return (scenario.environment_id, scenario.id)
+
+
 def known_reset_results(pool: SandboxPool, scenarios: Iterable[Scenario]) -> SharedResetResults:
     """What the pool already computed as holding at reset for these scenarios (repeats are fine), for another
     pool to start from (a Ray executor reuses the driver's screening, as a local run does)."""
@@ -121,7 +128,8 @@ async def checks_at_reset(
         return cached[1]
     done = pool.reset_pending[key] = asyncio.Event()
     try:
-        results = await pool.run_checks(prepared_checks(scenario.checks), state, state, transcript=[])
+        with checks_of_scenario(batch_key(scenario)):
+            results = await pool.run_checks(prepared_checks(scenario.checks), state, state, transcript=[])
         pool.reset_results[key] = (scenario.initial_state, results)
     finally:
         del pool.reset_pending[key]
@@ -147,9 +155,21 @@ async def score_final_state(
     if not scenario.checks:
         raise ScenarioWithoutChecks(f"scenario {scenario.id!r} has no checks and cannot be scored")
     initial = initial_state if initial_state is not None else scenario.initial_state
-    if reset_results is None:
-        reset_results = await checks_at_reset(pool, scenario, initial)
-    results = await pool.run_checks(prepared_checks(scenario.checks), initial, final_state, transcript=transcript or [])
+    with checks_of_scenario(batch_key(scenario)):
+        # Asked for together with the reset results (when those are still to compute), so that one check process
+        # scores both.
+        final_run = asyncio.ensure_future(
+            pool.run_checks(prepared_checks(scenario.checks), initial, final_state, transcript=transcript or [])
+        )
+    try:
+        if reset_results is None:
+            reset_results = await checks_at_reset(pool, scenario, initial)
+        results = await final_run
+    finally:
+        if not final_run.done():
+            final_run.cancel()  # the reset results failed: its answer would go nowhere
+        elif not final_run.cancelled():
+            final_run.exception()  # retrieved, whatever it was: the exception that ends this call is the reset's
     at_reset = {r.check_id: r.passed for r in reset_results}
     results = [r.model_copy(update={"passed_at_reset": at_reset.get(r.check_id)}) for r in results]
     return results, reward_from_results(results, rules)

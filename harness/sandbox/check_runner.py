@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import inspect
+import sys
 from typing import Any
 
 import orjson
@@ -23,14 +24,22 @@ out before its first check runs."""
 def run_checks(request: dict[str, Any], settings: Settings, *, isolated: bool = False) -> dict[str, Any]:
     """Each check on fresh copies of (initial, final[, transcript]). Only an exact True passes.
 
-    ``isolated`` (a check process's batch) installs the check guard and, after each check, puts back the state the
-    process's checks share (``harness.sandbox.check_isolation``): no check changes how another is evaluated. The
-    loop uses only locals bound before the first check runs."""
+    A request holds one episode's inputs (``initial``, ``final``, ``transcript``) or, for a batch of episodes of one
+    scenario, an ``episodes`` list of them; the reply's ``results`` hold every check's result, episode after
+    episode. ``isolated`` (a check process's batch) installs the check guard and, after each check, puts back
+    the state the process's checks share (``harness.sandbox.check_isolation``): no check changes how another is
+    evaluated, whether the next one belongs to the same episode or to the next. The loop uses only locals bound
+    before the first check runs."""
     timeout = float(request.get("timeout", settings.call_timeout))
+    batched = isinstance(request.get("episodes"), list)
+    episodes: list[dict[str, Any]] = request["episodes"] if batched else [request]
     # Each check gets its own copy of the inputs (a check may mutate what it is given).
-    initial = orjson.dumps(request["initial"])
-    final = orjson.dumps(request["final"])
-    transcript = orjson.dumps(request.get("transcript") or [])
+    inputs = [
+        (orjson.dumps(e["initial"]), orjson.dumps(e["final"]), orjson.dumps(e.get("transcript") or []))
+        for e in episodes
+    ]
+    episodes = []
+    request.pop("episodes", None)  # the copies above are all the loop keeps
     checks = list(request["checks"])
     running: list[Any] = install_check_guard() if isolated else [None, False]
     restore = None
@@ -39,33 +48,39 @@ def run_checks(request: dict[str, Any], settings: Settings, *, isolated: bool = 
         gc.freeze()  # the collection after each check then visits only what the checks made
     evaluate, locate, encode, decode = _run_check, traceback_locator(), orjson.dumps, orjson.loads
     collect, enable_gc, disable_gc = gc.collect, gc.enable, gc.disable
+    forget_module, keep = sys.modules.pop, list.append
     graveyard: list[Any] = []  # what the checks left behind, kept alive so that none of their finalizers runs later
     encoded: list[bytes] = []
-    last = len(checks) - 1
-    for index, check in enumerate(checks):
-        running[0], running[1] = f"check_{index}", False
-        enable_gc()
-        outcome: tuple[dict[str, Any], BaseException | None] | None = None
-        try:
-            outcome = evaluate(check, initial, final, transcript, timeout, index)
-            answer = encode(outcome[0])  # plain JSON now: nothing of the check's survives into the reply
-        except BaseException:
-            answer = b'{"passed":false,"value":null,"error":"the check broke out of its evaluation"}'
-        if outcome is not None and outcome[1] is not None:
-            running[0] = None  # the locator runs no code of the check
-            reply = decode(answer)
-            reply["error"] += locate(outcome[1])
-            running[0] = f"check_{index}"
-            answer = encode(reply)
-        outcome = None
-        if restore is not None:
-            collect()  # the check's own finalizers run now, while it is still the one guarded
-            disable_gc()
-            # A check that imported nothing reached nothing shared: there is nothing to put back.
-            if running[1]:
-                restore(graveyard, index == last)
-        running[0] = None
-        encoded.append(answer)
+    last = len(checks) * len(inputs) - 1
+    turn = 0
+    for initial, final, transcript in inputs:
+        for index, check in enumerate(checks):
+            running[0], running[1] = f"check_{index}", False
+            enable_gc()
+            outcome: tuple[dict[str, Any], BaseException | None] | None = None
+            try:
+                outcome = evaluate(check, initial, final, transcript, timeout, index)
+                answer = encode(outcome[0])  # plain JSON now: nothing of the check's survives into the reply
+            except BaseException:
+                answer = b'{"passed":false,"value":null,"error":"the check broke out of its evaluation"}'
+            if outcome is not None and outcome[1] is not None:
+                running[0] = None  # the locator runs no code of the check
+                reply = decode(answer)
+                reply["error"] += locate(outcome[1])
+                running[0] = f"check_{index}"
+                answer = encode(reply)
+            outcome = None
+            if restore is not None:
+                collect()  # the check's own finalizers run now, while it is still the one guarded
+                disable_gc()
+                # A check that imported nothing reached nothing shared: there is nothing to put back.
+                if running[1]:
+                    restore(graveyard, turn == last)
+                # Out of the next checks' reach (those of the next episode too), yet never freed.
+                keep(graveyard, forget_module(f"check_{index}", None))
+            running[0] = None
+            encoded.append(answer)
+            turn += 1
     if restore is not None:
         # Never freed: freeing the snapshot would write to every page it shares with the zygote, and freeing what
         # the checks left would run their finalizers unguarded. The process exits right after its reply.

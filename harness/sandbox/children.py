@@ -245,6 +245,9 @@ class Zygote:
         # The kernel then attaches the sender's pid to each message, translated into this process's PID namespace.
         ours.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
         environment = {"PYTHONPATH": _PACKAGE_ROOT, "PYTHONHASHSEED": "0", "TZ": "UTC", "LANG": "C.UTF-8"}
+        # Every library symbol resolved once in the zygote: a child that calls a C function for the first time would
+        # otherwise write its address into the library's table and so copy that page.
+        environment["LD_BIND_NOW"] = "1"
         os.set_inheritable(theirs.fileno(), True)
         try:
             self.process = await asyncio.create_subprocess_exec(

@@ -16,14 +16,16 @@ import itertools
 import logging
 import os
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable
 from types import TracebackType
 from typing import Any
 
+import orjson
 from pydantic import BaseModel, Field
 
 from harness.errors import BadInput
 from harness.sandbox.arguments import CallRejected, validate_call
+from harness.sandbox.check_batches import SCENARIO_OF_CHECKS, CheckBatcher, EpisodeInputs
 from harness.sandbox.children import Child, ChildLost, Zygote, ZygoteFailed
 from harness.sandbox.confine import DISABLE_VARIABLE, disabled_layers, seccomp_filter
 from harness.sandbox.replies import (
@@ -33,8 +35,8 @@ from harness.sandbox.replies import (
     check_result,
     error_text,
     open_reply_bytes,
+    read_batch_answers,
     read_call_reply,
-    read_check_answers,
     read_state_reply,
 )
 from harness.sandbox.static import StaticCheckError, check_code, find_problems
@@ -159,11 +161,13 @@ class EnvSession:
         budget = self.pool._budget(self.pool.limits.call_timeout_s)
         call_reply_bytes = self.pool.reply_limits.call_reply_bytes(self.record_diffs)
         code_key = hashlib.sha256(self.environment.code.encode("utf-8", "surrogatepass")).hexdigest()
+        bytecode = self.pool._bytecode.get(code_key)
         response = await child.request(
             {
                 "op": "open",
-                "code": self.environment.code,
-                "bytecode": self.pool._bytecode.get(code_key),
+                # With the bytecode the source is not needed: the child would only decode it.
+                "code": None if bytecode else self.environment.code,
+                "bytecode": bytecode,
                 "class_name": self.environment.class_name,
                 "state": self.initial_state,
                 "seed": self.seed,
@@ -284,6 +288,13 @@ class SandboxPool:
         """Check results on each scenario's initial state, computed once per scenario (see harness.scoring)."""
         self.reset_pending: dict[tuple[str, int, tuple[str, ...]], asyncio.Event] = {}
         """Keys of ``reset_results`` being computed, each set when its computation ends (stored or not)."""
+        self._batcher = CheckBatcher(
+            self._spawn_checks,
+            self._checks_request,
+            self._score_alone,
+            max_bytes=self.limits.max_state_bytes,
+            closed=lambda: SandboxError("the sandbox pool was closed before the checks ran"),
+        )
 
     def _options(self) -> dict[str, Any]:
         limits = self.limits
@@ -340,6 +351,7 @@ class SandboxPool:
             self._started = True
 
     async def close(self) -> None:
+        await self._batcher.close()
         zygotes, self._zygotes = self._zygotes, []
         await asyncio.gather(*(zygote.close() for zygote in zygotes))
         self._started = False
@@ -416,10 +428,19 @@ class SandboxPool:
         initial_state: dict[str, Any],
         final_state: dict[str, Any],
         transcript: list[dict[str, Any]] | None = None,
+        *,
+        scenario: Hashable | None = None,
     ) -> list[CheckResult]:
         """Each check run on (initial, final), or (initial, final, transcript) when it declares a third
-        parameter, in a fresh process that never ran environment code. Only an exact True passes; errors are
-        recorded, not raised."""
+        parameter, in a process that never ran environment code. Only an exact True passes; errors are recorded,
+        not raised.
+
+        ``scenario`` (any key naming the scenario the checks belong to; by default the one set with
+        ``checks_of_scenario``) lets one check process score this episode together with other episodes of the same
+        scenario and the same checks that are waiting at the same time (``harness.sandbox.check_batches``); without
+        one the checks get a process of their own."""
+        if scenario is None:
+            scenario = SCENARIO_OF_CHECKS.get()
         checks = list(checks)
         results: list[CheckResult | None] = [None] * len(checks)
         runnable: list[int] = []
@@ -432,49 +453,56 @@ class SandboxPool:
             else:
                 runnable.append(index)
         if runnable:
-            try:
-                answers = await self._checks_request(
-                    [checks[i] for i in runnable], initial_state, final_state, transcript
-                )
-            except ChildLost:
-                answers = []
-                for index in runnable:  # isolate the check that ended the process
-                    try:
-                        answers.extend(
-                            await self._checks_request([checks[index]], initial_state, final_state, transcript)
-                        )
-                    except ChildLost as lost:
-                        answers.append({"passed": False, "value": None, "error": lost.reason})
+            batch = [checks[i] for i in runnable]
+            inputs = orjson.dumps({"initial": initial_state, "final": final_state, "transcript": transcript or []})
+            if scenario is None:
+                answers = await self._score_alone(batch, inputs, True)
+            else:
+                key = (scenario, tuple((c.id, c.source) for c in batch))
+                answers = await self._batcher.score(key, batch, inputs)
             for index, answer in zip(runnable, answers, strict=True):
                 results[index] = check_result(checks[index].id, answer)
         return [r for r in results if r is not None]
 
+    async def _score_alone(self, checks: list[Check], inputs: EpisodeInputs, whole_first: bool) -> list[dict[str, Any]]:
+        """One episode's answers in processes of its own: all its checks in one (when ``whole_first``), then, if
+        that process fails, each check in a process of its own, so that the check that ended it fails alone."""
+        if whole_first:
+            try:
+                return (await self._checks_request(await self._spawn("checks"), checks, [inputs]))[0]
+            except ChildLost:
+                pass
+        answers: list[dict[str, Any]] = []
+        for check in checks:
+            try:
+                answers.extend((await self._checks_request(await self._spawn("checks"), [check], [inputs]))[0])
+            except ChildLost as lost:
+                answers.append({"passed": False, "value": None, "error": lost.reason})
+        return answers
+
+    async def _spawn_checks(self) -> Child:
+        return await self._spawn("checks")
+
     async def _checks_request(
-        self,
-        checks: list[Check],
-        initial_state: dict[str, Any],
-        final_state: dict[str, Any],
-        transcript: list[dict[str, Any]] | None,
-    ) -> list[dict[str, Any]]:
+        self, child: Child, checks: list[Check], episodes: list[EpisodeInputs]
+    ) -> list[list[dict[str, Any]]]:
+        """The answers of ``checks`` on each episode's inputs, from ``child`` (closed afterwards)."""
         timeout = self.limits.check_timeout_s
-        child = await self._spawn("checks")
         try:
             response = await child.request(
                 {
                     "op": "checks",
                     "checks": [{"id": c.id, "source": c.source} for c in checks],
-                    "initial": initial_state,
-                    "final": final_state,
-                    "transcript": transcript or [],
+                    "episodes": [orjson.Fragment(inputs) for inputs in episodes],
                     "timeout": timeout,
                 },
-                budget=self._budget(timeout * len(checks) + self.limits.call_timeout_s),
-                reply_limit=self.reply_limits.checks_reply_bytes(len(checks)),
+                budget=self._budget((timeout * len(checks) + self.limits.call_timeout_s) * len(episodes)),
+                reply_limit=self.reply_limits.checks_reply_bytes(len(checks) * len(episodes)),
             )
         finally:
             child.close()
         try:
-            return read_check_answers(response, len(checks))
+            return read_batch_answers(response, len(episodes), len(checks))
         except ReplyRefused as refused:
             raise ChildLost(str(refused)) from None
 

@@ -149,6 +149,13 @@ def read_check_answers(response: dict[str, Any], count: int) -> list[dict[str, A
     ]
 
 
+def read_batch_answers(response: dict[str, Any], episodes: int, count: int) -> list[list[dict[str, Any]]]:
+    """The answers of a batch reply, ``count`` for each of its ``episodes`` (all in ``results``, episode after
+    episode); :class:`ReplyRefused` when the reply does not hold them."""
+    answers = read_check_answers(response, episodes * count)
+    return [answers[start : start + count] for start in range(0, len(answers), count)]
+
+
 def check_result(check_id: str, answer: dict[str, Any]) -> CheckResult:
     """One check's result from its answer: only an exact True passes; texts are cut, anything else dropped."""
     value, error = answer.get("value"), answer.get("error")

@@ -1,0 +1,190 @@
+"""Check batches: the episodes of one scenario scored together in one check process.
+
+Score requests for one scenario (the same checks) that arrive while that scenario's check process is being forked
+or is running its batch wait, and the next check process scores all of them, up to ``MAX_BATCH_EPISODES``; a check
+process never serves two scenarios and exits after its one batch. Batches form only from what is already waiting:
+the first request of a quiet scenario is scored at once. More processes start for one scenario only when more
+episodes wait than its running processes will take next.
+
+A batch whose process dies (a crash, a kill, a run past its budget, a reply refused) fails only its own episodes,
+and each of them is scored again alone, one after the other, in a fresh process: the batch's failure never reaches
+another episode's verdict.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Hashable, Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.sandbox.children import Child, ChildLost
+from harness.schema import Check
+
+logger = logging.getLogger(__name__)
+
+MAX_BATCH_EPISODES = 8
+"""Episodes one check process scores at most: a batch's inputs are all in the process at once, under its memory
+cap, and a batch that fails is scored again one episode at a time."""
+
+EpisodeInputs = bytes
+"""What the checks of one episode read, as the JSON object the check process receives: ``initial``, ``final`` and
+``transcript``. Encoded once, when the episode asks to be scored: its size decides which batch it fits."""
+Answers = list[dict[str, Any]]
+"""One episode's answers, one per check, as the check process sent them."""
+
+
+SCENARIO_OF_CHECKS: ContextVar[Hashable | None] = ContextVar("scenario_of_checks", default=None)
+"""The scenario whose checks the current task runs (see ``checks_of_scenario``); None: a process of their own."""
+
+
+@contextlib.contextmanager
+def checks_of_scenario(scenario: Hashable) -> Iterator[None]:
+    """Within this block, ``SandboxPool.run_checks`` may score the checks together with other waiting episodes of
+    ``scenario`` (a key that names one scenario; the pool adds the checks themselves to it). The run path's call
+    to ``run_checks`` stays as it is."""
+    token = SCENARIO_OF_CHECKS.set(scenario)
+    try:
+        yield
+    finally:
+        SCENARIO_OF_CHECKS.reset(token)
+
+
+@dataclass
+class _Waiting:
+    inputs: EpisodeInputs
+    answers: asyncio.Future[Answers]
+
+
+@dataclass
+class _ScenarioQueue:
+    checks: list[Check]
+    waiting: list[_Waiting] = field(default_factory=list)
+    runners: int = 0
+
+
+class CheckBatcher:
+    """Scores episodes in batches per scenario with the pool's functions: ``spawn`` forks a check process,
+    ``request`` runs a batch in it (``ChildLost`` when the process fails it), ``alone`` scores one episode in
+    processes of its own, never raising ``ChildLost`` (first all its checks in one process when asked, then, or
+    at once, each check in a process of its own)."""
+
+    def __init__(
+        self,
+        spawn: Callable[[], Awaitable[Child]],
+        request: Callable[[Child, list[Check], list[EpisodeInputs]], Awaitable[list[Answers]]],
+        alone: Callable[[list[Check], EpisodeInputs, bool], Awaitable[Answers]],
+        *,
+        max_episodes: int = MAX_BATCH_EPISODES,
+        max_bytes: int,
+        closed: Callable[[], Exception],
+    ):
+        self.spawn = spawn
+        self.request = request
+        self.alone = alone
+        self.max_episodes = max_episodes
+        self.max_bytes = max_bytes
+        """The inputs a batch holds at most (an episode larger than that is a batch of its own)."""
+        self.closed = closed
+        """The error of the episodes still waiting when the pool closes."""
+        self._queues: dict[Hashable, _ScenarioQueue] = {}
+        self._runners: set[asyncio.Task[None]] = set()
+
+    async def score(self, key: Hashable, checks: list[Check], inputs: EpisodeInputs) -> Answers:
+        """The answers of ``checks`` on one episode's inputs; ``key`` names the scenario (its checks included)."""
+        queue = self._queues.get(key)
+        if queue is None:
+            queue = self._queues[key] = _ScenarioQueue(checks)
+        waiting = _Waiting(inputs, asyncio.get_running_loop().create_future())
+        queue.waiting.append(waiting)
+        if queue.runners == 0 or len(queue.waiting) > self.max_episodes * queue.runners:
+            queue.runners += 1
+            runner = asyncio.get_running_loop().create_task(self._run(key, queue))
+            self._runners.add(runner)
+            runner.add_done_callback(self._runners.discard)
+        return await waiting.answers
+
+    async def _run(self, key: Hashable, queue: _ScenarioQueue) -> None:
+        """Score the scenario's waiting episodes, a batch per check process, until none waits."""
+        batch: list[_Waiting] = []
+        try:
+            while queue.waiting:
+                child: Child | None = None
+                failure: BaseException | None = None
+                try:
+                    child = await self.spawn()  # episodes that finish meanwhile join this batch
+                except Exception as exc:
+                    failure = exc
+                batch = self._take(queue)
+                if child is not None and not batch:
+                    child.close()
+                if not batch:
+                    continue
+                try:
+                    if failure is not None or child is None:
+                        raise failure or RuntimeError("no check process")
+                    answers = await self._score_batch(child, queue.checks, batch)
+                except Exception as exc:  # the sandbox failed (no zygote could fork): this batch's episodes say so
+                    for waiting in batch:
+                        _fail(waiting, exc)
+                else:
+                    for waiting, episode_answers in zip(batch, answers, strict=True):
+                        if not waiting.answers.done():
+                            waiting.answers.set_result(episode_answers)
+                batch = []
+        except BaseException:
+            # The pool is closing: no episode is left waiting for an answer.
+            for waiting in [*batch, *queue.waiting]:
+                _fail(waiting, self.closed())
+            queue.waiting.clear()
+            raise
+        finally:
+            queue.runners -= 1
+            if queue.runners == 0 and not queue.waiting and self._queues.get(key) is queue:
+                del self._queues[key]
+
+    def _take(self, queue: _ScenarioQueue) -> list[_Waiting]:
+        """The next batch: the first waiting episodes, within both bounds (at least one)."""
+        live = [waiting for waiting in queue.waiting if not waiting.answers.done()]
+        size = 0
+        count = 0
+        for waiting in live[: self.max_episodes]:
+            size += len(waiting.inputs)
+            if count and size > self.max_bytes:
+                break
+            count += 1
+        batch, queue.waiting = live[:count], live[count:]
+        return batch
+
+    async def _score_batch(self, child: Child, checks: list[Check], batch: list[_Waiting]) -> list[Answers]:
+        try:
+            return await self.request(child, checks, [waiting.inputs for waiting in batch])
+        except ChildLost as lost:
+            if len(batch) > 1:
+                logger.warning(
+                    "a check process scoring %d episodes of one scenario failed (%s); each is scored again alone",
+                    len(batch),
+                    lost.reason,
+                )
+        answers = []
+        for waiting in batch:  # one at a time, each in a fresh process
+            answers.append(await self.alone(checks, waiting.inputs, len(batch) > 1))
+        return answers
+
+    async def close(self) -> None:
+        runners = list(self._runners)
+        for runner in runners:
+            runner.cancel()
+        await asyncio.gather(*runners, return_exceptions=True)
+        self._queues.clear()
+
+
+def _fail(waiting: _Waiting, exc: BaseException) -> None:
+    if not waiting.answers.done():
+        waiting.answers.set_exception(exc)
+
+
+__all__ = ["MAX_BATCH_EPISODES", "SCENARIO_OF_CHECKS", "Answers", "CheckBatcher", "EpisodeInputs", "checks_of_scenario"]
