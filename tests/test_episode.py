@@ -23,6 +23,7 @@ from harness.schema import (
     Check,
     Environment,
     Failure,
+    FailureKind,
     FailureParty,
     ModelSettings,
     Observation,
@@ -522,7 +523,10 @@ def test_failure_classification() -> None:
     assert classify_failure(ValueError("x"), "user")[0] is TerminationReason.INFRA_ERROR
     assert classify_failure(EnvironmentLoadError("x"), "sandbox")[0] is TerminationReason.ENVIRONMENT_ERROR
     assert classify_failure(EnvironmentFailed("x"), "sandbox").failure == Failure(
-        at_fault=FailureParty.ENVIRONMENT, detail="sandbox: EnvironmentFailed: x"
+        at_fault=FailureParty.ENVIRONMENT,
+        detail="sandbox: EnvironmentFailed: x",
+        kind=FailureKind.ENVIRONMENT,
+        retryable=False,
     )
 
 
