@@ -18,6 +18,8 @@ from harness.metrics import GroupSummary, cost_text
 from harness.runner import RunConfig, RunOutcome, RunPlan, RunProgress
 
 _PLAIN_INTERVAL_S = 10.0
+_BAR_INTERVAL_S = 0.1
+"""Seconds between updates of the live bar (rich redraws it ten times a second)."""
 ENVIRONMENT_CAUSES_SHOWN = 10
 """Lines of (environment, cause) printed under the summary; the table counts every environment failure."""
 
@@ -40,6 +42,7 @@ class ProgressView:
         self._progress: Progress | None = None
         self._task: TaskID | None = None
         self._last_line = 0.0
+        self._last_bar = 0.0
         self._latest: RunProgress | None = None
 
     def __enter__(self) -> ProgressView:
@@ -60,6 +63,8 @@ class ProgressView:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         if self._progress is not None:
+            if self._latest is not None:
+                self._show(self._latest)  # the counts of the last update, which may have come between redraws
             self._progress.stop()
         elif self._latest is not None:
             # The last line is printed here, after the runner's final usage refresh, so its totals are final.
@@ -67,16 +72,23 @@ class ProgressView:
             self._latest = None
 
     def update(self, progress: RunProgress) -> None:
-        if self._progress is not None:
-            if self._task is None:
-                self._task = self._progress.add_task("run", total=progress.total, status="")
-            self._progress.update(self._task, completed=progress.done, status=_status(progress))
-            return
         self._latest = progress
         now = time.monotonic()
+        if self._progress is not None:
+            # The bar is redrawn a few times a second: updating it for every episode would be work nobody sees.
+            if now - self._last_bar >= _BAR_INTERVAL_S or progress.done >= progress.total:
+                self._last_bar = now
+                self._show(progress)
+            return
         if now - self._last_line >= _PLAIN_INTERVAL_S and progress.done < progress.total:
             self._last_line = now
             self._print_line(progress)
+
+    def _show(self, progress: RunProgress) -> None:
+        assert self._progress is not None
+        if self._task is None:
+            self._task = self._progress.add_task("run", total=progress.total, status="")
+        self._progress.update(self._task, completed=progress.done, status=_status(progress))
 
     def _print_line(self, progress: RunProgress) -> None:
         eta = f" · eta {progress.eta_seconds:.0f}s" if progress.eta_seconds is not None else ""

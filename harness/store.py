@@ -22,7 +22,7 @@ from typing import IO, TypeVar
 import orjson
 from pydantic import BaseModel, ValidationError
 
-from harness.jsonlimits import JSONLimits, UnsafeJSON, check_json
+from harness.jsonlimits import JSONLimits, UnsafeJSON, check_decoded_json, check_json
 from harness.redact import redact_known
 from harness.schema import TerminationReason, Timings, Trajectory
 
@@ -45,7 +45,7 @@ def encode_record(record: BaseModel) -> bytes:
 def decode_record(line: bytes, model: type[RecordT]) -> RecordT:
     """The record one line holds; ``ValueError`` (a JSON, limit or validation error) when it holds none."""
     data = orjson.loads(line)
-    check_json(data, RECORD_LIMITS)
+    check_decoded_json(data, RECORD_LIMITS, len(line))
     return model.model_validate(data)
 
 

@@ -318,44 +318,29 @@ class LLMClient:
                 "%s at %s: %s; retry %d in %.1fs", model, endpoint, redact(str(failure)), state.attempt_number, wait
             )
 
-        retrying = AsyncRetrying(
-            stop=should_stop,
-            wait=RetryWait(policy),
-            retry=retry_if_exception_type(TransientFailure),
-            before_sleep=log_retry,
-            reraise=True,
-        )
-        attempts = 0
+        attempts = 1
+        first_failure: TransientFailure | None = None
         try:
+            try:
+                # Most requests succeed at once: the retry machinery is only built when the first attempt fails.
+                return await self._attempt(gate, estimate, request, model, endpoint, direct), attempts
+            except TransientFailure as failure:
+                first_failure = failure
+            retrying = AsyncRetrying(
+                stop=should_stop,
+                wait=RetryWait(policy),
+                retry=retry_if_exception_type(TransientFailure),
+                before_sleep=log_retry,
+                reraise=True,
+            )
             async for attempt in retrying:
                 with attempt:
+                    if first_failure is not None:
+                        # The schedule's first attempt is the one already made: its failure is its outcome.
+                        made, first_failure = first_failure, None
+                        raise made
                     attempts += 1
-                    async with gate.admit(estimate) as admission:
-                        try:
-                            if direct is not None:
-                                response = await post_chat_completion(
-                                    self._pool.session(),
-                                    request,
-                                    api_base=direct[0],
-                                    api_key=direct[1],
-                                    model=model,
-                                    endpoint=endpoint,
-                                )
-                            else:
-                                response = await litellm.acompletion(**request)
-                        except Exception as exc:
-                            failure = classify(exc, model=model, endpoint=endpoint, timeout=request.get("timeout"))
-                            if isinstance(failure, LLMError):
-                                failure.args = (redact(str(failure)),)
-                                if any(link is failure for link in exception_chain(exc)):
-                                    # Raised by an in-process provider: keep its own cause, avoid a cycle.
-                                    raise failure from failure.__cause__
-                            raise failure from exc
-                        usage = getattr(response, "usage", None)
-                        if usage is not None:
-                            admission.settle(int(usage.prompt_tokens or 0) + int(usage.completion_tokens or 0))
-                    self._answered.add(endpoint)
-                    return response, attempts
+                    return await self._attempt(gate, estimate, request, model, endpoint, direct), attempts
         except TransientFailure as failure:
             detail = redact(failure.detail)
             if failure.unreachable:
@@ -372,6 +357,43 @@ class LLMClient:
                 endpoint=endpoint,
             ) from failure
         raise AssertionError("unreachable: tenacity either returns or raises")
+
+    async def _attempt(
+        self,
+        gate: EndpointGate,
+        estimate: int,
+        request: dict[str, Any],
+        model: str,
+        endpoint: str,
+        direct: tuple[str, str | None] | None,
+    ) -> Any:
+        """One request once admitted; what failed is raised as a :class:`TransientFailure` or an :class:`LLMError`."""
+        async with gate.admit(estimate) as admission:
+            try:
+                if direct is not None:
+                    response = await post_chat_completion(
+                        self._pool.session(),
+                        request,
+                        api_base=direct[0],
+                        api_key=direct[1],
+                        model=model,
+                        endpoint=endpoint,
+                    )
+                else:
+                    response = await litellm.acompletion(**request)
+            except Exception as exc:
+                failure = classify(exc, model=model, endpoint=endpoint, timeout=request.get("timeout"))
+                if isinstance(failure, LLMError):
+                    failure.args = (redact(str(failure)),)
+                    if any(link is failure for link in exception_chain(exc)):
+                        # Raised by an in-process provider: keep its own cause, avoid a cycle.
+                        raise failure from failure.__cause__
+                raise failure from exc
+            usage = getattr(response, "usage", None)
+            if usage is not None:
+                admission.settle(int(usage.prompt_tokens or 0) + int(usage.completion_tokens or 0))
+        self._answered.add(endpoint)
+        return response
 
     def price_of(self, resolved: ResolvedModel) -> tuple[float, float] | None:
         """USD per (prompt, completion) token: the alias's own price, else litellm's cost map; None: unpriced."""
