@@ -13,7 +13,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from harness.cli_errors import CommandLine
+from harness.cli.errors import CommandLine
 from harness.console import TerminalLogHandler, console, err_console, labelled, outside
 
 if TYPE_CHECKING:
@@ -306,7 +306,7 @@ def _sft_config(**values: Any) -> RunConfig:
     """The run settings of ``harness sft``; a bad value is named by the sft flag that set it."""
     from pydantic import ValidationError
 
-    from harness.cli_errors import validation_lines
+    from harness.cli.errors import validation_lines
     from harness.errors import BadInput
     from harness.runner import RunConfig
 
@@ -382,7 +382,7 @@ def doctor(
     json_output: Annotated[bool, typer.Option("--json", help="Print the layers as JSON.")] = False,
 ) -> None:
     """Show which sandbox confinement layers are active on this machine, and why any is missing."""
-    from harness.cli_doctor import doctor as run_doctor
+    from harness.cli.doctor import doctor as run_doctor
 
     raise typer.Exit(run_doctor(console, json_output=json_output))
 
@@ -487,7 +487,7 @@ def sft(
 
 
 def _register_subcommands() -> None:
-    from harness import cli_bfcl, cli_leaderboard, cli_publish, cli_serve, cli_synth, cli_synth_scenarios
+    from harness.cli import interop as cli_bfcl, leaderboard as cli_leaderboard, publish as cli_publish, serve as cli_serve, synth as cli_synth, synth_scenarios as cli_synth_scenarios
 
     cli_bfcl.register(app, import_app)
     cli_publish.register(app)

@@ -130,7 +130,7 @@ def register(app: typer.Typer) -> None:
 
 
 def main() -> None:
-    """``python -m harness.cli_serve ENV ...``: the same command, without the rest of the command line."""
+    """``python -m harness.cli.serve ENV ...``: the same command, without the rest of the command line."""
     app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
     register(app)
     app()

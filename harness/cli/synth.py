@@ -56,7 +56,7 @@ def envs_command(
     ] = None,
 ) -> None:
     """Build environments from a task set: discover, plan, model, assess and repair, validate."""
-    from harness.cli_synth_scenarios import cluster_for, refuse
+    from harness.cli.synth_scenarios import cluster_for, refuse
     from harness.distributed.cluster import ClusterUnavailable
     from synth.costs import UnknownPriceModel
     from synth.discovery import TaskSourceError
