@@ -1,5 +1,5 @@
-"""Options several commands share that no config declares (a config's fields get their flags from
-:mod:`harness.cli.config_flags`)."""
+"""Options that commands without a config of their own (validate, synth) share with ``harness run``: the help
+text is the matching ``RunConfig`` field's description, so it is written once."""
 
 from __future__ import annotations
 
@@ -10,6 +10,4 @@ import typer
 from harness.run.config import RunConfig
 
 AllowWeakSandbox = Annotated[bool, typer.Option(help=RunConfig.model_fields["allow_weak_sandbox"].description)]
-RequestTimeout = Annotated[float, typer.Option(help=RunConfig.model_fields["timeout"].description)]
-SkipBadRecords = Annotated[bool, typer.Option(help=RunConfig.model_fields["skip_bad_records"].description)]
 RayAddress = Annotated[str | None, typer.Option(help=RunConfig.model_fields["ray"].description)]

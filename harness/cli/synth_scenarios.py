@@ -14,6 +14,7 @@ import typer
 from rich.table import Table
 
 from harness.cli.errors import RefusingCommand
+from harness.cli.options import AllowWeakSandbox
 from harness.console import console, markup_text, outside
 from harness.errors import BadInput
 
@@ -46,11 +47,6 @@ def _client(
         default_limits=EndpointLimits(concurrency=concurrency, rpm=rpm, tpm=tpm),
         timeout=timeout,
     )
-
-
-AllowWeakSandbox = Annotated[
-    bool, typer.Option(help="Run Hub code even when a confinement layer is missing (see `harness doctor`).")
-]
 
 
 def _library(envs: str | None) -> Any:
