@@ -1,8 +1,12 @@
 """The ``harness`` command line as a package: ``harness run``'s flags are RunConfig's user-facing fields (one
-flag each, the field's description as help), and every refusal is one line with status 2."""
+flag each, the field's description as help), every refusal is one line with status 2, and Ctrl-C while the
+models are probed is one line with status 130."""
 
 from __future__ import annotations
 
+import signal
+import socket
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,7 +15,7 @@ import typer
 from harness.cli import app
 from harness.cli.config_flags import flag_for, user_facing_fields
 from harness.run.config import RunConfig
-from tests.cli_process import harness
+from tests.cli_process import alias_file, finish, harness, start_cli
 
 
 def run_command() -> Any:
@@ -71,3 +75,22 @@ def test_debug_adds_the_traceback_to_a_refusal() -> None:
     finished = harness(["--debug", "show", "/nonexistent-run"])
     assert finished.code == 2
     assert "Traceback" in finished.stderr and "Cannot read the run" in finished.stderr
+
+
+def test_ctrl_c_while_models_are_probed_is_one_line_and_status_130(tmp_path: Path) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # accepts connections, never answers
+        port = silent.getsockname()[1]
+        aliases = alias_file(tmp_path / "models.toml", f"http://127.0.0.1:{port}/v1")
+        process = start_cli(
+            ["run", "--model", "mock-agent", "--limit", "1", "--out", str(tmp_path / "run"), "--workers", "1"],
+            env={"HARNESS_MODELS_FILE": str(aliases)},
+        )
+        silent.settimeout(600)
+        connection, _ = silent.accept()  # the probe of the model is in flight
+        with connection:
+            process.send_signal(signal.SIGINT)
+            finished = finish(process)
+    assert finished.code == 130, finished.stderr
+    assert len(finished.stderr_lines) == 1, finished.stderr
+    assert "stopped by SIGINT" in finished.stderr_lines[0] and "Traceback" not in finished.stderr
+    assert not (tmp_path / "run" / "results.jsonl").exists()

@@ -92,12 +92,24 @@ class Refused(click_errors.ClickException):
         self.problems = problems
 
 
+class Interrupted(click_errors.ClickException):
+    """Ctrl-C outside a run's own clean stop (while models are probed, a library loads): status 130."""
+
+    exit_code = EXIT_SIGINT
+
+    def __init__(self) -> None:
+        super().__init__(_stopped_line("SIGINT"))
+
+
 class RefusingCommand(TyperCommand):
-    """A command whose bad input (see :func:`error_lines`) ends as :class:`Refused`, whatever runs it."""
+    """A command whose bad input (see :func:`error_lines`) ends as :class:`Refused`, and whose Ctrl-C ends as
+    :class:`Interrupted` (typer would turn it into a silent status 130), whatever runs it."""
 
     def invoke(self, ctx: Any) -> Any:
         try:
             return super().invoke(ctx)
+        except KeyboardInterrupt:
+            raise Interrupted() from None
         except Exception as error:
             lines, status = error_lines(error)
             if status != EXIT_BAD_INPUT:
@@ -188,6 +200,9 @@ class CommandLine:
         except click_errors.NoArgsIsHelpError as error:
             typer.echo(error.ctx.get_help() if error.ctx is not None else str(error))
             return EXIT_OK
+        except Interrupted as error:
+            self.err_console.print(f"[yellow]{markup_text(error.message)}[/yellow]")
+            return EXIT_SIGINT
         except Refused as error:
             self.print_traceback(error)
             self.fail(error.problems)
