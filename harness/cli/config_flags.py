@@ -120,7 +120,7 @@ class ConfigFlags(Generic[ConfigT]):
         """Give ``command`` (which takes ``**values``) one option per field, after its own parameters."""
         own = [
             parameter.replace(kind=inspect.Parameter.KEYWORD_ONLY)
-            for parameter in inspect.signature(command).parameters.values()
+            for parameter in inspect.signature(command, eval_str=True).parameters.values()
             if parameter.kind is not inspect.Parameter.VAR_KEYWORD
         ]
         generated = [self.parameter(name) for name in self.fields]
