@@ -6,7 +6,7 @@ import io
 
 from rich.console import Console
 
-from harness.cli_progress import ProgressView
+from harness.cli.progress import ProgressView
 from harness.run.progress import RunProgress
 
 

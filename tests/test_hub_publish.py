@@ -12,7 +12,7 @@ from huggingface_hub import HfApi
 from huggingface_hub.errors import RepositoryNotFoundError
 from typer.testing import CliRunner
 
-from harness.cli_publish import register
+from harness.cli.publish import register
 from harness.hub import (
     PublishError,
     build_leaderboard,

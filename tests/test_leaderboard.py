@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from typer.testing import CliRunner
 
-from harness.cli_leaderboard import register
+from harness.cli.leaderboard import register
 from harness.library import load_library, write_seed_layout
 from harness.schema import Check, DatasetRef, Environment, Scenario, TerminationReason
 from leaderboards import (

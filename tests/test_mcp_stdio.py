@@ -13,7 +13,7 @@ from fastmcp import Client
 from fastmcp.client.transports import StdioTransport
 from typer.testing import CliRunner
 
-from harness.cli_serve import register
+from harness.cli.serve import register
 from harness.library import load_library
 from harness.mcp.admin import ReadStateRequest, StateResult
 from harness.mcp.client import McpTarget, McpToolSession
@@ -31,7 +31,7 @@ async def pool() -> AsyncIterator[SandboxPool]:
 
 
 def serve_command(*extra: str) -> list[str]:
-    return [sys.executable, "-m", "harness.cli_serve", ENV_ID, "--transport", "stdio", "--workers", "1", *extra]
+    return [sys.executable, "-m", "harness.cli.serve", ENV_ID, "--transport", "stdio", "--workers", "1", *extra]
 
 
 def server_processes() -> list[int]:
@@ -45,7 +45,7 @@ def server_processes() -> list[int]:
             stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        if b"harness.cli_serve" in cmdline and int(stat[1]) == os.getpid():
+        if b"harness.cli.serve" in cmdline and int(stat[1]) == os.getpid():
             found.append(int(entry.name))
     return found
 

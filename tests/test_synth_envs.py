@@ -13,7 +13,7 @@ import typer
 from typer.testing import CliRunner
 
 from agents.oracle import OracleAgent
-from harness.cli_synth import register
+from harness.cli.synth import register
 from harness.episode import EpisodeConfig, run_episode
 from harness.library import load_library
 from harness.llm import register_python_model

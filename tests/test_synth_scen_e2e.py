@@ -17,7 +17,7 @@ import typer
 from typer.testing import CliRunner
 
 from agents.oracle import OracleAgent
-from harness.cli_synth_scenarios import register
+from harness.cli.synth_scenarios import register
 from harness.episode import EpisodeConfig, run_episode
 from harness.library import load_library
 from harness.llm import LLMClient

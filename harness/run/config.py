@@ -36,64 +36,86 @@ IN_PROCESS_PROVIDERS = frozenset({LOCAL_PROVIDER, PYTHON_PROVIDER})
 
 
 class RunConfig(BaseModel):
-    """Everything ``harness run`` takes; each CLI flag has the keyword of the same name."""
+    """Everything ``harness run`` takes. Each user-facing field is one flag of ``harness run`` (its name with
+    dashes, or the ``flag`` of its ``json_schema_extra``) and its description is that flag's help text; a field
+    marked ``user_facing: False`` has no flag."""
 
     model_config = ConfigDict(extra="forbid")
 
-    model: str = "local"
-    agent_kind: str = Field(default="function_calling", description="function_calling, prompted or oracle.")
-    envs: str | None = Field(default=None, description="Folder or Hub id; default the bundled seed library.")
-    mode: Literal["nonconv", "conv", "both"] = "nonconv"
-    user_model: str | None = Field(default=None, description="Simulated user's model; default the agent's.")
-    trials: int = Field(default=1, ge=1)
-    env: list[str] = Field(default_factory=list, description="Only these environment ids.")
-    scenario: list[str] = Field(default_factory=list, description="Only these scenario ids.")
-    limit: int | None = Field(default=None, ge=1, description="At most this many scenarios (after filters).")
-    concurrency: int = Field(default=32, ge=1, description="Episodes in flight.")
+    model: str = Field(
+        default="local", description="Model alias (see harness/data/models.toml) or litellm model string."
+    )
+    agent_kind: str = Field(
+        default="function_calling",
+        description="function_calling, prompted, oracle (reference actions) or do_nothing.",
+        json_schema_extra={"flag": "agent"},
+    )
+    envs: str | None = Field(
+        default=None, description="Folder or Hub dataset id ORG/NAME or ORG/NAME@REV; default the seed library."
+    )
+    mode: Literal["nonconv", "conv", "both"] = Field(default="nonconv", description="nonconv, conv or both.")
+    user_model: str | None = Field(default=None, description="Simulated user's model (default: --model).")
+    trials: int = Field(default=1, ge=1, description="Trials per scenario and mode (for pass^k).")
+    env: list[str] = Field(default_factory=list, description="Only this environment id; repeatable.")
+    scenario: list[str] = Field(default_factory=list, description="Only this scenario id; repeatable.")
+    limit: int | None = Field(default=None, ge=1, description="At most this many scenarios (after the filters).")
+    concurrency: int = Field(
+        default=32, ge=1, description="Episodes in flight (at most the model alias's max_episodes)."
+    )
     rpm: int | None = Field(default=None, ge=1, description="Requests per minute per endpoint.")
     tpm: int | None = Field(default=None, ge=1, description="Tokens per minute per endpoint.")
-    temperature: float | None = 0.0
-    max_tokens: int | None = None
-    seed: int = 0
-    max_steps: int | None = None
-    system_prompt_version: str = "1"
-    out: Path | None = Field(default=None, description="Run folder; default runs/<time>-<model>.")
-    resume: bool = False
-    retry_errors: bool = False
-    cost_limit: float | None = Field(
-        default=None,
-        ge=0,
-        description="Start no episode once the spend recorded for the run folder reaches this many USD (all roles; "
-        "episodes in flight finish). Every model called needs a price; --resume with a higher limit continues.",
+    temperature: float | None = Field(default=0.0, description="Sampling temperature.")
+    max_tokens: int | None = Field(default=None, description="Completion token cap per model call.")
+    seed: int = Field(default=0, description="Base seed for models and sandboxes.")
+    max_steps: int | None = Field(default=None, description="Agent turns per episode (default 30 nonconv, 40 conv).")
+    system_prompt_version: str = Field(
+        default="1",
+        description="Version of the agents' system prompts (set by the code, recorded in the manifest).",
+        json_schema_extra={"user_facing": False},
+    )
+    out: Path | None = Field(default=None, description="Run folder (default runs/<time>-<model>).")
+    resume: bool = Field(default=False, description="Continue the run in --out; only missing episodes run.")
+    retry_errors: bool = Field(
+        default=False, description="With --resume, also re-run infrastructure errors a retry can help."
     )
     retry_unretryable: bool = Field(
         default=False,
         description="With --retry-errors, also re-run infrastructure errors recorded as not retryable (a request the "
         "endpoint rejected, an in-process model that raised).",
     )
-    workers: int | None = Field(default=None, description="Sandbox zygotes that fork the sandbox processes; default 1.")
+    cost_limit: float | None = Field(
+        default=None,
+        ge=0,
+        description="Start no episode once the spend recorded for the run folder reaches this many USD (all roles; "
+        "episodes in flight finish). Every model called needs a price; --resume with a higher limit continues.",
+    )
+    workers: int | None = Field(default=None, description="Sandbox zygotes (fork servers; default 1).")
     allow_weak_sandbox: bool = Field(
-        default=False, description="Run Hub code even when a confinement layer is missing on this machine."
+        default=False, description="Run Hub code even when a confinement layer is missing (see `harness doctor`)."
     )
-    cache_dir: Path | None = Field(default=None, description="Opt-in on-disk model response cache.")
+    cache_dir: Path | None = Field(default=None, description="Cache model responses in this folder.")
     mcp: str | None = Field(
-        default=None, description="Evaluate through an MCP server instead: a URL, or a command that serves on stdio."
+        default=None, description="Use the environment served over MCP at this URL, or by this stdio command."
     )
-    timeout: float = Field(default=DEFAULT_TIMEOUT_S, gt=0, description="Seconds one model request may take.")
+    timeout: float = Field(
+        default=DEFAULT_TIMEOUT_S, gt=0, description="Seconds one model request may take before it is retried."
+    )
     skip_bad_records: bool = Field(
-        default=False, description="Run without library records that do not load (listed in the manifest)."
+        default=False, description="Run without library records that do not load (they are listed in the manifest)."
     )
     rules: RulesName | None = Field(
         default=None,
-        description="Episode rules (harness or envscaler); default the library's suggestion (EnvScaler imports "
-        "suggest envscaler), else harness. The manifest records the rules used.",
+        description="Episode rules: harness or envscaler (default: the library's suggestion, else harness; "
+        "EnvScaler imports suggest envscaler). The manifest records the rules used.",
     )
     include_invalid: bool = Field(
-        default=False, description="Also run scenarios that the cheap part of `harness validate` finds invalid."
+        default=False,
+        description="Also run scenarios that `harness validate` finds invalid (recorded in the manifest).",
     )
     ray: str | None = Field(
         default=None,
-        description="Run episodes on a Ray cluster: an address (host:port or ray://...), 'auto', or 'local'.",
+        description="Run episodes on a Ray cluster: HOST:PORT or ray://HOST:PORT to join one, 'auto' for the "
+        "cluster this machine belongs to; alone, start a local one.",
     )
 
 

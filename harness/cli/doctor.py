@@ -6,12 +6,15 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+from typing import Annotated
 
 import orjson
+import typer
 from rich.console import Console
 from rich.table import Table
 
-from harness.console import markup_text, outside
+from harness.cli.errors import RefusingCommand
+from harness.console import console, markup_text, outside
 from harness.sandbox import SandboxError, SandboxPool
 
 GUARANTEES: dict[str, str] = {
@@ -46,7 +49,7 @@ async def _layers() -> list[dict[str, object]]:
         return list(pool.layers)
 
 
-def doctor(console: Console, *, json_output: bool = False) -> int:
+def doctor_report(console: Console, *, json_output: bool = False) -> int:
     """Print the layer table; 0 when every layer is active, 1 when any is missing, 2 when no sandbox starts."""
     try:
         layers = asyncio.run(_layers())
@@ -78,3 +81,15 @@ def doctor(console: Console, *, json_output: bool = False) -> int:
         return 1
     console.print("[green]every layer is active: code from the Hub runs in the full jail.[/green]")
     return 0
+
+
+def doctor(
+    json_output: Annotated[bool, typer.Option("--json", help="Print the layers as JSON.")] = False,
+) -> None:
+    """Show which sandbox confinement layers are active on this machine, and why any is missing."""
+    raise typer.Exit(doctor_report(console, json_output=json_output))
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``doctor`` to the ``harness`` command."""
+    app.command(cls=RefusingCommand)(doctor)

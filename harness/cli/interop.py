@@ -1,4 +1,4 @@
-"""``harness import bfcl`` and ``harness export bfcl``."""
+"""``harness import envscaler|bfcl`` and ``harness export bfcl``: other projects' formats in and out."""
 
 from __future__ import annotations
 
@@ -10,9 +10,32 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from harness.cli.errors import RefusingCommand
 from harness.console import console, err_console, labelled, markup_text, outside
 
+import_app = typer.Typer(help="Import other projects' releases into our records.", no_args_is_help=True)
 export_app = typer.Typer(help="Write runs in other projects' formats.", no_args_is_help=True)
+
+
+def import_envscaler_command(
+    environments: Annotated[Path, typer.Option(help="EnvScaler environments file (JSON list or dict by env_id).")],
+    out: Annotated[Path, typer.Option(help="Folder to write our records to.")],
+    scenarios: Annotated[list[Path] | None, typer.Option(help="Scenario files (RL or SFT); repeatable.")] = None,
+) -> None:
+    """Import EnvScaler's released environments and scenarios."""
+    from harness.importers import import_envscaler
+    from harness.library import write_seed_layout
+
+    report = import_envscaler(environments, list(scenarios or []))
+    write_seed_layout(report.environments, report.scenarios, out)
+    console.print(
+        f"Imported {len(report.environments)} environments and {len(report.scenarios)} scenarios into {out}",
+        markup=False,
+        highlight=False,
+    )
+    for problem in report.problems:
+        err_console.print(labelled("skipped", "yellow", problem), soft_wrap=True)
+    raise typer.Exit(0 if report.environments or report.scenarios else 1)
 
 
 def import_bfcl_command(
@@ -59,11 +82,8 @@ def import_bfcl_command(
                 )
                 raise typer.Exit(1)
         write_import(result, out)
-    except ArchiveRefused as exc:  # bad input: status 2
-        if debug:
-            raise
-        err_console.print(f"[red]error[/red] {exc}", soft_wrap=True)
-        raise typer.Exit(2) from None
+    except ArchiveRefused:  # bad input: the command is refused (status 2)
+        raise
     except (BfclSourceError, BfclImportError, OSError) as exc:
         if debug:
             raise
@@ -87,7 +107,6 @@ def import_bfcl_command(
     console.print(f"Imported in {time.perf_counter() - started:.1f} s")
 
 
-@export_app.command("bfcl")
 def export_bfcl_command(
     run_dir: Annotated[Path, typer.Argument(help="A run folder of BFCL scenarios.")],
     out: Annotated[
@@ -125,6 +144,10 @@ def export_bfcl_command(
     raise typer.Exit(0 if report.files and not report.skipped else 1)
 
 
-def register(app: typer.Typer, import_app: typer.Typer) -> None:
-    import_app.command("bfcl")(import_bfcl_command)
+def register(app: typer.Typer) -> None:
+    """Add ``import`` (envscaler, bfcl) and ``export`` (bfcl) to the ``harness`` command."""
+    import_app.command("envscaler", cls=RefusingCommand)(import_envscaler_command)
+    import_app.command("bfcl", cls=RefusingCommand)(import_bfcl_command)
+    export_app.command("bfcl", cls=RefusingCommand)(export_bfcl_command)
+    app.add_typer(import_app, name="import")
     app.add_typer(export_app, name="export")

@@ -8,12 +8,15 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 
-from harness.console import console, err_console, labelled, markup_text, outside
+from harness.cli.errors import RefusingCommand
+from harness.cli.options import AllowWeakSandbox
+from harness.console import console, markup_text, outside
+from harness.errors import BadInput
 
 if TYPE_CHECKING:
     from harness.llm import LLMClient
@@ -46,19 +49,10 @@ def _client(
     )
 
 
-AllowWeakSandbox = Annotated[
-    bool, typer.Option(help="Run Hub code even when a confinement layer is missing (see `harness doctor`).")
-]
-
-
 def _library(envs: str | None) -> Any:
-    from harness.errors import BadInput
     from harness.library import load_library
 
-    try:
-        return load_library(envs or None)
-    except BadInput as exc:
-        refuse(exc)
+    return load_library(envs or None)
 
 
 def _environments(envs: str | None, only: list[str] | None) -> tuple[list[Any], dict[str, dict[str, Any]]]:
@@ -71,8 +65,7 @@ def _environments_of(library: Any, only: list[str] | None) -> tuple[list[Any], d
     for scenario in library.scenarios:
         samples.setdefault(scenario.environment_id, scenario.initial_state)
     if not environments:
-        err_console.print("[bold red]error:[/bold red] no environments found")
-        raise typer.Exit(2)
+        raise BadInput("no environments found")
     return environments, samples
 
 
@@ -80,45 +73,28 @@ def cluster_for(ray: str | None, workers: int, *, require_full_confinement: bool
     """The cluster the attempts run on (joined now, before any work), or None for a local run."""
     if ray is None:
         return None
-    from harness.distributed import ClusterUnavailable
     from synth.distributed import RaySynthesis
 
     cluster = RaySynthesis(ray, sandbox_workers=workers or None, require_full_confinement=require_full_confinement)
-    try:
-        cluster.connect()
-    except ClusterUnavailable as exc:
-        refuse(exc)
+    cluster.connect()  # a cluster that cannot be joined refuses the command (ClusterUnavailable, status 2)
     return cluster
 
 
 async def full_pool(workers: int, require_full_confinement: bool) -> Any:
     """A started sandbox pool; when the code comes from the Hub and a confinement layer is missing, one line and
     exit status 2 before any work (unless --allow-weak-sandbox)."""
-    from harness.sandbox import SandboxPool, WeakSandbox
+    from harness.sandbox import SandboxPool
 
     pool = SandboxPool(workers=workers or None, require_full_confinement=require_full_confinement)
-    try:
-        await pool.start()
-    except WeakSandbox as exc:
-        refuse(exc)
+    await pool.start()  # WeakSandbox refuses the command
     return pool
 
 
-def refuse(exc: Exception) -> NoReturn:
-    """One line on stderr, exit status 2."""
-    err_console.print(labelled("error:", "bold red", exc), soft_wrap=True)
-    raise typer.Exit(2) from None
-
-
 async def _synthesize(cluster: Any, work: Any) -> SynthesisReport:
-    """Await ``work`` and close ``cluster`` after it; a refusal of the cluster is one line and exit status 2."""
-    from harness.distributed import ClusterUnavailable
-
+    """Await ``work`` and close ``cluster`` after it (a refusal of the cluster refuses the command)."""
     try:
         report: SynthesisReport = await work
         return report
-    except ClusterUnavailable as exc:
-        refuse(exc)
     finally:
         if cluster is not None:
             await cluster.close()
@@ -148,7 +124,7 @@ def print_report(report: SynthesisReport, out: Path, what: str) -> None:
 
 
 def register(synth_app: typer.Typer) -> None:
-    @synth_app.command("scenarios")
+    @synth_app.command("scenarios", cls=RefusingCommand)
     def scenarios_command(
         model: Annotated[str, typer.Option(help="Model alias or litellm model string that writes the scenarios.")],
         out: Annotated[Path, typer.Option(help="Output folder; a run over an existing folder resumes it.")],
@@ -215,7 +191,7 @@ def register(synth_app: typer.Typer) -> None:
 
         print_report(asyncio.run(run()), out, "scenarios")
 
-    @synth_app.command("graph")
+    @synth_app.command("graph", cls=RefusingCommand)
     def graph_command(
         out: Annotated[Path, typer.Option(help="JSON file to write the graph to.")],
         envs: EnvsOption = None,
@@ -246,8 +222,7 @@ def register(synth_app: typer.Typer) -> None:
 
         environments, samples = _environments(envs, env)
         if prune and not model:
-            err_console.print("[bold red]error:[/bold red] --prune needs --model")
-            raise typer.Exit(2)
+            raise BadInput("--prune needs --model")
 
         async def run() -> Any:
             passes = GraphModel()
@@ -292,7 +267,7 @@ def register(synth_app: typer.Typer) -> None:
             draw_graph(graph, picture)
             console.print(f"picture: {picture}", markup=False)
 
-    @synth_app.command("queries")
+    @synth_app.command("queries", cls=RefusingCommand)
     def queries_command(
         graph: Annotated[Path, typer.Option(help="Tool graph JSON written by 'harness synth graph'.")],
         model: Annotated[str, typer.Option(help="Model that picks arguments and writes and refines requests.")],

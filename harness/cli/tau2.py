@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 
+from harness.cli.errors import RefusingCommand
 from harness.console import console, err_console, labelled
 from harness.schema import Environment, Scenario
 
@@ -76,4 +77,4 @@ def import_tau2_command(
 
 
 def register(import_app: typer.Typer) -> None:
-    import_app.command("tau2")(import_tau2_command)
+    import_app.command("tau2", cls=RefusingCommand)(import_tau2_command)

@@ -7,19 +7,22 @@ from typing import Annotated
 
 import typer
 
+from harness.cli.errors import RefusingCommand
 from harness.console import console, err_console, labelled
+from harness.errors import BadInput
 
 
-def _fail(prefix: str, message: object, code: int) -> typer.Exit:
-    """Print an error (as outside text: messages may hold brackets and control characters) and give the exit."""
+def _failed(prefix: str, message: object) -> typer.Exit:
+    """Print a failure that is not bad input (as outside text: messages may hold brackets and control
+    characters) and give exit status 1."""
     err_console.print(labelled(prefix, "bold red", message), soft_wrap=True)
-    return typer.Exit(code)
+    return typer.Exit(1)
 
 
 leaderboard_app = typer.Typer(help="Rank stored runs and publish the leaderboard.", no_args_is_help=True)
 
 
-@leaderboard_app.command("build")
+@leaderboard_app.command("build", cls=RefusingCommand)
 def build(
     run_dirs: Annotated[list[Path], typer.Argument(help="Run folders (each with manifest.json and results.jsonl).")],
     out: Annotated[Path, typer.Option("--out", help="Folder to write the leaderboard and reports into.")],
@@ -39,13 +42,13 @@ def build(
     try:
         leaderboard = build_leaderboard(run_dirs, split_by_dataset=split_by_dataset)
     except DatasetMismatchError as error:
-        raise _fail("Refusing to merge:", error, 2) from error
+        raise BadInput(f"Refusing to merge: {error}") from error
     except (FileNotFoundError, ValueError) as error:
-        raise _fail("Cannot build the leaderboard:", error, 2) from error
+        raise BadInput(f"Cannot build the leaderboard: {error}") from error
     try:
         files = write_leaderboard(leaderboard, out, title=title)
     except ImportError as error:
-        raise _fail("Cannot write the report:", error, 1) from error
+        raise _failed("Cannot write the report:", error) from error
     for table in leaderboard.tables:
         console.print(leaderboard_view(table))
         for warning in table.warnings:
@@ -58,7 +61,7 @@ def build(
     )
 
 
-@leaderboard_app.command("publish")
+@leaderboard_app.command("publish", cls=RefusingCommand)
 def publish(
     folder: Annotated[Path, typer.Argument(help="A folder written by `harness leaderboard build`.")],
     repo: Annotated[str, typer.Option("--repo", help="Hub dataset repository, ORG/NAME.")],
@@ -73,9 +76,9 @@ def publish(
     try:
         result = publish_to_hub("leaderboard", folder, repo, private=private, revision=revision, message=message)
     except SourceError as error:
-        raise _fail("Cannot publish:", error, 2) from error
+        raise BadInput(f"Cannot publish: {error}") from error
     except PublishError as error:
-        raise _fail("Cannot publish:", error, 1) from error
+        raise _failed("Cannot publish:", error) from error
     outcome = f"commit {result.commit_sha}" if result.committed else "no change: the Hub already had these files"
     console.print(
         f"Published {folder} to {result.repo_id}@{result.revision} ({outcome}): {result.url}",
@@ -111,7 +114,7 @@ def show(
         try:
             compared = diff_runs(run_dirs[0], run_dirs[1])
         except (FileNotFoundError, ValueError) as error:
-            raise _fail("Cannot read the run:", error, 2) from error
+            raise BadInput(f"Cannot read the run: {error}") from error
         for view in diff_view(compared):
             console.print(view)
         return
@@ -121,14 +124,14 @@ def show(
     try:
         manifest, trajectories = load_run(run_dir)
     except (FileNotFoundError, ValueError) as error:
-        raise _fail("Cannot read the run:", error, 2) from error
+        raise BadInput(f"Cannot read the run: {error}") from error
     if episode is None:
         views = run_view(manifest, trajectories, width=console.width)
     else:
         try:
             trajectory = find_episode(trajectories, episode)
         except KeyError as error:
-            raise _fail("Cannot show the episode:", error.args[0], 2) from error
+            raise BadInput(f"Cannot show the episode: {error.args[0]}") from error
         scenario = load_catalog(manifest).scenarios.get(trajectory.scenario_id)
         views = trajectory_view(trajectory, scenario)
     for view in views:
@@ -138,4 +141,4 @@ def show(
 def register(app: typer.Typer) -> None:
     """Add ``leaderboard build``, ``leaderboard publish`` and ``show`` to the ``harness`` command."""
     app.add_typer(leaderboard_app, name="leaderboard")
-    app.command("show")(show)
+    app.command("show", cls=RefusingCommand)(show)

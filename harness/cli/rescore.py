@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from harness.cli.errors import RefusingCommand
 from harness.console import console, err_console, labelled, outside
 
 MAX_REFUSALS_SHOWN = 20
@@ -76,4 +77,4 @@ def rescore(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("rescore")(rescore)
+    app.command("rescore", cls=RefusingCommand)(rescore)

@@ -1,5 +1,11 @@
 """How the command line ends: one line per problem, honest exit statuses, a traceback only with ``--debug``.
 
+Every command refuses input one way: it raises :class:`harness.errors.BadInput` (or lets a pydantic
+``ValidationError`` or a missing file escape). :class:`RefusingCommand`, the class every command of ``harness`` is
+registered with, turns that into :class:`Refused`, a click error with status 2 (so that typer's test runner sees
+the same refusal); :class:`CommandLine` prints its lines through the console layer, with the traceback under
+``--debug``.
+
 Exit statuses: 0 everything asked was done; 1 an infrastructure failure (an endpoint that does not answer,
 episodes ended in infrastructure errors, an unexpected error); 2 bad input (nothing was done); 3 ``--cost-limit``
 stopped the work before everything asked was done; 130 and 143 a run stopped by SIGINT or SIGTERM after a clean
@@ -19,6 +25,7 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 from typer._click import exceptions as click_errors
+from typer.core import TyperCommand
 
 from harness.console import markup_text
 from harness.errors import BadInput, Unavailable
@@ -75,6 +82,41 @@ def error_lines(error: BaseException) -> tuple[list[str], int]:
         return str(error).splitlines() or [type(error).__name__], EXIT_FAILED
     text = " ".join(str(error).split()) or "(no message)"
     return [f"unexpected {type(error).__name__}: {text} (--debug prints the traceback)"], EXIT_FAILED
+
+
+class Refused(click_errors.ClickException):
+    """Bad input a command refused: its lines, status 2."""
+
+    exit_code = EXIT_BAD_INPUT
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+class Interrupted(click_errors.ClickException):
+    """Ctrl-C outside a run's own clean stop (while models are probed, a library loads): status 130."""
+
+    exit_code = EXIT_SIGINT
+
+    def __init__(self) -> None:
+        super().__init__(_stopped_line("SIGINT"))
+
+
+class RefusingCommand(TyperCommand):
+    """A command whose bad input (see :func:`error_lines`) ends as :class:`Refused`, and whose Ctrl-C ends as
+    :class:`Interrupted` (typer would turn it into a silent status 130), whatever runs it."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            raise Interrupted() from None
+        except Exception as error:
+            lines, status = error_lines(error)
+            if status != EXIT_BAD_INPUT:
+                raise
+            raise Refused(lines) from error
 
 
 class RepeatFilter(logging.Filter):
@@ -138,6 +180,11 @@ class CommandLine:
         for line in lines:
             self.err_console.print(f"[red]error:[/red] {markup_text(redact(line))}", soft_wrap=True, highlight=False)
 
+    def print_traceback(self, error: BaseException) -> None:
+        """With ``--debug``: the traceback of ``error`` and of the error it was raised from."""
+        if self.debug:
+            self.err_console.print(redact("".join(traceback.format_exception(error))), markup=False, highlight=False)
+
     def report_repeats(self) -> None:
         for message, count in self.repeats.repeats():
             shown = markup_text(redact(message), multiline=False)
@@ -155,6 +202,13 @@ class CommandLine:
         except click_errors.NoArgsIsHelpError as error:
             typer.echo(error.ctx.get_help() if error.ctx is not None else str(error))
             return EXIT_OK
+        except Interrupted as error:
+            self.err_console.print(f"[yellow]{markup_text(error.message)}[/yellow]")
+            return EXIT_SIGINT
+        except Refused as error:
+            self.print_traceback(error)
+            self.fail(error.problems)
+            return EXIT_BAD_INPUT
         except click_errors.UsageError as error:
             command = error.ctx.command_path if error.ctx is not None else "harness"
             self.fail([f"{error.format_message()} (see {command} --help)"])
@@ -171,10 +225,7 @@ class CommandLine:
             self.err_console.print(f"[yellow]{_stopped_line('SIGTERM')}[/yellow]")
             return EXIT_SIGTERM
         except Exception as error:
-            if self.debug:
-                self.err_console.print(
-                    redact("".join(traceback.format_exception(error))), markup=False, highlight=False
-                )
+            self.print_traceback(error)
             lines, status = error_lines(error)
             self.fail(lines)
             return status

@@ -12,7 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.table import Table
 from rich.text import Text
 
-from harness.cli_errors import EXIT_COST_LIMIT, EXIT_FAILED, EXIT_OK, exit_status_for_signal
+from harness.cli.errors import EXIT_COST_LIMIT, EXIT_FAILED, EXIT_OK, exit_status_for_signal
 from harness.console import markup_text, outside
 from harness.metrics import GroupSummary, cost_text
 from harness.runner import RunConfig, RunOutcome, RunPlan, RunProgress

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from harness.cli.errors import RefusingCommand
 from harness.console import console, outside
 
 
@@ -46,5 +47,5 @@ def export_leaderboard_json_command(
 
 
 def register(export_app: typer.Typer) -> None:
-    export_app.command("atif")(export_atif_command)
-    export_app.command("leaderboard-json")(export_leaderboard_json_command)
+    export_app.command("atif", cls=RefusingCommand)(export_atif_command)
+    export_app.command("leaderboard-json", cls=RefusingCommand)(export_leaderboard_json_command)

@@ -10,7 +10,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 # stdout is the protocol channel of a stdio server: everything this command says goes to stderr.
+from harness.cli.errors import RefusingCommand
 from harness.console import err_console, labelled
+from harness.errors import BadInput
 
 if TYPE_CHECKING:
     from harness.schema import Scenario
@@ -19,11 +21,6 @@ if TYPE_CHECKING:
 class Transport(StrEnum):
     STDIO = "stdio"
     HTTP = "http"
-
-
-def _fail(message: str, code: int = 2) -> typer.Exit:
-    err_console.print(labelled("error:", "bold red", message), soft_wrap=True)
-    return typer.Exit(code)
 
 
 def serve(
@@ -67,14 +64,14 @@ def serve(
     try:
         library = load_library(envs)
     except (LibraryError, OSError, ValueError) as exc:  # ValueError: HubLoadError, records that do not validate
-        raise _fail(f"cannot load the library {envs or 'seed'}: {exc}") from None
+        raise BadInput(f"cannot load the library {envs or 'seed'}: {exc}") from None
     environment = library.environments.get(env_id)
     if environment is None:
         known = ", ".join(sorted(library.environments)) or "none"
-        raise _fail(f"no environment {env_id!r} in {library.source.source}; known: {known}")
+        raise BadInput(f"no environment {env_id!r} in {library.source.source}; known: {known}")
     scenarios = library.scenarios_for(env_id)
     if scenario is not None and all(s.id != scenario for s in scenarios):
-        raise _fail(f"no scenario {scenario!r} for environment {env_id!r}")
+        raise BadInput(f"no scenario {scenario!r} for environment {env_id!r}")
 
     from harness.mcp.server import EnvironmentServer
     from harness.sandbox import SandboxPool, WeakSandbox
@@ -87,7 +84,7 @@ def serve(
         try:
             await pool.start()
         except WeakSandbox as exc:
-            raise _fail(str(exc)) from None
+            raise BadInput(str(exc)) from None
         async with pool:
             offered = _offered(await invalid_scenarios(pool, library, scenarios), scenarios, scenario, include_invalid)
             first = offered[0] if offered else None
@@ -120,17 +117,17 @@ def _offered(
         action = "offered anyway (--include-invalid)" if include_invalid else "not offered"
         err_console.print(labelled("invalid scenario", "yellow", f"{scenario_id}, {action}: {problem}"), soft_wrap=True)
     if scenario is not None and scenario in invalid and not include_invalid:
-        raise _fail(f"scenario {scenario!r} is invalid: {invalid[scenario]} (pass --include-invalid to serve it)")
+        raise BadInput(f"scenario {scenario!r} is invalid: {invalid[scenario]} (pass --include-invalid to serve it)")
     return scenarios if include_invalid else [s for s in scenarios if s.id not in invalid]
 
 
 def register(app: typer.Typer) -> None:
     """Add ``serve`` to the ``harness`` command line."""
-    app.command("serve")(serve)
+    app.command("serve", cls=RefusingCommand)(serve)
 
 
 def main() -> None:
-    """``python -m harness.cli_serve ENV ...``: the same command, without the rest of the command line."""
+    """``python -m harness.cli.serve ENV ...``: the same command, without the rest of the command line."""
     app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
     register(app)
     app()

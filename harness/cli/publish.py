@@ -10,7 +10,9 @@ from typing import Annotated
 
 import typer
 
+from harness.cli.errors import RefusingCommand
 from harness.console import console, err_console, labelled
+from harness.errors import BadInput
 
 
 class Kind(StrEnum):
@@ -21,10 +23,10 @@ class Kind(StrEnum):
     leaderboard = "leaderboard"
 
 
-def _fail(prefix: str, message: object, code: int) -> typer.Exit:
-    # Outside text: messages hold paths and brackets that rich markup would eat.
+def _failed(prefix: str, message: object) -> typer.Exit:
+    """A failed upload (not bad input): printed as outside text, exit status 1."""
     err_console.print(labelled(prefix, "bold red", message), soft_wrap=True)
-    return typer.Exit(code)
+    return typer.Exit(1)
 
 
 def publish_command(
@@ -66,11 +68,11 @@ def publish_command(
     from harness.hub.load import HubLoadError
 
     if "@" in repo:
-        raise _fail("Bad --repo:", "give the branch with --revision, not @revision", 2)
+        raise BadInput("Bad --repo: give the branch with --revision, not @revision")
     try:
         repo_id = validate_repo_id(repo.strip())
     except RepoIdError as error:
-        raise _fail("Bad --repo:", error, 2) from error
+        raise BadInput(f"Bad --repo: {error}") from error
 
     folder = out if out is not None else Path(tempfile.mkdtemp(prefix="harness-publish-"))
     try:
@@ -78,7 +80,7 @@ def publish_command(
     except (SourceError, HubLoadError, OSError, ValueError) as error:
         if out is None:
             shutil.rmtree(folder, ignore_errors=True)
-        raise _fail("Cannot build:", error, 2) from error
+        raise BadInput(f"Cannot build: {error}") from error
     summary = ", ".join(f"{c.name} ({c.num_rows} rows)" for c in built.configs)
     if out is not None:
         console.print(f"Built {kind.value} dataset for {repo_id} in {folder}: {summary}", markup=False)
@@ -86,7 +88,7 @@ def publish_command(
     try:
         result = upload_built(built, private=private, revision=revision, message=message, keep_build=keep_build)
     except PublishError as error:
-        raise _fail("Publish failed:", error, 1) from error
+        raise _failed("Publish failed:", error) from error
     finally:
         if not keep_build:
             shutil.rmtree(folder, ignore_errors=True)
@@ -105,4 +107,4 @@ def publish_command(
 
 def register(app: typer.Typer) -> None:
     """Add ``publish`` to the ``harness`` command."""
-    app.command("publish")(publish_command)
+    app.command("publish", cls=RefusingCommand)(publish_command)

@@ -9,7 +9,9 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
-from harness.console import console, err_console, labelled, outside
+from harness.cli.errors import RefusingCommand
+from harness.console import console, outside
+from harness.errors import BadInput
 
 if TYPE_CHECKING:
     from synth.costs import CostReport
@@ -18,7 +20,7 @@ if TYPE_CHECKING:
 synth_app = typer.Typer(help="Synthesize environments and scenarios with a model.", no_args_is_help=True)
 
 
-@synth_app.command("envs")
+@synth_app.command("envs", cls=RefusingCommand)
 def envs_command(
     source: Annotated[
         str,
@@ -56,8 +58,7 @@ def envs_command(
     ] = None,
 ) -> None:
     """Build environments from a task set: discover, plan, model, assess and repair, validate."""
-    from harness.cli_synth_scenarios import cluster_for, refuse
-    from harness.distributed.cluster import ClusterUnavailable
+    from harness.cli.synth_scenarios import cluster_for
     from synth.costs import UnknownPriceModel
     from synth.discovery import TaskSourceError
     from synth.pipeline import SynthEnvsConfig, synthesize_environments
@@ -96,14 +97,11 @@ def envs_command(
     try:
         result = asyncio.run(run())
     except (TaskSourceError, UnknownPriceModel) as exc:
-        err_console.print(labelled("error:", "bold red", exc), soft_wrap=True)
-        raise typer.Exit(2) from None
-    except ClusterUnavailable as exc:
-        refuse(exc)
+        raise BadInput(str(exc)) from exc
     print_envs_result(result, out)
 
 
-@synth_app.command("report")
+@synth_app.command("report", cls=RefusingCommand)
 def report_command(
     folder: Annotated[Path, typer.Argument(help="Output folder of 'harness synth envs', 'scenarios' or 'queries'.")],
     out: Annotated[Path | None, typer.Option(help="Folder for the report files (default: FOLDER).")] = None,
@@ -113,17 +111,14 @@ def report_command(
     from synth.report import ReportError, write_report
 
     if not folder.is_dir():
-        err_console.print(labelled("error:", "bold red", f"{folder} is not a folder"), soft_wrap=True)
-        raise typer.Exit(2)
+        raise BadInput(f"{folder} is not a folder")
     try:
         page, markdown, page_html = write_report(folder, out)
     except ReportError as exc:
-        err_console.print(labelled("error:", "bold red", exc), soft_wrap=True)
-        raise typer.Exit(2) from None
+        raise BadInput(str(exc)) from exc
     except (ValueError, KeyError) as exc:
         problem = " ".join(str(exc).split())
-        err_console.print(labelled("error:", "bold red", f"cannot read {folder}: {problem}"), soft_wrap=True)
-        raise typer.Exit(2) from None
+        raise BadInput(f"cannot read {folder}: {problem}") from exc
     table = Table(title=outside(f"Synthesis report ({page.kind})", multiline=False))
     for name in ("stage", "evaluated", "passed"):
         table.add_column(name, justify="left" if name == "stage" else "right")
