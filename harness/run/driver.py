@@ -15,6 +15,7 @@ import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from harness.collector import tuned_for_throughput
 from harness.library import Library
@@ -106,6 +107,7 @@ async def run(
     ``RunOutcome.stopped_by`` names the signal. Episodes run in this process, or through ``backend`` (by default
     a Ray cluster when ``config.ray`` is set); either way this process alone writes the run folder.
     """
+    asyncio.get_running_loop().set_exception_handler(quiet_cancelled_callbacks)
     library = library or load_run_library(config)
     problems = selection_problems(library, config)
     if problems:
@@ -142,6 +144,15 @@ async def run(
                     backend=backend if backend is not None else external_backend(config),
                 )
                 return await run_planned(context)
+
+
+def quiet_cancelled_callbacks(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """A socket callback that completes a future a stop already cancelled (Ctrl-C while a model endpoint is being
+    connected to) is the stop itself, not an error: logged at debug level, not printed."""
+    if isinstance(context.get("exception"), asyncio.InvalidStateError):
+        logger.debug("a callback raced a cancellation: %s", context.get("message"))
+        return
+    loop.default_exception_handler(context)
 
 
 async def checked_plan(
