@@ -178,8 +178,10 @@ def test_infrastructure_errors_exit_1_printed_once_with_a_count_and_the_retry_co
     assert "infra error ×4:" in failed.stdout
     assert failed.stdout.count("request rejected by") == 1
     assert failed.last_line.startswith("exit 1: 4 of 4 episodes ended in infrastructure errors")
+    # A rejected request is recorded as one a retry alone cannot fix: the command says to re-run it anyway.
+    assert "4 of them were refused in a way a retry alone cannot fix" in failed.last_line
     retry_command = failed.last_line.split("re-run them with: ", 1)[1]
-    assert retry_command.endswith(f"--resume --retry-errors --out {out}")
+    assert retry_command.endswith(f"--resume --retry-errors --retry-unretryable --out {out}")
 
     mock_server.clear_faults()
     retried = harness(retry_command.split()[1:], env)

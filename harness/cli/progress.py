@@ -258,6 +258,11 @@ def print_exit_line(
         parts = []
         if errors:
             parts.append(f"{errors} of {outcome.planned} episodes ended in infrastructure errors and were not scored")
+        if outcome.unretryable_errors:
+            parts.append(
+                f"{outcome.unretryable_errors} of them were refused in a way a retry alone cannot fix (see the causes "
+                "above)"
+            )
         if missing:
             parts.append(f"{missing} planned episodes have no result")
         console.print(

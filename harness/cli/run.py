@@ -67,18 +67,27 @@ def run(**values: Any) -> None:
         baselines = run_baselines(config, outcome.run_dir)
     print_summary(console, outcome, baselines)
     resume_command = rerun_command(["--resume", "--out", str(outcome.run_dir)])
-    retry_command = rerun_command(["--resume", "--retry-errors", "--out", str(outcome.run_dir)])
+    retry_flags = ["--resume", "--retry-errors", *(["--retry-unretryable"] if outcome.unretryable_errors else [])]
+    retry_command = rerun_command([*retry_flags, "--out", str(outcome.run_dir)])
     raise typer.Exit(print_exit_line(console, outcome, baselines, resume=resume_command, retry=retry_command))
 
 
 def rerun_command(extra: list[str]) -> str:
-    """This command line again, with ``extra`` in place of any --resume, --retry-errors and --out it had."""
+    """This command line again, with ``extra`` in place of any --resume, --retry-errors, --retry-unretryable and
+    --out it had."""
     import shlex
 
     kept: list[str] = []
     arguments = iter(sys.argv[1:])
     for argument in arguments:
-        if argument in ("--resume", "--retry-errors", "--no-resume", "--no-retry-errors"):
+        if argument in (
+            "--resume",
+            "--retry-errors",
+            "--retry-unretryable",
+            "--no-resume",
+            "--no-retry-errors",
+            "--no-retry-unretryable",
+        ):
             continue
         if argument == "--out":
             next(arguments, None)

@@ -341,6 +341,9 @@ def summarize(
         planned=planned,
         stopped_by=stopped_by,
         infra_causes=infra_error_causes(results),
+        unretryable_errors=sum(
+            t.infra_error and t.failure is not None and t.failure.retryable is False for t in results
+        ),
         environment_causes=environment_error_causes(results),
     )
 

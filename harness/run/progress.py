@@ -111,6 +111,8 @@ class RunOutcome:
     """(environment id, first line of the detail, count) of the environment failures, most frequent first."""
     cost_limit: CostLimitStop | None = None
     """Set when ``--cost-limit`` kept episodes from starting."""
+    unretryable_errors: int = 0
+    """Infrastructure errors recorded as ones a retry cannot help (see ``Failure.retryable``)."""
 
     @property
     def missing(self) -> int:
