@@ -259,3 +259,27 @@ def test_cli_runs_scenarios_and_queries_with_scripted_models(tmp_path: Path) -> 
     report = json.loads((queries / "report.json").read_text())
     assert report["attempted"] == 4
     assert (queries / "rejected.jsonl").exists()
+
+
+def test_cost_limit_stops_new_scenario_attempts_and_a_rerun_with_a_higher_limit_finishes(tmp_path: Path) -> None:
+    app = typer.Typer()
+    synth_app = typer.Typer()
+    register(synth_app)
+    app.add_typer(synth_app, name="synth")
+    runner = CliRunner()
+    writer = scripted(ScriptedScenarioWriter(["retail_orders"]))
+    models = tmp_path / "models.toml"
+    models.write_text(
+        f'[aliases.priced-writer]\nmodel = "{writer}"\ninput_usd_per_million = 100.0\noutput_usd_per_million = 100.0\n'
+    )
+    env = {"HARNESS_MODELS_FILE": str(models)}
+    out = tmp_path / "scen"
+    arguments = ["synth", "scenarios", "--env", "retail_orders", "--per-env", "6", "--model", "priced-writer"]
+    arguments += ["--out", str(out), "--probes", "0", "--concurrency", "1", "--workers", "1"]
+
+    plain = ["synth", "scenarios", "--env", "retail_orders", "--model", writer, "--out", str(tmp_path / "plain")]
+    unpriced = runner.invoke(app, [*plain, "--workers", "1", "--cost-limit", "1"])
+
+    finished = runner.invoke(app, [*arguments, "--cost-limit", "100"], env=env)
+    assert finished.exit_code == 0, finished.output
+    assert json.loads((out / "report.json").read_text())["attempted"] == 6

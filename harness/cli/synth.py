@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
-from harness.cli.errors import RefusingCommand
+from harness.cli.errors import EXIT_COST_LIMIT, RefusingCommand
 from harness.console import console, outside
 from harness.errors import BadInput
 
@@ -56,6 +56,14 @@ def envs_command(
             "'auto' for the cluster this machine belongs to; alone, start a local one. This process still writes OUT."
         ),
     ] = None,
+    cost_limit: Annotated[
+        float | None,
+        typer.Option(
+            min=0,
+            help="Start no task discovery or environment build once this invocation has spent this many USD (answers "
+            "cached under OUT by an earlier one cost nothing when replayed). The model needs a price.",
+        ),
+    ] = None,
 ) -> None:
     """Build environments from a task set: discover, plan, model, assess and repair, validate."""
     from harness.cli.synth_scenarios import cluster_for
@@ -84,6 +92,7 @@ def envs_command(
         sandbox_workers=workers or None,
         cache_answers=not no_cache,
         timeout=timeout,
+        cost_limit=cost_limit,
     )
     cluster = cluster_for(ray, workers)
 
@@ -99,6 +108,14 @@ def envs_command(
     except (TaskSourceError, UnknownPriceModel) as exc:
         raise BadInput(str(exc)) from exc
     print_envs_result(result, out)
+    if result.not_started:
+        console.print(
+            f"[yellow]exit {EXIT_COST_LIMIT}: stopped by --cost-limit with {result.not_started} discoveries or builds "
+            "not started; rerun with a higher --cost-limit to continue[/yellow]",
+            highlight=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(EXIT_COST_LIMIT)
 
 
 @synth_app.command("report", cls=RefusingCommand)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
-from harness.cli.errors import RefusingCommand
+from harness.cli.errors import EXIT_COST_LIMIT, RefusingCommand
 from harness.cli.options import AllowWeakSandbox
 from harness.console import console, markup_text, outside
 from harness.errors import BadInput
@@ -100,6 +100,12 @@ async def _synthesize(cluster: Any, work: Any) -> SynthesisReport:
             await cluster.close()
 
 
+SYNTH_COST_LIMIT_HELP = (
+    "Start no attempt once the spend recorded for OUT reaches this many USD (attempts in flight finish; a rerun "
+    "with a higher limit continues). Every model called needs a price."
+)
+
+
 def print_report(report: SynthesisReport, out: Path, what: str) -> None:
     table = Table(title=f"Gates ({report.attempted} attempts)")
     for column in ("gate", "evaluated", "passed", "acceptance"):
@@ -121,6 +127,14 @@ def print_report(report: SynthesisReport, out: Path, what: str) -> None:
         f"(EnvScaler: ${report.reference_usd_per_scenario:.2f})"
     )
     console.print(f"written to {out}/scenarios, {out}/rejected.jsonl, {out}/report.json", markup=False)
+    if report.not_started:
+        console.print(
+            f"[yellow]exit {EXIT_COST_LIMIT}: stopped by --cost-limit with {report.not_started} attempts not started; "
+            "rerun with a higher --cost-limit to continue[/yellow]",
+            highlight=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(EXIT_COST_LIMIT)
 
 
 def register(synth_app: typer.Typer) -> None:
@@ -152,6 +166,7 @@ def register(synth_app: typer.Typer) -> None:
         timeout: Annotated[float, typer.Option(help="Seconds one model request may take.", min=0.001)] = 120.0,
         ray: RayOption = None,
         allow_weak_sandbox: AllowWeakSandbox = False,
+        cost_limit: Annotated[float | None, typer.Option(min=0, help=SYNTH_COST_LIMIT_HELP)] = None,
     ) -> None:
         """Initial states, tasks, user profiles and check functions for each environment, gated."""
         from synth.scenarios import ScenarioSynthesisConfig, synthesize_scenarios
@@ -170,6 +185,7 @@ def register(synth_app: typer.Typer) -> None:
             price_model=price_model,
             dedup_similarity=dedup_similarity or None,
             embedding_model=embedding_model,
+            cost_limit=cost_limit,
         )
 
         cluster = cluster_for(ray, workers, require_full_confinement=confine_fully)
@@ -302,6 +318,7 @@ def register(synth_app: typer.Typer) -> None:
         timeout: Annotated[float, typer.Option(help="Seconds one model request may take.", min=0.001)] = 120.0,
         ray: RayOption = None,
         allow_weak_sandbox: AllowWeakSandbox = False,
+        cost_limit: Annotated[float | None, typer.Option(min=0, help=SYNTH_COST_LIMIT_HELP)] = None,
     ) -> None:
         """Sample tool chains on the graph, execute them, and turn them into multi-turn natural requests."""
         from synth.graph import ToolGraph
@@ -324,6 +341,7 @@ def register(synth_app: typer.Typer) -> None:
             price_model=price_model,
             dedup_similarity=dedup_similarity or None,
             embedding_model=embedding_model,
+            cost_limit=cost_limit,
             sampling=SamplingParams(
                 max_tools=max_tools,
                 max_environments=1,
