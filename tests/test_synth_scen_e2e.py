@@ -273,12 +273,22 @@ def test_cost_limit_stops_new_scenario_attempts_and_a_rerun_with_a_higher_limit_
         f'[aliases.priced-writer]\nmodel = "{writer}"\ninput_usd_per_million = 100.0\noutput_usd_per_million = 100.0\n'
     )
     env = {"HARNESS_MODELS_FILE": str(models)}
-    out = tmp_path / "scen"
-    arguments = ["synth", "scenarios", "--env", "retail_orders", "--per-env", "6", "--model", "priced-writer"]
-    arguments += ["--out", str(out), "--probes", "0", "--concurrency", "1", "--workers", "1"]
 
     plain = ["synth", "scenarios", "--env", "retail_orders", "--model", writer, "--out", str(tmp_path / "plain")]
     unpriced = runner.invoke(app, [*plain, "--workers", "1", "--cost-limit", "1"])
+    assert unpriced.exit_code == 2 and "has none" in unpriced.output
+    assert not (tmp_path / "plain" / "attempts.jsonl").exists()
+
+    out = tmp_path / "scen"
+    arguments = ["synth", "scenarios", "--env", "retail_orders", "--per-env", "6", "--model", "priced-writer"]
+    arguments += ["--out", str(out), "--probes", "0", "--concurrency", "1", "--workers", "1"]
+    stopped = runner.invoke(app, [*arguments, "--cost-limit", "0.05"], env=env)
+    assert stopped.exit_code == 3, stopped.output
+    assert "stopped by --cost-limit" in stopped.output
+    journal = (out / "attempts.jsonl").read_text().splitlines()
+    assert 1 <= len(journal) < 6
+    spent = sum(json.loads(line)["usage"]["cost_usd"] for line in journal)
+    assert spent >= 0.05 > spent - json.loads(journal[-1])["usage"]["cost_usd"]
 
     finished = runner.invoke(app, [*arguments, "--cost-limit", "100"], env=env)
     assert finished.exit_code == 0, finished.output
