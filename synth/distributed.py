@@ -146,10 +146,18 @@ class RaySynthesis:
         plan = AttemptPlan(kind=kind, config=config, environments=environments, graph=graph)
         await self._start(AttemptExecutor, plan, client, models, config.concurrency)
 
-    async def execute(self, units: list[AttemptUnit], on_record: Callable[[AttemptRecord], None]) -> None:
-        """Run every attempt once on the executors; ``on_record`` gets each finished one, in this process."""
+    async def execute(
+        self,
+        units: list[AttemptUnit],
+        on_record: Callable[[AttemptRecord], None],
+        may_start: Callable[[], bool] | None = None,
+    ) -> int:
+        """Run every attempt once on the executors; ``on_record`` gets each finished one, in this process. Returns
+        how many ``may_start`` kept from starting."""
         work = [WorkUnit(f"{unit.environment_id}/{unit.index}/{unit.key}", RUN_ATTEMPT, unit) for unit in units]
-        await self._dispatch(work, lambda payload: on_record(AttemptRecord.model_validate_json(payload)))
+        return await self._dispatch(
+            work, lambda payload: on_record(AttemptRecord.model_validate_json(payload)), may_start
+        )
 
     async def build_environments(
         self,
@@ -159,7 +167,8 @@ class RaySynthesis:
         may_start: Callable[[], bool] | None = None,
     ) -> list[tuple[Environment | Rejection, dict[str, Usage]]]:
         """Build each theme's environment on the executors; ``run`` is the driver's, whose stage store gets the
-        stage outputs the builds computed. Results come back in the order of ``themes``."""
+        stage outputs the builds computed. Results come back in the order of ``themes``; a theme ``may_start`` kept
+        from starting has none."""
         if not themes:
             return []
         await self._start(EnvironmentExecutor, run.config, run.client, [run.config.model], run.config.concurrency)

@@ -271,7 +271,9 @@ def test_a_failing_model_endpoint_is_still_an_infrastructure_error(library: Path
     summary = orjson.loads((out / "summary.json").read_bytes())
     assert (summary["overall"]["infra_errors"], summary["overall"]["environment_errors"]) == (1, 0)
     assert failed.last_line.startswith("exit 1: 1 of 1 episodes ended in infrastructure errors")
-    assert failed.last_line.endswith(f"--resume --retry-errors --out {out}")
+    # A rejected request is recorded as not retryable: the command re-runs it only with --retry-unretryable.
+    assert trajectory.failure.kind == "request_rejected" and trajectory.failure.retryable is False
+    assert failed.last_line.endswith(f"--resume --retry-errors --retry-unretryable --out {out}")
 
 
 def blamed_trajectory(episode_id: str, termination: TerminationReason, failure: Failure | None) -> Trajectory:

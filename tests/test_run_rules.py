@@ -112,7 +112,7 @@ def test_a_run_of_only_invalid_scenarios_is_refused_naming_them(tmp_path: Path) 
 def test_unknown_rules_are_a_one_line_error() -> None:
     result = harness("run", "--rules", "tau", "--limit", "1")
     assert result.returncode == 2
-    assert "--rules must be one of: harness, envscaler" in result.stderr
+    assert "--rules 'tau': use one of harness, envscaler" in result.stderr
     assert "Traceback" not in result.stderr
 
 

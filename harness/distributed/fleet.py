@@ -168,7 +168,7 @@ class Fleet:
         ray = import_ray()
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        driver_node = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
+        driver_node = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         return (
             ray.remote(ClusterLimiter)
             .options(
