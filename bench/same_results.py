@@ -25,7 +25,7 @@ import orjson
 HERE = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(HERE))
 
-from tests.cli_process import alias_file, serving_mock  # noqa: E402
+from tests.doubles.seed_replay import alias_file, serving_mock  # noqa: E402
 
 
 def timeless(record: dict[str, Any]) -> dict[str, Any]:

@@ -42,7 +42,7 @@ def main() -> None:
     library = load_library(args.library)
     if args.tiny:
         sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-        from tests.train_trl_tiny import tiny_model, tiny_tokenizer  # the test suite's offline model
+        from tests.doubles.train_trl_tiny import tiny_model, tiny_tokenizer  # the test suite's offline model
 
         tokenizer = tiny_tokenizer(library, vocab_size=600)
         model = tiny_model(tokenizer)

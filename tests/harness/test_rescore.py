@@ -1,0 +1,223 @@
+"""``harness rescore`` and ``harness show --diff`` through the real command line, on a run made against the mock
+model: unchanged checks reproduce every verdict byte for byte, a changed check changes exactly its episodes, and an
+episode whose environment changed or whose replay differs is refused with its reason."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import orjson
+import pytest
+
+from harness.library import load_library
+from tests.support.cli_process import Finished, harness
+from tests.support.stored_runs import lines_of, mock_model_run
+
+SEED = Path(__file__).resolve().parents[2] / "datasets" / "seed"
+SCENARIOS = ["banking-001", "banking-002", "car_rental-001"]
+HEX16 = set("0123456789abcdef")
+
+
+def verdict(line: dict) -> bytes:
+    return orjson.dumps([line["check_results"], line["reward"]], option=orjson.OPT_SORT_KEYS)
+
+
+def copy_library(tmp_path: Path, name: str) -> Path:
+    library = tmp_path / name
+    shutil.copytree(SEED, library)
+    return library
+
+
+def edit_scenario(library: Path, environment: str, scenario_id: str, edit) -> None:
+    path = library / "scenarios" / f"{environment}.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    for record in records:
+        if record["id"] == scenario_id:
+            edit(record)
+    path.write_text("".join(json.dumps(record) + "\n" for record in records))
+
+
+@pytest.fixture(scope="module")
+def stored_run(tmp_path_factory) -> Path:
+    return mock_model_run(tmp_path_factory.mktemp("stored"), SCENARIOS)
+
+
+def rescore(run_dir: Path, library: Path, out: Path) -> Finished:
+    return harness(["rescore", str(run_dir), "--envs", str(library), "--out", str(out)])
+
+
+def test_records_carry_the_versions_of_what_graded_them(stored_run):
+    library = load_library(str(SEED))
+    from harness.versions import checks_hash, environment_hash, library_checks_hash, scenario_hash
+
+    scenarios = {s.id: s for s in library.scenarios}
+    for line in lines_of(stored_run):
+        versions = line["versions"]
+        scenario = scenarios[line["scenario_id"]]
+        assert versions["environment"] == environment_hash(library.environments[line["environment_id"]])
+        assert versions["scenario"] == scenario_hash(scenario)
+        assert versions["checks"] == checks_hash(scenario)
+        assert set(versions["checks"]) <= HEX16 and len(versions["checks"]) == 16
+        assert versions["rules"] == "harness" and versions["package"]
+    manifest = json.loads((stored_run / "manifest.json").read_text())
+    assert manifest["checks_version"] == library_checks_hash(library.scenarios)
+    summary = json.loads((stored_run / "summary.json").read_text())
+    checks = summary["versions"]["checks"]
+    assert checks and summary["versions"]["rules"] == ["harness"] and summary["versions"]["unversioned_episodes"] == 0
+    shown = harness(["show", str(stored_run)])
+    assert shown.code == 0 and f"checks {checks[:8]}" in shown.stdout
+
+
+def test_unchanged_checks_reproduce_every_verdict_byte_for_byte(stored_run, tmp_path):
+    out = tmp_path / "rescored"
+    finished = rescore(stored_run, SEED, out)
+    assert finished.code == 0, finished.stderr
+    assert "Re-scored 12 episodes" in finished.stdout and "0 changed verdict" in finished.stdout
+    before = {line["episode_id"]: line for line in lines_of(stored_run)}
+    after = {line["episode_id"]: line for line in lines_of(out)}
+    assert before.keys() == after.keys()
+    for episode_id, line in after.items():
+        assert verdict(line) == verdict(before[episode_id])
+        assert line["rescored_from"] == stored_run.name
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["rescored_from"]["run_id"] == stored_run.name
+
+
+def test_a_changed_check_changes_exactly_its_episodes_and_show_diff_lists_them(stored_run, tmp_path):
+    library = copy_library(tmp_path, "library")
+
+    def stricter(record: dict) -> None:
+        record["checks"][0]["source"] = "def check(initial_state, final_state):\n    return False\n"
+
+    edit_scenario(library, "banking", "banking-001", stricter)
+    out = tmp_path / "rescored"
+    finished = rescore(stored_run, library, out)
+    assert finished.code == 0, finished.stderr
+    before = {line["episode_id"]: line for line in lines_of(stored_run)}
+    changed = {line["episode_id"] for line in lines_of(out) if verdict(line) != verdict(before[line["episode_id"]])}
+    expected = {episode for episode, line in before.items() if line["scenario_id"] == "banking-001"}
+    assert changed == expected and len(expected) == 4
+    for episode in expected:
+        assert before[episode]["reward"]["success"] is True
+    assert all(not line["reward"]["success"] for line in lines_of(out) if line["episode_id"] in expected)
+
+    shown = harness(["show", "--diff", str(stored_run), str(out)])
+    assert shown.code == 0, shown.stderr
+    assert "4 of 12 paired episodes changed verdict" in shown.stdout
+    for episode in expected:
+        assert episode[:12] in shown.stdout
+    for episode in before.keys() - expected:
+        assert episode[:12] not in shown.stdout
+
+
+def test_an_environment_whose_code_changed_is_refused_per_episode(stored_run, tmp_path):
+    library = copy_library(tmp_path, "library")
+    code = library / "environments" / "car_rental.py"
+    code.write_text(code.read_text() + "\n# edited after the run\n")
+    out = tmp_path / "rescored"
+    finished = rescore(stored_run, library, out)
+    assert finished.code == 1
+    refused = [line for line in finished.stderr_lines if line.startswith("refused:")]
+    car_rental = [line["episode_id"] for line in lines_of(stored_run) if line["environment_id"] == "car_rental"]
+    assert len(refused) == len(car_rental) == 4
+    assert all("environment's code changed" in line for line in refused)
+    kept = {line["episode_id"] for line in lines_of(out)}
+    assert kept.isdisjoint(car_rental) and len(kept) == 8
+    report = json.loads((out / "rescore.json").read_text())
+    assert sorted(r["episode_id"] for r in report["refused"]) == sorted(car_rental)
+
+
+def test_an_old_record_whose_replay_differs_is_refused_with_the_call(stored_run, tmp_path):
+    old = tmp_path / "old-run"
+    shutil.copytree(stored_run, old)
+    lines = lines_of(old)
+    tampered = next(line for line in lines if line["steps"])
+    for line in lines:
+        line.pop("versions")  # a record written before versions existed
+    tampered["steps"][0]["observation"]["content"] = {"recorded": "something the tool never returned"}
+    (old / "results.jsonl").write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines))
+    out = tmp_path / "rescored"
+    finished = rescore(old, SEED, out)
+    assert finished.code == 1
+    refused = [line for line in finished.stderr_lines if line.startswith("refused:")]
+    assert len(refused) == 1 and tampered["episode_id"] in refused[0]
+    assert "replaying call 1" in refused[0] and "another result than the recorded one" in refused[0]
+    assert len(lines_of(out)) == 11
+
+
+def test_a_library_without_the_runs_environment_says_which_and_writes_nothing(stored_run, tmp_path):
+    library = copy_library(tmp_path, "library")
+    for path in (library / "environments").glob("car_rental.*"):
+        path.unlink()
+    (library / "scenarios" / "car_rental.jsonl").unlink()
+    out = tmp_path / "rescored"
+    finished = rescore(stored_run, library, out)
+    assert finished.code == 2
+    problems = [line for line in finished.stderr_lines if "has no environment" in line]
+    assert len(problems) == 1 and "no environment 'car_rental' (4 episodes of the run)" in problems[0]
+    assert not out.exists()
+
+
+def test_a_leaderboard_keeps_verdicts_of_two_check_versions_apart(stored_run, tmp_path):
+    library = copy_library(tmp_path, "library")
+    edit_scenario(
+        library,
+        "banking",
+        "banking-002",
+        lambda record: record["checks"][0].update(source="def check(initial_state, final_state):\n    return False\n"),
+    )
+    rescored = tmp_path / "rescored"
+    assert rescore(stored_run, library, rescored).code == 0
+    board = tmp_path / "board"
+    mixed = harness(["leaderboard", "build", str(stored_run), str(rescored), "--out", str(board)])
+    assert mixed.code == 2 and "Refusing to merge" in mixed.stderr
+    built = harness(["leaderboard", "build", str(stored_run), str(rescored), "--split-by-dataset", "--out", str(board)])
+    assert built.code == 0, built.stderr
+    from leaderboards.output import ROWS_FILE
+
+    rows = [json.loads(line) for line in (board / ROWS_FILE).read_text().splitlines()]
+    versions = {json.loads((run / "manifest.json").read_text())["checks_version"] for run in (stored_run, rescored)}
+    assert len(versions) == 2
+    labels = sorted(row["settings"] for row in rows if row["model"] == "mock-agent")
+    assert len(labels) == 2
+    for version in versions:
+        assert sum(f"checks {version[:8]}" in label for label in labels) == 1
+
+
+def test_an_envscaler_import_rescores_under_its_own_rules(tmp_path):
+    """EnvScaler's rules (arguments passed through, first call only, str() results) replay the same way."""
+    from tests.doubles.mock_openai import MockOpenAIServer
+    from tests.doubles.seed_replay import alias_file
+    from tests.harness.importers.test_envscaler_import import release_files
+
+    env_file, scenario_file = release_files(tmp_path)
+    library = tmp_path / "library"
+    command = ["import", "envscaler", "--environments", str(env_file), "--scenarios", str(scenario_file)]
+    imported = harness([*command, "--out", str(library)])
+    assert imported.code == 0, imported.stderr
+    server = MockOpenAIServer(record_bodies=False)
+    server.register_replay(
+        "Redeem 200 of Ann's points.",
+        [
+            {"name": "get_user", "arguments": {"user_id": "u1"}},
+            {"name": "redeem_points", "arguments": {"user_id": "u1", "points": 200}},
+        ],
+        reply="Done.",
+    )
+    with server.running_in_thread():
+        models = alias_file(tmp_path / "models.toml", server.base_url)
+        run = tmp_path / "run"
+        finished = harness(
+            ["run", "--envs", str(library), "--model", "mock-agent", "--trials", "2", "--out", str(run)],
+            env={"HARNESS_MODELS_FILE": str(models)},
+        )
+    assert finished.code == 0, finished.stderr
+    recorded = lines_of(run)
+    assert {line["versions"]["rules"] for line in recorded} == {"envscaler"}
+    assert all(line["steps"] for line in recorded)
+    out = tmp_path / "rescored"
+    assert rescore(run, library, out).code == 0
+    before = {line["episode_id"]: verdict(line) for line in recorded}
+    assert {line["episode_id"]: verdict(line) for line in lines_of(out)} == before

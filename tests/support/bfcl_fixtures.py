@@ -1,0 +1,56 @@
+"""BFCL test data: the bfcl-eval wheel, downloaded once with pip (never installed or imported), and a library
+imported from it with the real CLI."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BFCL_VERSION = "2026.3.23"
+WHEEL_NAME = f"bfcl_eval-{BFCL_VERSION}-py3-none-any.whl"
+REPO = Path(__file__).resolve().parents[2]
+
+
+def wheel_cache() -> Path:
+    return Path(os.environ.get("ENVHARNESS_BFCL_CACHE", Path.home() / ".cache" / "envharness" / "bfcl"))
+
+
+def harness_cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run(
+        [sys.executable, "-m", "harness.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=REPO,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="session")
+def bfcl_wheel() -> Path:
+    cache = wheel_cache()
+    wheel = cache / WHEEL_NAME
+    if not wheel.is_file():
+        cache.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", f"bfcl-eval=={BFCL_VERSION}", "--no-deps", "-d", str(cache)],
+            check=True,
+            capture_output=True,
+            timeout=600,
+        )
+    assert wheel.is_file(), f"pip download did not produce {wheel}"
+    return wheel
+
+
+@pytest.fixture(scope="session")
+def bfcl_library(bfcl_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("bfcl") / "library"
+    result = harness_cli("import", "bfcl", "--source", str(bfcl_wheel), "--category", "all", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    return out
