@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 from harness.fingerprint import fingerprint
 from harness.hub.card import CardConfig, CardInfo, SourceLink, render_card
-from harness.hub.projection import LAYOUT_VERSION, PROJECTIONS, RowSchemaError, records_to_table
+from harness.hub.projection import LAYOUT_VERSION, METADATA_KEY, PROJECTIONS, RowSchemaError, records_to_table
 from harness.hub.sources import SourceError, read_leaderboard, read_library, read_run, read_sft
 from harness.schema import SCHEMA_VERSION, DatasetRef, Environment, Record, RunManifest, Scenario, Trajectory
 from harness.sft import SHAREGPT_FORMAT
@@ -31,7 +31,6 @@ KINDS = ("environments", "scenarios", "trajectories", "sft", "leaderboard")
 DEFAULT_LICENSE = "apache-2.0"
 LLAMAFACTORY_FILE = "dataset_info.json"
 HUB_REPO = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
-METADATA_KEY = b"envharness"
 SHARD_BYTES = 256 * 1024 * 1024
 ROW_GROUP_ROWS = 1000
 

@@ -19,9 +19,9 @@ import pyarrow.parquet as pq
 
 from harness.containment import require_inside, require_relative_pattern
 from harness.fingerprint import fingerprint
-from harness.hub.build import METADATA_KEY
 from harness.hub.projection import (
     GENERIC_ROW,
+    METADATA_KEY,
     PROJECTIONS,
     collection_paused,
     rows_to_records,

@@ -44,6 +44,8 @@ from harness.hub.codec import (
 from harness.schema import Environment, RunManifest, Scenario, Trajectory
 
 LAYOUT_VERSION = "2"
+# The parquet schema metadata key under which a published file says which record type its rows are.
+METADATA_KEY = b"envharness"
 """Version of the Hub layout: 2 has typed nested columns; 1 had JSON text in ``<field>_json`` columns."""
 JSON_SUFFIX = "_json"
 """Suffix of the JSON-text columns of layout 1."""

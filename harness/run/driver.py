@@ -104,9 +104,12 @@ async def run(
     (invalid ones are left out and named unless ``include_invalid``). Each model endpoint is probed once
     (:class:`ModelUnavailable` when one does not answer). With ``stop_on_signals``, SIGINT or SIGTERM stops the
     run cleanly: episodes in flight are dropped (they run again on resume), the summary is written, and
-    ``RunOutcome.stopped_by`` names the signal. Episodes run in this process, or through ``backend`` (by default
-    a Ray cluster when ``config.ray`` is set); either way this process alone writes the run folder.
+    ``RunOutcome.stopped_by`` names the signal. Episodes run in this process, or through ``backend``; either way
+    this process alone writes the run folder. ``config.ray`` needs a backend for that cluster:
+    :func:`harness.runner.run` supplies it.
     """
+    if config.ray is not None and backend is None:
+        raise ValueError("a run with config.ray needs the cluster backend: call harness.runner.run")
     asyncio.get_running_loop().set_exception_handler(quiet_cancelled_callbacks)
     library = library or load_run_library(config)
     problems = selection_problems(library, config)
@@ -141,7 +144,7 @@ async def run(
                     on_progress=on_progress,
                     on_start=on_start,
                     stop_on_signals=stop_on_signals,
-                    backend=backend if backend is not None else external_backend(config),
+                    backend=backend,
                 )
                 return await run_planned(context)
 
@@ -183,15 +186,6 @@ async def model_client(config: RunConfig, client: LLMClient | None) -> AsyncIter
         yield owned
     finally:
         await owned.aclose()
-
-
-def external_backend(config: RunConfig) -> EpisodeBackend | None:
-    """The Ray backend when ``--ray`` asks for it (imported here: ``harness.distributed`` builds on this package)."""
-    if config.ray is None:
-        return None
-    from harness.distributed import RayBackend
-
-    return RayBackend(config.ray)
 
 
 async def run_planned(context: RunContext) -> RunOutcome:

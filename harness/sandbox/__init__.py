@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from harness.sandbox.limits import SandboxLimits as SandboxLimits
     from harness.sandbox.pool import (
         EnvironmentFailed as EnvironmentFailed,
     )
@@ -20,9 +21,6 @@ if TYPE_CHECKING:
     )
     from harness.sandbox.pool import (
         SandboxError as SandboxError,
-    )
-    from harness.sandbox.pool import (
-        SandboxLimits as SandboxLimits,
     )
     from harness.sandbox.pool import (
         SandboxPool as SandboxPool,
@@ -39,7 +37,7 @@ _EXPORTS = {
     "EnvironmentFailed": "harness.sandbox.pool",
     "EnvironmentLoadError": "harness.sandbox.pool",
     "SandboxError": "harness.sandbox.pool",
-    "SandboxLimits": "harness.sandbox.pool",
+    "SandboxLimits": "harness.sandbox.limits",
     "SandboxPool": "harness.sandbox.pool",
     "WeakSandbox": "harness.sandbox.pool",
     "StaticCheckError": "harness.sandbox.static",

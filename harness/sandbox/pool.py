@@ -21,13 +21,13 @@ from types import TracebackType
 from typing import Any
 
 import orjson
-from pydantic import BaseModel, Field
 
 from harness.errors import BadInput
 from harness.sandbox.arguments import CallRejected, validate_call
 from harness.sandbox.check_batches import SCENARIO_OF_CHECKS, CheckBatcher, EpisodeInputs
 from harness.sandbox.children import Child, ChildLost, Zygote, ZygoteFailed
 from harness.sandbox.confine import DISABLE_VARIABLE, disabled_layers, seccomp_filter
+from harness.sandbox.limits import SandboxLimits
 from harness.sandbox.replies import (
     OBSERVATION_KINDS,
     ReplyLimits,
@@ -52,28 +52,6 @@ from harness.schema import (
 )
 
 logger = logging.getLogger(__name__)
-
-
-class SandboxLimits(BaseModel):
-    call_timeout_s: float = Field(default=5.0, gt=0, description="Per tool call, and for loading a class.")
-    check_timeout_s: float = Field(default=5.0, gt=0, description="Per check function.")
-    memory_mb: int = Field(default=1024, ge=0, description="Address-space cap of each sandbox process; 0 for none.")
-    max_result_bytes: int = Field(default=1_000_000, gt=0, description="Bytes of one tool call's result as JSON.")
-    max_state_bytes: int = Field(default=64_000_000, gt=0, description="Bytes of an environment's state as JSON.")
-    max_result_depth: int = Field(default=64, gt=0, description="Containers nested in one another in a result.")
-    max_state_depth: int = Field(default=96, gt=0, description="Containers nested in one another in a state.")
-    max_result_items: int = Field(default=100_000, gt=0, description="Keys and items of all a result's containers.")
-    max_state_items: int = Field(default=2_000_000, gt=0, description="Keys and items of all a state's containers.")
-    max_string_chars: int = Field(
-        default=1_000_000, gt=0, description="Characters of any one string or key in a result or a state."
-    )
-    kill_grace_s: float = Field(default=2.0, ge=0, description="How long past a timeout before the process is killed.")
-    max_recoveries: int = Field(default=3, ge=0, description="Process replacements one session may go through.")
-    zygote_timeout_s: float = Field(
-        default=10.0,
-        gt=0,
-        description="How long a zygote may take to answer a fork request before it is killed and replaced.",
-    )
 
 
 class SandboxError(RuntimeError):

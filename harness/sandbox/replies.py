@@ -10,16 +10,14 @@ observation, a failed state read or a failed check result with the reason, never
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 from pydantic import ValidationError
 
 from harness.jsonlimits import ERROR_TEXT_LIMIT, JSONLimits, UnsafeJSON, check_decoded_json, cut_text
+from harness.sandbox.limits import SandboxLimits
 from harness.schema import CheckResult, DiffEntry, Observation, ObservationKind, ToolCall
-
-if TYPE_CHECKING:
-    from harness.sandbox.pool import SandboxLimits
 
 REPLY_ENVELOPE_BYTES = 64 * 1024
 """Room in a reply for what surrounds its result or state: the status, the kind, an error text."""

@@ -19,8 +19,9 @@ import os
 import signal
 import sys
 import traceback
+from functools import partial
 from types import CodeType
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -419,15 +420,20 @@ def serve_session(fd: int, settings: Settings) -> None:
         _write_all(fd, _frame(_encode(response), sequence))
 
 
-def serve_checks(fd: int, settings: Settings, *, isolated: bool = True) -> None:
+class CheckBatchRunner(Protocol):
+    """What runs a batch of checks in a check process (``harness.sandbox.check_runner.run_checks``, which builds on
+    this module and so is handed in by the zygote rather than imported here)."""
+
+    def __call__(self, request: dict[str, Any], settings: Settings, *, isolated: bool = ...) -> dict[str, Any]: ...
+
+
+def serve_checks(fd: int, settings: Settings, run_checks: CheckBatchRunner, *, isolated: bool = True) -> None:
     """Run one batch of checks and return (``isolated=False`` only for the trusted warm-up, which runs before the
     zygote forks and must not leave the check guard installed there)."""
     received = _read_request(fd)
     if received is None:
         return
     sequence, request = received
-    from harness.sandbox.check_runner import run_checks  # imported by prepare_interpreter
-
     try:
         response: dict[str, Any] = run_checks(request, settings, isolated=isolated)
     except MemoryError:
@@ -447,7 +453,6 @@ def prepare_interpreter() -> None:
         except ImportError:
             if module not in OPTIONAL_MODULES:
                 raise
-    importlib.import_module("harness.sandbox.check_runner")  # check processes run it; it imports this module
     sys.dont_write_bytecode = True
     sys.setrecursionlimit(3000)
     signal.signal(signal.SIGALRM, _on_alarm)
@@ -489,10 +494,11 @@ _WARM_UP_ROUNDS = 64
 place after its first few runs)."""
 
 
-def warm_up(settings: Settings) -> None:
+def warm_up(settings: Settings, run_checks: CheckBatchRunner) -> None:
     """Serve trusted sessions and check batches in this process, before the zygote forks: lazy caches are filled
     and the bytecode of the serving path is specialized once here instead of being rewritten in every child,
-    which would make those pages private to each session (and cost each one the CPU to redo it)."""
+    which would make those pages private to each session (and cost each one the CPU to redo it). The caller then
+    prepares the check processes' restore snapshot (``check_runner.prepare_check_restore``)."""
     opening: dict[str, Any] = {"op": "open", "class_name": "Counter", "code": _WARM_UP_ENVIRONMENT, "state": {}}
     calls: list[dict[str, Any]] = []
     for index in range(_WARM_UP_CALLS):
@@ -500,23 +506,17 @@ def warm_up(settings: Settings) -> None:
         calls.append({"op": "call", "name": "get_item", "args": {"item_id": "a" if index % 2 else "b"}})
     ending: list[dict[str, Any]] = [{"op": "call", "name": "fail", "args": {}}, {"op": "state"}, {"op": "close"}]
     checks = {"checks": [{"source": _WARM_UP_CHECK}], "initial": {"items": {}}, "final": {"items": {"a": {"count": 1}}}}
+    trusted_checks = partial(serve_checks, run_checks=run_checks, isolated=False)
     replies = _serve_locally(serve_session, [opening, *calls, *ending], settings)
     bytecode = replies[0].get("bytecode") if replies else None
     if bytecode:
         opening = {**opening, "code": None, "bytecode": bytecode}
     for _ in range(_WARM_UP_ROUNDS):
         _serve_locally(serve_session, [opening, *calls[:2], *ending], settings)
-        _serve_locally(_serve_trusted_checks, [checks], settings)
+        _serve_locally(trusted_checks, [checks], settings)
     for label in [name for name in sys.modules if name == "environment" or name.startswith("check_")]:
         del sys.modules[label]
     CONTEXT.current = Clock(0)
-    from harness.sandbox.check_runner import prepare_check_restore
-
-    prepare_check_restore()
-
-
-def _serve_trusted_checks(fd: int, settings: Settings) -> None:
-    serve_checks(fd, settings, isolated=False)
 
 
 def _serve_locally(serve: Any, requests: list[dict[str, Any]], settings: Settings) -> list[dict[str, Any]]:

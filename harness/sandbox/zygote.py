@@ -31,7 +31,7 @@ from typing import Any
 
 import orjson
 
-from harness.sandbox import runtime
+from harness.sandbox import check_runner, runtime
 from harness.sandbox.confine import Confinement, ConfinementError, disabled_layers, prepare
 from harness.sandbox.namespaces import HOST_NAME
 from harness.sandbox.uids import BLOCK_SIZE
@@ -66,7 +66,7 @@ def _child(channel: socket.socket, kind: str, slot: int, confinement: Confinemen
         if kind == "session":
             runtime.serve_session(fd, settings)
         elif kind == "checks":
-            runtime.serve_checks(fd, settings)
+            runtime.serve_checks(fd, settings, check_runner.run_checks)
         elif kind == "probe":
             _serve_probe(fd, status_fd)
     except ConfinementError:
@@ -322,7 +322,8 @@ def main() -> None:
     confinement = prepare(
         int(options["memory_mb"]), disabled_layers(options.get("disabled_env", {})), options.get("seccomp")
     )
-    runtime.warm_up(settings)
+    runtime.warm_up(settings, check_runner.run_checks)
+    check_runner.prepare_check_restore()
     zygote = Zygote(control, confinement, settings)
     report = _layer_report(confinement, zygote.probe())
     gc.collect()
