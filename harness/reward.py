@@ -132,7 +132,9 @@ def composite(
 
 
 def final_state_of(scenario: Scenario, trajectory: Trajectory) -> dict[str, Any]:
-    return apply_diff(scenario.initial_state, [d.model_dump() for d in trajectory.final_state_diff])
+    # The diff is between two dict states, so it never replaces the root with another type.
+    state: dict[str, Any] = apply_diff(scenario.initial_state, [d.model_dump() for d in trajectory.final_state_diff])
+    return state
 
 
 def trajectory_reward(scenario: Scenario, trajectory: Trajectory, weights: CompositeWeights | None = None) -> float:

@@ -54,7 +54,7 @@ def command_line_type(annotation: Any) -> Any:
         parsed = members[0] if len(members) == 1 else str
         return parsed | None if type(None) in get_args(annotation) else parsed
     if origin is list:
-        return list[command_line_type(get_args(annotation)[0])]  # type: ignore[misc]
+        return list[command_line_type(get_args(annotation)[0])]  # type: ignore[misc]  # a type built at runtime
     return annotation
 
 
@@ -124,7 +124,7 @@ class ConfigFlags(Generic[ConfigT]):
             if parameter.kind is not inspect.Parameter.VAR_KEYWORD
         ]
         generated = [self.parameter(name) for name in self.fields]
-        command.__signature__ = inspect.Signature([*own, *generated])  # type: ignore[attr-defined]
+        command.__signature__ = inspect.Signature([*own, *generated])  # type: ignore[attr-defined]  # read by typer
         return command
 
     def values(self, passed: dict[str, Any]) -> dict[str, Any]:

@@ -37,11 +37,13 @@ def dataset_command(
     from harness.hub import PublishError, RepoIdError, validate_repo_id
     from harness.library import LibraryError
     from harness.rules import RULES_NAMES
+    from harness.schema import Mode
     from harness.train.trl_dataset import prompt_dataset, publish_prompt_dataset, write_prompt_dataset
 
     if out is None and repo is None:
         raise _fail("Bad input:", "give --out DIR, --repo ORG/NAME, or both", 2)
-    if mode not in ("nonconv", "conv"):
+    modes: tuple[Mode, ...] = ("nonconv", "conv")
+    if mode not in modes:
         raise _fail("Bad --mode:", f"{mode!r} is not nonconv or conv", 2)
     if rules not in RULES_NAMES:
         raise _fail("Bad --rules:", f"{rules!r} is not one of {', '.join(RULES_NAMES)}", 2)
@@ -52,7 +54,7 @@ def dataset_command(
         except RepoIdError as error:
             raise _fail("Bad --repo:", error, 2) from error
     try:
-        dataset = prompt_dataset(source, mode=mode, rules=rules, environments=environment)  # type: ignore[arg-type]
+        dataset = prompt_dataset(source, mode=mode, rules=rules, environments=environment)
     except (LibraryError, BadInput, ValueError) as error:
         raise _fail("Cannot build:", error, 2) from error
     if out is not None:

@@ -265,14 +265,14 @@ class Fleet:
                     await asyncio.wait(set(self._replacing), return_when=asyncio.FIRST_COMPLETED)
                     continue
                 self._submit(queue, alive, in_flight, calls)
-                for executor in alive:
-                    if executor.collecting is None:
-                        reference = executor.actor.collect.remote(COLLECT_WAIT_S)
-                        executor.collecting = asyncio.wrap_future(reference.future())
-                        calls[executor.collecting] = executor
+                for handle in alive:
+                    if handle.collecting is None:
+                        reference = handle.actor.collect.remote(COLLECT_WAIT_S)
+                        handle.collecting = asyncio.wrap_future(reference.future())
+                        calls[handle.collecting] = handle
                 done, _ = await asyncio.wait({*calls, *self._replacing}, return_when=asyncio.FIRST_COMPLETED)
                 for future in done:
-                    executor = calls.pop(future, None)  # type: ignore[arg-type]
+                    executor = calls.pop(future, None)
                     if executor is None:
                         continue  # a replacement finished starting: it is picked up above
                     if future is executor.collecting:

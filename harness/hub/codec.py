@@ -58,7 +58,7 @@ class Scalar(Codec):
     convert: Callable[[Any], Any] | None = None
 
     @property
-    def label(self) -> str:  # type: ignore[override]
+    def label(self) -> str:  # type: ignore[override]  # a property over the base's plain attribute
         return self.dtype
 
     def feature(self) -> Any:
@@ -126,7 +126,7 @@ class ListOf(Codec):
     item: Codec
 
     @property
-    def label(self) -> str:  # type: ignore[override]
+    def label(self) -> str:  # type: ignore[override]  # a property over the base's plain attribute
         return f"list<{self.item.label}>"
 
     def feature(self) -> Any:
@@ -146,7 +146,7 @@ class Struct(Codec):
     fields: dict[str, Codec]
 
     @property
-    def label(self) -> str:  # type: ignore[override]
+    def label(self) -> str:  # type: ignore[override]  # a property over the base's plain attribute
         return "struct"
 
     def feature(self) -> Any:
@@ -175,7 +175,7 @@ class OpenStruct(Codec):
     extra: str | None = "extra"
 
     @property
-    def label(self) -> str:  # type: ignore[override]
+    def label(self) -> str:  # type: ignore[override]  # a property over the base's plain attribute
         return "struct"
 
     def feature(self) -> Any:
@@ -228,7 +228,7 @@ class KeyedList(Codec):
     """Name of the value's field when the value is not a struct (then each item is {key, value})."""
 
     @property
-    def label(self) -> str:  # type: ignore[override]
+    def label(self) -> str:  # type: ignore[override]  # a property over the base's plain attribute
         return "list<struct>"
 
     def _item(self) -> Struct:

@@ -72,7 +72,8 @@ class _CallbackFreeLoggingWorker:
 def _install_logging_worker() -> None:
     current = logging_worker.GLOBAL_LOGGING_WORKER
     if not isinstance(current, _CallbackFreeLoggingWorker):
-        logging_worker.GLOBAL_LOGGING_WORKER = _CallbackFreeLoggingWorker(current)  # type: ignore[assignment]
+        stand_in = _CallbackFreeLoggingWorker(current)
+        logging_worker.GLOBAL_LOGGING_WORKER = stand_in  # type: ignore[assignment]  # a duck-typed LoggingWorker
 
 
 def register_custom_provider(provider: str, handler: Any) -> None:

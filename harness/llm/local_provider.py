@@ -43,7 +43,7 @@ def _complete(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
 class LocalModelProvider(CustomLLM):
     """Answers ``harness_local/<anything>`` with the embedded model."""
 
-    async def acompletion(  # type: ignore[override]
+    async def acompletion(  # type: ignore[override]  # litellm calls it by keyword; we take what we use
         self, model: str, messages: list[dict[str, Any]], *args: Any, optional_params: dict[str, Any], **kwargs: Any
     ) -> ModelResponse:
         options = {

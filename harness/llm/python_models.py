@@ -53,7 +53,7 @@ def registered_python_models() -> list[str]:
 class PythonModelProvider(CustomLLM):
     """litellm custom provider dispatching ``python/<name>`` to the registered handler."""
 
-    async def acompletion(  # type: ignore[override]
+    async def acompletion(  # type: ignore[override]  # litellm calls it by keyword; we take what we use
         self, model: str, messages: list[dict[str, Any]], *args: Any, optional_params: dict[str, Any], **kwargs: Any
     ) -> ModelResponse:
         with _handlers_lock:

@@ -92,7 +92,7 @@ class OpenAIClientPool:
             client = openai.AsyncOpenAI(
                 api_key=api_key,
                 base_url=api_base,
-                http_client=http_client,  # type: ignore[arg-type]
+                http_client=http_client,  # type: ignore[arg-type]  # a legacy httpx client, see above
                 max_retries=0,
             )
             self._sdk_clients[key] = client

@@ -36,7 +36,7 @@ import logging
 import secrets
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import uvicorn
 from fastmcp import FastMCP
@@ -74,6 +74,8 @@ from harness.sandbox import EnvironmentLoadError, SandboxError, SandboxLimits, S
 from harness.schema import Environment, Observation, ObservationKind, Scenario, ToolCall
 
 logger = logging.getLogger(__name__)
+
+ResultT = TypeVar("ResultT")
 
 DEFAULT_IDLE_TIMEOUT_S = 600.0
 
@@ -568,7 +570,7 @@ class _AdminExtension(ServerExtension):
         )
 
 
-async def _admin_call(operation: Awaitable[Any]) -> Any:
+async def _admin_call(operation: Awaitable[ResultT]) -> ResultT:
     try:
         return await operation
     except NoSessionError as exc:

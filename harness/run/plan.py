@@ -7,7 +7,6 @@ import difflib
 import hashlib
 import logging
 from dataclasses import dataclass
-from typing import Any
 
 import orjson
 
@@ -105,7 +104,7 @@ def select_scenarios(library: Library, config: RunConfig) -> list[Scenario]:
 def suggested_rules(library: Library, scenarios: list[Scenario]) -> RulesName:
     """The rules the scenarios' environments suggest (``provenance.details["suggested_rules"]``, set by the
     EnvScaler importer): a profile all of them suggest, else the default."""
-    suggestions: set[Any] = set()
+    suggestions: set[object] = set()
     for scenario in scenarios:
         environment = library.environments.get(scenario.environment_id)
         details = environment.provenance.details if environment is not None else {}

@@ -83,20 +83,22 @@ def _make_time() -> types.ModuleType:
 
         return float(calendar.timegm(t))
 
-    module.time = time  # type: ignore[attr-defined]
-    module.time_ns = time_ns  # type: ignore[attr-defined]
-    module.monotonic = time  # type: ignore[attr-defined]
-    module.perf_counter = time  # type: ignore[attr-defined]
-    module.process_time = time  # type: ignore[attr-defined]
-    module.monotonic_ns = time_ns  # type: ignore[attr-defined]
-    module.perf_counter_ns = time_ns  # type: ignore[attr-defined]
-    module.sleep = sleep  # type: ignore[attr-defined]
-    module.gmtime = gmtime  # type: ignore[attr-defined]
-    module.localtime = gmtime  # type: ignore[attr-defined]
-    module.strftime = strftime  # type: ignore[attr-defined]
-    module.asctime = asctime  # type: ignore[attr-defined]
-    module.ctime = ctime  # type: ignore[attr-defined]
-    module.mktime = mktime  # type: ignore[attr-defined]
+    vars(module).update(
+        time=time,
+        time_ns=time_ns,
+        monotonic=time,
+        perf_counter=time,
+        process_time=time,
+        monotonic_ns=time_ns,
+        perf_counter_ns=time_ns,
+        sleep=sleep,
+        gmtime=gmtime,
+        localtime=gmtime,
+        strftime=strftime,
+        asctime=asctime,
+        ctime=ctime,
+        mktime=mktime,
+    )
     return module
 
 
@@ -133,8 +135,10 @@ def _make_datetime() -> types.ModuleType:
     for name in ("timedelta", "time", "timezone", "tzinfo", "MINYEAR", "MAXYEAR", "UTC"):
         if hasattr(_datetime, name):
             setattr(module, name, getattr(_datetime, name))
-    module.datetime = FrozenDateTime  # type: ignore[attr-defined]
-    module.date = FrozenDate  # type: ignore[attr-defined]
+    vars(module).update(
+        datetime=FrozenDateTime,
+        date=FrozenDate,
+    )
     return module
 
 
@@ -152,8 +156,10 @@ def _make_uuid() -> types.ModuleType:
     def uuid1(node: int | None = None, clock_seq: int | None = None) -> _uuid.UUID:
         return _uuid.UUID(int=_rng().getrandbits(128), version=1)
 
-    module.uuid4 = uuid4  # type: ignore[attr-defined]
-    module.uuid1 = uuid1  # type: ignore[attr-defined]
+    vars(module).update(
+        uuid4=uuid4,
+        uuid1=uuid1,
+    )
     return module
 
 
@@ -211,9 +217,11 @@ def _make_random() -> types.ModuleType:
         if a is not None:
             _rng().seed(a, version)
 
-    module.seed = seed  # type: ignore[attr-defined]
-    module.Random = SeededRandom  # type: ignore[attr-defined]
-    module.SystemRandom = SeededRandom  # type: ignore[attr-defined]
+    vars(module).update(
+        seed=seed,
+        Random=SeededRandom,
+        SystemRandom=SeededRandom,
+    )
     return module
 
 

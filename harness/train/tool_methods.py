@@ -104,5 +104,5 @@ def tool_method(spec: ToolSpec, forward: Callable[[Any, str, dict[str, Any]], An
     method.__qualname__ = name
     method.__doc__ = google_docstring(spec)
     method.__annotations__ = annotations
-    method.__signature__ = inspect.Signature(signature_parameters)  # type: ignore[attr-defined]
+    method.__signature__ = inspect.Signature(signature_parameters)  # type: ignore[attr-defined]  # read by inspect
     return method

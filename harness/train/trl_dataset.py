@@ -18,7 +18,7 @@ from harness.rules import DEFAULT_RULES, RulesName, rules_profile
 from harness.schema import Environment, Mode, Scenario
 
 if TYPE_CHECKING:
-    from datasets import Dataset  # type: ignore[attr-defined]
+    from datasets import Dataset  # type: ignore[attr-defined]  # mypy sees the repo's datasets/ folder
     from harness.hub.card import CardInfo
     from harness.hub.publish import PublishResult
 
@@ -91,7 +91,7 @@ def prompt_dataset(
     scenarios: list[str] | None = None,
 ) -> Dataset:
     """A ``datasets.Dataset`` of :func:`prompt_rows` (a library object, a folder or a Hub dataset id)."""
-    from datasets import Dataset  # type: ignore[attr-defined]
+    from datasets import Dataset  # type: ignore[attr-defined]  # mypy sees the repo's datasets/ folder
 
     return Dataset.from_list(prompt_rows(envs, mode=mode, rules=rules, environments=environments, scenarios=scenarios))
 

@@ -247,5 +247,5 @@ def rollout_func(
             "ending": [o.reason for o in outcomes],
         }
 
-    rollout.jail = jail  # type: ignore[attr-defined]
+    rollout.jail = jail  # type: ignore[attr-defined]  # a function attribute: callers can reach the jail
     return rollout

@@ -438,7 +438,7 @@ def read_tools(environment: Environment, sample_state: dict[str, Any] | None = N
     tree = ast.parse(environment.code)
     for parent in ast.walk(tree):
         for child in ast.iter_child_nodes(parent):
-            child.parent = parent  # type: ignore[attr-defined]
+            child.parent = parent  # type: ignore[attr-defined]  # ast nodes have no parent link; added for the walk up
     class_node = find_class(tree, environment.class_name)
     methods = {n.name: n for n in class_node.body if isinstance(n, ast.FunctionDef)}
     helpers = {name: node for name, node in methods.items() if name.startswith("_") and name != "__init__"}
