@@ -38,7 +38,7 @@ def make_run(folder: Path, trials: int) -> Path:
 async def rescore(run_dir: Path, out: Path, concurrency: int) -> int:
     library = load_library(str(REPO / "datasets" / "seed"))
     plan = plan_rescore(run_dir, library, out)
-    async with SandboxPool() as pool:
+    async with SandboxPool(optional_modules=library.optional_modules()) as pool:
         report = await rescore_run(plan, pool, concurrency=concurrency)
     assert not report.refused, report.refused[:3]
     return report.rescored + report.kept

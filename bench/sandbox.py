@@ -22,6 +22,7 @@ from typing import Any
 
 from harness.sandbox import SandboxLimits, SandboxPool
 from harness.sandbox.check_batches import checks_of_scenario
+from harness.sandbox.policy import optional_modules_named_in
 from harness.schema import Check, Environment, ToolCall
 from harness.toolspec import derive_tools
 
@@ -179,7 +180,7 @@ async def scoring_cpu(rounds: int, together: int, batched: bool) -> float:
             await pool.run_checks(checks, state, state)
 
     before = _children_cpu()
-    async with SandboxPool() as pool:
+    async with SandboxPool(optional_modules=optional_modules_named_in([CODE])) as pool:
         for _ in range(rounds):
             await asyncio.gather(*(score() for _ in range(together)))
     return (_children_cpu() - before) / (rounds * together)
@@ -215,7 +216,10 @@ async def main() -> None:
     parser.add_argument("--workers", type=int, default=1, help="Zygotes.")
     args = parser.parse_args()
     direct = direct_latencies(args.calls)
-    async with SandboxPool(workers=args.workers, limits=SandboxLimits(max_state_bytes=200_000_000)) as pool:
+    limits = SandboxLimits(max_state_bytes=200_000_000)
+    async with SandboxPool(
+        workers=args.workers, limits=limits, optional_modules=optional_modules_named_in([CODE])
+    ) as pool:
         active = [layer["name"] for layer in pool.layers if layer["active"]]
         opens = await open_latencies(pool, 200)
         sandboxed = await sandbox_latencies(pool, args.calls)

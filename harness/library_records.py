@@ -6,8 +6,9 @@ read libraries through this module without an import circle."""
 
 from __future__ import annotations
 
+import itertools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from harness.containment import OutsideLibrary, require_inside
 from harness.errors import BadInput
 from harness.fingerprint import fingerprint
 from harness.names import require_safe_id
+from harness.sandbox.policy import optional_modules_named_in
 from harness.schema import DatasetRef, Environment, Provenance, Scenario
 from harness.toolspec import derive_tools
 
@@ -40,6 +42,18 @@ class Library:
 
     def scenarios_for(self, environment_id: str) -> list[Scenario]:
         return [s for s in self.scenarios if s.environment_id == environment_id]
+
+    def optional_modules(self, scenarios: Iterable[Scenario] | None = None) -> frozenset[str]:
+        """The optional third-party modules a sandbox pool must load to run these scenarios (by default the whole
+        library: every environment, every check): those their environments' code or their checks name
+        (``SandboxPool(optional_modules=...)``)."""
+        chosen = self.scenarios if scenarios is None else list(scenarios)
+        if scenarios is None:
+            codes = {environment.code for environment in self.environments.values()}
+        else:
+            codes = {self.environments[s.environment_id].code for s in chosen if s.environment_id in self.environments}
+        checks = (check.source for scenario in chosen for check in scenario.checks)
+        return optional_modules_named_in(itertools.chain(codes, checks))
 
 
 def one_line(error: Exception, limit: int = 300) -> str:

@@ -43,7 +43,9 @@ def rescore(
 
     async def run() -> object:
         async with SandboxPool(
-            workers=workers or None, require_full_confinement=library.from_hub and not allow_weak_sandbox
+            workers=workers or None,
+            require_full_confinement=library.from_hub and not allow_weak_sandbox,
+            optional_modules=library.optional_modules(),
         ) as pool:
             return await rescore_run(plan, pool, concurrency=concurrency)
 

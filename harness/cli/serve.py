@@ -75,10 +75,17 @@ def serve(
 
     from harness.mcp.server import EnvironmentServer
     from harness.sandbox import SandboxPool, WeakSandbox
+    from harness.sandbox.policy import optional_modules_named_in
     from harness.validate import invalid_scenarios
 
     # One pool serves the screening and the sessions, so whatever confinement it requires covers both.
-    pool = SandboxPool(workers=workers, require_full_confinement=library.from_hub and not allow_weak_sandbox)
+    pool = SandboxPool(
+        workers=workers,
+        require_full_confinement=library.from_hub and not allow_weak_sandbox,
+        optional_modules=optional_modules_named_in(
+            [library.environments[env_id].code, *(check.source for s in scenarios for check in s.checks)]
+        ),
+    )
 
     async def run() -> None:
         try:

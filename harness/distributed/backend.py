@@ -82,6 +82,7 @@ class RayBackend:
             sandbox_workers=config.workers,
             sandbox_limits=job.sandbox_limits,
             require_full_confinement=job.library.from_hub and not config.allow_weak_sandbox,
+            optional_modules=job.library.optional_modules(),
         )
         if settings.environment:
             logger.info("executors get these variables from the driver: %s", ", ".join(sorted(settings.environment)))

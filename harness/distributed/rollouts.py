@@ -116,6 +116,7 @@ class EnvironmentActor:
                     workers=self.workers,
                     limits=self.sandbox_limits,
                     require_full_confinement=self.library.from_hub and not self.allow_weak_sandbox,
+                    optional_modules=self.library.optional_modules(),
                 )
             )
         return self._pool

@@ -46,6 +46,8 @@ class ExecutorConfig:
     require_full_confinement: bool
     environment: dict[str, str]
     job: Any
+    optional_modules: frozenset[str] | None = None
+    """The optional third-party modules the executors' sandbox pools load ahead (None: all installed)."""
 
     @property
     def shares_a_limiter(self) -> bool:
@@ -63,6 +65,7 @@ def executor_config(
     sandbox_workers: int | None = None,
     sandbox_limits: SandboxLimits | None = None,
     require_full_confinement: bool = False,
+    optional_modules: frozenset[str] | None = None,
 ) -> ExecutorConfig:
     """The config that makes every executor reach ``models`` as ``client`` does on the driver: its aliases,
     retry policy and limits, ``timeout`` (the client's when not given), and the variables those models need."""
@@ -79,6 +82,7 @@ def executor_config(
         require_full_confinement=require_full_confinement,
         environment={name: os.environ[name] for name in names if name in os.environ},
         job=job,
+        optional_modules=optional_modules,
     )
 
 

@@ -79,6 +79,7 @@ async def validate_on_cluster(
         require_full_confinement=library.from_hub and not allow_weak_sandbox,
         environment={},
         job=ValidationJob(concurrency),
+        optional_modules=library.optional_modules(),
     )
     fleet = Fleet(address, what="validation", resume_hint="run the validation again once nodes are back")
     try:

@@ -116,6 +116,7 @@ class FleetExecutor:
                     workers=config.sandbox_workers,
                     limits=config.sandbox_limits,
                     require_full_confinement=config.require_full_confinement,
+                    optional_modules=config.optional_modules,
                 )
             )
             self._client = ClusterLLMClient(

@@ -124,6 +124,7 @@ async def run(
         workers=config.workers,
         limits=sandbox_limits,
         require_full_confinement=library.from_hub and not config.allow_weak_sandbox,
+        optional_modules=library.optional_modules(scenarios),
     ) as pool:
         scenarios, invalid = await drop_invalid(pool, library, scenarios, config)
         with tuned_for_throughput():

@@ -241,7 +241,9 @@ class SandboxPool:
 
     ``workers`` is the number of zygotes (fork servers) the pool spreads its processes over. With
     ``require_full_confinement`` the pool refuses to start when any confinement layer is missing: the CLI asks
-    for it whenever the code comes from the Hub (see ``--allow-weak-sandbox``).
+    for it whenever the code comes from the Hub (see ``--allow-weak-sandbox``). ``optional_modules`` names the
+    optional third-party modules its children may import (``policy.optional_modules_named_in`` of the code it will
+    run); by default all that are installed, at some CPU per session.
     """
 
     def __init__(
@@ -250,11 +252,14 @@ class SandboxPool:
         limits: SandboxLimits | None = None,
         *,
         require_full_confinement: bool = False,
+        optional_modules: Iterable[str] | None = None,
     ):
         self.limits = limits or SandboxLimits()
         self.reply_limits = ReplyLimits(self.limits)
         self.size = max(1, workers or 1)
         self.require_full_confinement = require_full_confinement
+        self.optional_modules = None if optional_modules is None else frozenset(optional_modules)
+        """The optional third-party modules its zygotes load ahead (``harness.sandbox.policy``); None: all."""
         self._zygotes: list[Zygote] = []
         self._next = itertools.count()
         self._checked: dict[str, list[str]] = {}
@@ -283,6 +288,7 @@ class SandboxPool:
             "max_state_bytes": limits.max_state_bytes,
             "disabled_env": {DISABLE_VARIABLE: os.environ.get(DISABLE_VARIABLE, "")},
             "seccomp": seccomp_filter(),
+            "optional_modules": None if self.optional_modules is None else sorted(self.optional_modules),
         }
 
     def _new_zygote(self) -> Zygote:

@@ -19,6 +19,7 @@ import os
 import signal
 import sys
 import traceback
+from collections.abc import Iterable
 from functools import partial
 from types import CodeType
 from typing import Any, Protocol
@@ -443,11 +444,13 @@ def serve_checks(fd: int, settings: Settings, run_checks: CheckBatchRunner, *, i
     _write_all(fd, _frame(_encode(response), sequence))
 
 
-def prepare_interpreter() -> None:
-    """What every child needs ready before it forks: modules imported, the call timer's handler installed."""
+def prepare_interpreter(optional_modules: Iterable[str] | None = None) -> None:
+    """What every child needs ready before it forks: modules imported (of the optional ones, those named, or all
+    when ``None``), the call timer's handler installed."""
     import importlib
 
-    for module in sorted(ALLOWED_MODULES - {"__future__"}):
+    wanted = OPTIONAL_MODULES if optional_modules is None else OPTIONAL_MODULES.intersection(optional_modules)
+    for module in sorted((ALLOWED_MODULES - OPTIONAL_MODULES - {"__future__"}) | wanted):
         try:
             importlib.import_module(module)
         except ImportError:

@@ -318,7 +318,7 @@ def main() -> None:
     libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG: die with the harness
     if os.getppid() == 1:
         return
-    runtime.prepare_interpreter()
+    runtime.prepare_interpreter(options.get("optional_modules"))
     confinement = prepare(
         int(options["memory_mb"]), disabled_layers(options.get("disabled_env", {})), options.get("seccomp")
     )

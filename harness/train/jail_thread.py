@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterable
 from typing import Any, TypeVar
 
 from harness.sandbox import SandboxLimits, SandboxPool
@@ -25,11 +25,14 @@ class JailThread:
         workers: int | None = None,
         limits: SandboxLimits | None = None,
         require_full_confinement: bool = False,
+        optional_modules: Iterable[str] | None = None,
     ) -> None:
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._serve, name="harness-jail-loop", daemon=True)
         self._thread.start()
-        self.pool = SandboxPool(workers, limits, require_full_confinement=require_full_confinement)
+        self.pool = SandboxPool(
+            workers, limits, require_full_confinement=require_full_confinement, optional_modules=optional_modules
+        )
         self._closed = False
 
     def _serve(self) -> None:

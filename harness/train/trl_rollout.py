@@ -227,7 +227,10 @@ def rollout_func(
         max_steps=max_steps,
         weights=weights or CompositeWeights(),
     )
-    jail = jail or JailThread(require_full_confinement=library.from_hub and not allow_weak_sandbox)
+    jail = jail or JailThread(
+        require_full_confinement=library.from_hub and not allow_weak_sandbox,
+        optional_modules=library.optional_modules(),
+    )
 
     def rollout(prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
         driver = TokenFaithfulRollout(trainer.processing_class, generator(trainer), settings, jail)
