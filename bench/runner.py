@@ -8,6 +8,8 @@ peak memory (RSS). The mock model replays each seed scenario's reference actions
 (about five requests per episode); the server runs in its own process. Then the requests per minute achieved
 with ``rpm=600`` while demand exceeds it, counted by the server. ``--default-collector`` runs with CPython's
 default garbage-collector settings instead of the ones a run uses (``harness/collector.py``), for comparison.
+With ``--rpm-seconds 0``, a second table gives each level's start (until its first model request) and its
+requests/s between its first and last model request, against the same bound.
 """
 
 from __future__ import annotations
@@ -119,11 +121,14 @@ def main() -> None:
         f"{'conc.':>6} {'episodes':>9} {'episodes/s':>11} {'requests/s':>11} {'bound':>7} {'% bound':>8} "
         f"{'CPU ms/req':>11} {'jail ms/ep':>11} {'peak MB':>8}"
     )
+    windows: list[tuple[int, float, float]] = []
     for level in [int(x) for x in args.levels.split(",")]:
         episodes = max(3 * level, 200)
+        level_started = time.monotonic()
         elapsed, ran, requests, cpu, peak, jail_cpu = measure(
             base_url, level, episodes, default_collector=args.default_collector
         )
+        windows.append((level, level_started, time.monotonic()))
         bound = level / args.latency
         rate = requests / elapsed
         print(
@@ -149,8 +154,21 @@ def main() -> None:
         )
     else:
         stop.set()
-        counts.get()
+        times, _connections = counts.get()
+        print_steady_state(times, windows, args.latency)
     server.join()
+
+
+def print_steady_state(times: list[float], windows: list[tuple[int, float, float]], latency: float) -> None:
+    """Requests/s between each level's first and last model request: the run without its start (process start,
+    imports, sandbox start-up, screening of the library, the model probe) and its summary."""
+    print(f"{'conc.':>6} {'start s':>8} {'steady req/s':>13} {'% bound':>8}")
+    for level, started, ended in windows:
+        inside = [t for t in times if started <= t <= ended]
+        if len(inside) < 2:
+            continue
+        steady = (len(inside) - 1) / (inside[-1] - inside[0])
+        print(f"{level:>6} {inside[0] - started:>8.2f} {steady:>13.1f} {100 * steady * latency / level:>7.1f}%")
 
 
 def busiest(times: list[float], window: float) -> int:
