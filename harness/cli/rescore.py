@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from harness.cli.errors import RefusingCommand
+from harness.cli.options import AllowWeakSandbox, SandboxWorkers
 from harness.console import console, err_console, labelled, outside
 
 MAX_REFUSALS_SHOWN = 20
@@ -18,12 +19,9 @@ def rescore(
     run_dir: Annotated[Path, typer.Argument(help="The run folder to re-score (it is only read).")],
     envs: Annotated[str, typer.Option("--envs", help="The library whose checks decide: a folder or a Hub id.")],
     out: Annotated[Path, typer.Option("--out", help="A new folder for the re-scored run.")],
-    workers: Annotated[int, typer.Option(help="Sandbox zygotes (fork servers; default 1).")] = 0,
+    workers: SandboxWorkers = 0,
     concurrency: Annotated[int, typer.Option(min=1, help="Episodes replayed at once.")] = 16,
-    allow_weak_sandbox: Annotated[
-        bool,
-        typer.Option(help="Run Hub code even when the sandbox cannot apply every confinement layer."),
-    ] = False,
+    allow_weak_sandbox: AllowWeakSandbox = False,
 ) -> None:
     """Re-score RUN_DIR's episodes with the checks of --envs: each final state is rebuilt by replaying the recorded
     tool calls in the jail. Exit 0 when every episode was re-scored, 1 when some were refused (each is listed with

@@ -18,7 +18,7 @@ from rich.text import Text
 
 from harness.cli.config_flags import ConfigFlags
 from harness.cli.errors import RefusingCommand
-from harness.cli.options import AllowWeakSandbox, RayAddress
+from harness.cli.options import AllowWeakSandbox, RayAddress, SandboxWorkers
 from harness.console import console, outside
 from harness.errors import BadInput
 from harness.run.config import RunConfig
@@ -178,7 +178,7 @@ def run_with_progress(config: RunConfig) -> RunOutcome:
 def validate(
     path: Annotated[str, typer.Argument(help="A folder of environments and scenarios, or a Hub dataset id.")] = "",
     json_output: Annotated[bool, typer.Option("--json", help="Print a JSON report instead of a table.")] = False,
-    workers: Annotated[int, typer.Option(help="Sandbox zygotes (fork servers; default 1).")] = 0,
+    workers: SandboxWorkers = 0,
     show_all: Annotated[bool, typer.Option("--all", help="List valid records too.")] = False,
     allow_weak_sandbox: AllowWeakSandbox = False,
     ray: RayAddress = None,

@@ -10,6 +10,7 @@ import typer
 from rich.table import Table
 
 from harness.cli.errors import EXIT_COST_LIMIT, RefusingCommand
+from harness.cli.options import EmbeddingModel, ModelRpm, NoCache, PriceModel, RequestTimeout, SandboxWorkers
 from harness.console import console, outside
 from harness.errors import BadInput
 
@@ -38,17 +39,15 @@ def envs_command(
     max_envs: Annotated[int | None, typer.Option(help="Build at most this many environments (themes).")] = None,
     max_tasks: Annotated[int | None, typer.Option(help="Read at most this many tasks.")] = None,
     concurrency: Annotated[int, typer.Option(help="Model calls and environments in flight.")] = 8,
-    rpm: Annotated[int | None, typer.Option(help="Model requests per minute.")] = None,
+    rpm: ModelRpm = None,
     repairs: Annotated[int, typer.Option(help="Repair rounds for methods the checker failed.")] = 3,
     method_attempts: Annotated[int, typer.Option(help="Tries per method before modeling gives up.")] = 3,
-    embedding_model: Annotated[
-        str | None, typer.Option(help="litellm embedding model (default: bundled all-MiniLM-L6-v2).")
-    ] = None,
-    price_model: Annotated[str, typer.Option(help="Price table row for the dollar figures.")] = "gpt-4.1",
+    embedding_model: EmbeddingModel = None,
+    price_model: PriceModel = "gpt-4.1",
     temperature: Annotated[float, typer.Option(help="Sampling temperature of every role.")] = 0.0,
-    workers: Annotated[int, typer.Option(help="Sandbox zygotes (fork servers; default 1).")] = 0,
-    no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not cache model answers under OUT.")] = False,
-    timeout: Annotated[float, typer.Option(help="Seconds one model request may take.", min=0.001)] = 120.0,
+    workers: SandboxWorkers = 0,
+    no_cache: NoCache = False,
+    timeout: RequestTimeout = 120.0,
     ray: Annotated[
         str | None,
         typer.Option(

@@ -14,7 +14,18 @@ import typer
 from rich.table import Table
 
 from harness.cli.errors import EXIT_COST_LIMIT, RefusingCommand
-from harness.cli.options import AllowWeakSandbox
+from harness.cli.options import (
+    AllowWeakSandbox,
+    DedupSimilarity,
+    EmbeddingModel,
+    ModelRpm,
+    ModelTpm,
+    NoCache,
+    PriceModel,
+    RequestTimeout,
+    SandboxWorkers,
+    SynthCostLimit,
+)
 from harness.console import console, markup_text, outside
 from harness.errors import BadInput
 
@@ -100,12 +111,6 @@ async def _synthesize(cluster: Any, work: Any) -> SynthesisReport:
             await cluster.close()
 
 
-SYNTH_COST_LIMIT_HELP = (
-    "Start no attempt once the spend recorded for OUT reaches this many USD (attempts in flight finish; a rerun "
-    "with a higher limit continues). Every model called needs a price."
-)
-
-
 def print_report(report: SynthesisReport, out: Path, what: str) -> None:
     table = Table(title=f"Gates ({report.attempted} attempts)")
     for column in ("gate", "evaluated", "passed", "acceptance"):
@@ -151,22 +156,18 @@ def register(synth_app: typer.Typer) -> None:
         probes: Annotated[int, typer.Option(help="Single calls probed per scenario (0: no probing).")] = 8,
         env: Annotated[list[str] | None, typer.Option(help="Only this environment id; repeatable.")] = None,
         concurrency: Annotated[int, typer.Option(help="Scenarios and model calls in flight.")] = 4,
-        rpm: Annotated[int | None, typer.Option(help="Model requests per minute.")] = None,
-        tpm: Annotated[int | None, typer.Option(help="Model tokens per minute.")] = None,
+        rpm: ModelRpm = None,
+        tpm: ModelTpm = None,
         temperature: Annotated[float | None, typer.Option(help="Sampling temperature.")] = None,
-        price_model: Annotated[str, typer.Option(help="Price table row for the dollar figures.")] = "gpt-4.1",
-        dedup_similarity: Annotated[
-            float, typer.Option(help="Embedding similarity at which tasks are duplicates (0: exact text only).")
-        ] = DEFAULT_SIMILARITY,
-        embedding_model: Annotated[
-            str | None, typer.Option(help="litellm embedding model (default: bundled all-MiniLM-L6-v2).")
-        ] = None,
-        workers: Annotated[int, typer.Option(help="Sandbox zygotes (fork servers; default 1).")] = 0,
-        no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not cache model answers under OUT.")] = False,
-        timeout: Annotated[float, typer.Option(help="Seconds one model request may take.", min=0.001)] = 120.0,
+        price_model: PriceModel = "gpt-4.1",
+        dedup_similarity: DedupSimilarity = DEFAULT_SIMILARITY,
+        embedding_model: EmbeddingModel = None,
+        workers: SandboxWorkers = 0,
+        no_cache: NoCache = False,
+        timeout: RequestTimeout = 120.0,
         ray: RayOption = None,
         allow_weak_sandbox: AllowWeakSandbox = False,
-        cost_limit: Annotated[float | None, typer.Option(min=0, help=SYNTH_COST_LIMIT_HELP)] = None,
+        cost_limit: SynthCostLimit = None,
     ) -> None:
         """Initial states, tasks, user profiles and check functions for each environment, gated."""
         from synth.scenarios import ScenarioSynthesisConfig, synthesize_scenarios
@@ -216,9 +217,7 @@ def register(synth_app: typer.Typer) -> None:
         model: Annotated[
             str | None, typer.Option(help="Model for the output-listing, input-classing and edge passes.")
         ] = None,
-        embedding_model: Annotated[
-            str | None, typer.Option(help="litellm embedding model (default: bundled all-MiniLM-L6-v2).")
-        ] = None,
+        embedding_model: EmbeddingModel = None,
         cross_env: Annotated[
             bool, typer.Option("--cross-env", help="Also add edges between environments (default: within each).")
         ] = False,
@@ -229,7 +228,7 @@ def register(synth_app: typer.Typer) -> None:
             bool, typer.Option("--match-names/--no-match-names", help="Also link same-name identifiers.")
         ] = True,
         env: Annotated[list[str] | None, typer.Option(help="Only this environment id; repeatable.")] = None,
-        timeout: Annotated[float, typer.Option(help="Seconds one model request may take.", min=0.001)] = 120.0,
+        timeout: RequestTimeout = 120.0,
     ) -> None:
         """Build the tool dependency graph of a set of environments."""
         from harness.schema import ModelSettings, Usage
@@ -303,22 +302,18 @@ def register(synth_app: typer.Typer) -> None:
         rollouts: Annotated[int, typer.Option(help="Solver rollouts per scenario; the solve rate is recorded.")] = 3,
         env: Annotated[list[str] | None, typer.Option(help="Only this environment id; repeatable.")] = None,
         concurrency: Annotated[int, typer.Option(help="Chains and model calls in flight.")] = 4,
-        rpm: Annotated[int | None, typer.Option(help="Model requests per minute.")] = None,
-        tpm: Annotated[int | None, typer.Option(help="Model tokens per minute.")] = None,
+        rpm: ModelRpm = None,
+        tpm: ModelTpm = None,
         temperature: Annotated[float | None, typer.Option(help="Sampling temperature.")] = None,
-        price_model: Annotated[str, typer.Option(help="Price table row for the dollar figures.")] = "gpt-4.1",
-        dedup_similarity: Annotated[
-            float, typer.Option(help="Embedding similarity at which tasks are duplicates (0: exact text only).")
-        ] = DEFAULT_SIMILARITY,
-        embedding_model: Annotated[
-            str | None, typer.Option(help="litellm embedding model (default: bundled all-MiniLM-L6-v2).")
-        ] = None,
-        workers: Annotated[int, typer.Option(help="Sandbox zygotes (fork servers; default 1).")] = 0,
-        no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not cache model answers under OUT.")] = False,
-        timeout: Annotated[float, typer.Option(help="Seconds one model request may take.", min=0.001)] = 120.0,
+        price_model: PriceModel = "gpt-4.1",
+        dedup_similarity: DedupSimilarity = DEFAULT_SIMILARITY,
+        embedding_model: EmbeddingModel = None,
+        workers: SandboxWorkers = 0,
+        no_cache: NoCache = False,
+        timeout: RequestTimeout = 120.0,
         ray: RayOption = None,
         allow_weak_sandbox: AllowWeakSandbox = False,
-        cost_limit: Annotated[float | None, typer.Option(min=0, help=SYNTH_COST_LIMIT_HELP)] = None,
+        cost_limit: SynthCostLimit = None,
     ) -> None:
         """Sample tool chains on the graph, execute them, and turn them into multi-turn natural requests."""
         from synth.graph import ToolGraph
