@@ -4,12 +4,14 @@
 
 For each concurrency level, in a fresh process: episodes/s and requests/s against the bound concurrency / L,
 harness CPU per request, CPU of the sandbox processes (zygote, session and check processes) per episode, and
-peak memory (RSS). The mock model replays each seed scenario's reference actions
-(about five requests per episode); the server runs in its own process. Then the requests per minute achieved
-with ``rpm=600`` while demand exceeds it, counted by the server. ``--default-collector`` runs with CPython's
-default garbage-collector settings instead of the ones a run uses (``harness/collector.py``), for comparison.
-With ``--rpm-seconds 0``, a second table gives each level's start (until its first model request) and its
-requests/s between its first and last model request, against the same bound.
+peak memory (RSS); "… running" is the harness CPU per request counted from the first episode's start (without
+the process's imports, the sandbox start, the screening and the model probe). The mock model replays each seed
+scenario's reference actions (about five requests per episode); the server runs in its own process. Then the
+requests per minute achieved with ``rpm=600`` while demand exceeds it, counted by the server.
+``--default-collector`` runs with CPython's default garbage-collector settings instead of the ones a run uses
+(``harness/collector.py``), for comparison. With ``--rpm-seconds 0``, a second table gives each level's start
+(until its first model request) and its requests/s between its first and last model request, against the same
+bound.
 """
 
 from __future__ import annotations
@@ -68,12 +70,20 @@ def run_level(
     trials = max(1, -(-episodes // len(library.scenarios)))
     aliases = AliasTable({"mock": AliasEntry(model="hosted_vllm/replay", api_base=base_url)}, environ={})
 
+    at_start: list[resource.struct_rusage] = []
+
     async def go() -> tuple[float, int, int]:
         client = LLMClient(aliases=aliases, default_limits=EndpointLimits(concurrency=concurrency, rpm=rpm))
         with tempfile.TemporaryDirectory() as folder:
             config = RunConfig(model="mock", trials=trials, concurrency=concurrency, out=Path(folder) / "run")
             started = time.perf_counter()
-            outcome = await run(config, agent_factory=agent_factory, client=client, library=library)
+            outcome = await run(
+                config,
+                agent_factory=agent_factory,
+                client=client,
+                library=library,
+                on_start=lambda _plan: at_start.append(resource.getrusage(resource.RUSAGE_SELF)),
+            )
             elapsed = time.perf_counter() - started
         requests = sum(u.requests for u in client.usage_by_role().values())
         await client.aclose()
@@ -86,14 +96,16 @@ def run_level(
     # The sandbox zygote has exited and reaped its session and check processes: their CPU is counted here.
     jail_after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (cpu_after.ru_utime - cpu_before.ru_utime) + (cpu_after.ru_stime - cpu_before.ru_stime)
+    started = at_start[0] if at_start else cpu_before
+    cpu_episodes = (cpu_after.ru_utime - started.ru_utime) + (cpu_after.ru_stime - started.ru_stime)
     jail_cpu = (jail_after.ru_utime - jail_before.ru_utime) + (jail_after.ru_stime - jail_before.ru_stime)
     peak_mb = cpu_after.ru_maxrss / 1024
-    results.put((elapsed, ran, requests, cpu, peak_mb, jail_cpu))
+    results.put((elapsed, ran, requests, cpu, peak_mb, jail_cpu, cpu_episodes))
 
 
 def measure(
     base_url: str, concurrency: int, episodes: int, rpm: int | None = None, default_collector: bool = False
-) -> tuple[float, int, int, float, float, float]:
+) -> tuple[float, int, int, float, float, float, float]:
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
     process = context.Process(target=run_level, args=(base_url, concurrency, episodes, rpm, results, default_collector))
@@ -119,13 +131,13 @@ def main() -> None:
     print(f"mock server latency {args.latency * 1000:.0f} ms; bound = concurrency / latency requests/s")
     print(
         f"{'conc.':>6} {'episodes':>9} {'episodes/s':>11} {'requests/s':>11} {'bound':>7} {'% bound':>8} "
-        f"{'CPU ms/req':>11} {'jail ms/ep':>11} {'peak MB':>8}"
+        f"{'CPU ms/req':>11} {'… running':>10} {'jail ms/ep':>11} {'peak MB':>8}"
     )
     windows: list[tuple[int, float, float]] = []
     for level in [int(x) for x in args.levels.split(",")]:
         episodes = max(3 * level, 200)
         level_started = time.monotonic()
-        elapsed, ran, requests, cpu, peak, jail_cpu = measure(
+        elapsed, ran, requests, cpu, peak, jail_cpu, cpu_episodes = measure(
             base_url, level, episodes, default_collector=args.default_collector
         )
         windows.append((level, level_started, time.monotonic()))
@@ -133,7 +145,8 @@ def main() -> None:
         rate = requests / elapsed
         print(
             f"{level:>6} {ran:>9} {ran / elapsed:>11.1f} {rate:>11.1f} {bound:>7.0f} {100 * rate / bound:>7.1f}% "
-            f"{1000 * cpu / max(requests, 1):>11.2f} {1000 * jail_cpu / max(ran, 1):>11.2f} {peak:>8.0f}"
+            f"{1000 * cpu / max(requests, 1):>11.2f} {1000 * cpu_episodes / max(requests, 1):>10.2f} "
+            f"{1000 * jail_cpu / max(ran, 1):>11.2f} {peak:>8.0f}"
         )
     if args.rpm_seconds:
         episodes = int(args.rpm_seconds * 600 / 60 / 4)  # demand well above 600/min at concurrency 64
