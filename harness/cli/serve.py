@@ -15,12 +15,19 @@ from harness.console import err_console, labelled
 from harness.errors import BadInput
 
 if TYPE_CHECKING:
-    from harness.schema import Scenario
+    from harness.library import Library
+    from harness.sandbox import SandboxPool
+    from harness.schema import Environment, Scenario
 
 
 class Transport(StrEnum):
     STDIO = "stdio"
     HTTP = "http"
+
+
+class Protocol(StrEnum):
+    MCP = "mcp"
+    OPENENV = "openenv"
 
 
 def serve(
@@ -47,6 +54,11 @@ def serve(
     idle_timeout: Annotated[
         float, typer.Option(help="Seconds before an unused session's environment instance is evicted; 0: never.")
     ] = 600.0,
+    protocol: Annotated[
+        Protocol,
+        typer.Option(help="mcp, or openenv: OpenEnv 0.10's HTTP + WebSocket server (reset/step/state, always HTTP)."),
+    ] = Protocol.MCP,
+    max_sessions: Annotated[int, typer.Option(help="Concurrent OpenEnv sessions at most (openenv).")] = 8,
     workers: Annotated[int | None, typer.Option(help="Sandbox zygotes (fork servers; default 1).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the instances' frozen clock and random generators.")] = 0,
     allow_weak_sandbox: Annotated[
@@ -58,6 +70,9 @@ def serve(
 
     The introduction and rules are the server's instructions. Loading a state and reading it back for scoring
     are administrative methods outside the tool listing (see docs/mcp.md).
+
+    With --protocol openenv: OpenEnv 0.10's HTTP + WebSocket server instead, one jailed episode per OpenEnv
+    session, ended by the finish tool with the rules' reward (see docs/openenv.md).
     """
     from harness.library import LibraryError, load_library
 
@@ -72,6 +87,14 @@ def serve(
     scenarios = library.scenarios_for(env_id)
     if scenario is not None and all(s.id != scenario for s in scenarios):
         raise BadInput(f"no scenario {scenario!r} for environment {env_id!r}")
+
+    if max_sessions < 1:
+        raise BadInput(f"--max-sessions must be at least 1, not {max_sessions}")
+    if protocol is Protocol.OPENENV:
+        from harness.train.openenv_server import FINISH_TOOL
+
+        if FINISH_TOOL in environment.tool_names:
+            raise BadInput(f"{env_id} has a tool named {FINISH_TOOL!r}, the tool that ends an OpenEnv episode")
 
     from harness.mcp.server import EnvironmentServer
     from harness.sandbox import SandboxPool, WeakSandbox
@@ -96,6 +119,11 @@ def serve(
             offered = _offered(await invalid_scenarios(pool, library, scenarios), scenarios, scenario, include_invalid)
             first = offered[0] if offered else None
             chosen = next((s for s in offered if s.id == scenario), None) if scenario is not None else first
+            if protocol is Protocol.OPENENV:
+                await _serve_openenv(
+                    library, environment, offered, chosen, pool, host, port, max_sessions, idle_timeout or None, seed
+                )
+                return
             initial_state: dict[str, Any] = chosen.initial_state if chosen is not None else {}
             server = EnvironmentServer(
                 environment,
@@ -114,6 +142,47 @@ def serve(
 
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(run())
+
+
+async def _serve_openenv(
+    library: Library,
+    environment: Environment,
+    offered: list[Scenario],
+    chosen: Scenario | None,
+    pool: SandboxPool,
+    host: str,
+    port: int,
+    max_sessions: int,
+    idle_timeout_s: float | None,
+    seed: int,
+) -> None:
+    from harness.train.jailed_episode import EpisodeSettings
+    from harness.train.openenv_server import OpenEnvServer
+
+    # The scenarios were screened above: only the offered ones can be reset to, and none is screened again. The
+    # pool already started with the confinement the library requires, so the episodes do not check it again.
+    settings = EpisodeSettings(
+        library=library,
+        environment_id=environment.id,
+        include_invalid=True,
+        allow_weak_sandbox=True,
+        scenarios={s.id: s for s in offered},
+    )
+    server = OpenEnvServer(
+        settings,
+        pool,
+        environment,
+        max_sessions=max_sessions,
+        idle_timeout_s=idle_timeout_s,
+        default_scenario_id=chosen.id if chosen is not None else None,
+        seed=seed,
+    )
+    err_console.print(
+        f"Serving {environment.id} to OpenEnv clients at http://{host}:{port} "
+        f"({len(offered)} scenarios, at most {max_sessions} sessions)",
+        markup=False,
+    )
+    await server.serve(host, port)
 
 
 def _offered(

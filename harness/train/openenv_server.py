@@ -1,0 +1,562 @@
+"""One environment served to OpenEnv 0.10 clients: the HTTP + WebSocket contract of OpenEnv's ``create_app``.
+
+Each OpenEnv session holds one :class:`~harness.train.jailed_episode.JailedEpisode`, so every tool call runs in a
+jailed session of the shared :class:`~harness.sandbox.SandboxPool`. ``reset(scenario_id=...)`` opens the
+scenario's episode; ``step`` takes OpenEnv's MCP actions (``list_tools``, ``call_tool``). The episode ends when
+the agent calls :data:`FINISH_TOOL` (its ``answer`` is the agent's last message), or on its own when the episode
+rules end it (the step limit, an environment failure); that observation carries ``done`` and the reward of the
+rules' checks. A session is created by a WebSocket that names none, or by ``openenv/session/create`` (what
+``MCPToolClient`` does before attaching its WebSocket); at most ``max_sessions`` exist at once.
+
+The library has no splits: every scenario the server offers is in the one split :data:`SPLIT`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import uvicorn
+from pydantic import TypeAdapter, ValidationError
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from harness.mcp.server import server_instructions
+from harness.protocols import agent_turn_from_message
+from harness.sandbox.arguments import CallRejected, validate_call
+from harness.schema import Environment, ObservationKind, Scenario
+from harness.train.jailed_episode import EpisodeSettings, JailedEpisode
+from harness.train.openenv_wire import (
+    FRAME_TYPES,
+    BareFrame,
+    CallToolData,
+    EpisodeState,
+    ErrorCode,
+    IncomingFrame,
+    McpFrame,
+    Outcome,
+    ResetData,
+    ResetFrame,
+    RpcCode,
+    RpcRequest,
+    StepFrame,
+    ToolError,
+    ToolErrorKind,
+    error_frame,
+    frame,
+    rpc_error,
+    rpc_result,
+    tool_listing,
+)
+
+logger = logging.getLogger(__name__)
+
+FINISH_TOOL = "finish"
+SPLIT = "test"
+FINISH_LISTING = {
+    "name": FINISH_TOOL,
+    "description": "End the episode: say your final answer to the user. The episode is then scored.",
+    "input_schema": {
+        "type": "object",
+        "properties": {"answer": {"type": "string", "description": "Your final message to the user."}},
+        "required": [],
+    },
+}
+_frames: TypeAdapter[Any] = TypeAdapter(IncomingFrame)
+
+
+class RequestRefused(Exception):
+    """A request this server answers with an error, the session untouched."""
+
+    def __init__(self, message: str, code: ErrorCode = ErrorCode.EXECUTION_ERROR, **extra: Any) -> None:
+        super().__init__(message)
+        self.code = code
+        self.extra = extra
+
+
+class ToolCallRefused(RequestRefused):
+    """A tool call that did not reach the environment (unknown tool, arguments its schema rejects)."""
+
+    def __init__(self, kind: ToolErrorKind, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+@dataclass
+class OpenEnvSession:
+    id: str
+    slot: JailedEpisode
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    episode_id: str | None = None
+    step_count: int = 0
+    websocket_attached: bool = False
+    close_when_detached: bool = False
+    last_used: float = field(default_factory=time.monotonic)
+    final: Outcome | None = None
+
+    def touch(self) -> None:
+        self.last_used = time.monotonic()
+
+
+def scalar_reward(slot: JailedEpisode) -> float | None:
+    """The episode's reward as the rules score it (the composite when the rules weigh one), None if unscored."""
+    outcome = slot.outcome
+    if outcome is None or outcome.reward is None:
+        return None
+    reward = outcome.reward
+    return reward.composite if reward.composite is not None else reward.state_reward
+
+
+class OpenEnvServer:
+    """The session table and the protocol's operations; :meth:`app` puts them behind OpenEnv's routes."""
+
+    def __init__(
+        self,
+        settings: EpisodeSettings,
+        pool: Any,
+        environment: Environment,
+        *,
+        max_sessions: int,
+        idle_timeout_s: float | None,
+        default_scenario_id: str | None,
+        seed: int = 0,
+    ) -> None:
+        self.settings = settings
+        self.pool = pool
+        self.environment = environment
+        self.max_sessions = max_sessions
+        self.idle_timeout_s = idle_timeout_s
+        self.default_scenario_id = default_scenario_id
+        self.seed = seed
+        self.sessions: dict[str, OpenEnvSession] = {}
+        self._table_lock = asyncio.Lock()
+
+    @property
+    def scenarios(self) -> list[Scenario]:
+        return list(self.settings.scenarios.values())
+
+    # ------------------------------------------------------------------------------------------ sessions
+
+    async def create_session(self) -> OpenEnvSession:
+        async with self._table_lock:
+            await self._evict_idle()
+            if len(self.sessions) >= self.max_sessions:
+                raise RequestRefused(
+                    f"server at capacity: {len(self.sessions)} of {self.max_sessions} sessions in use "
+                    "(harness serve --max-sessions); close a session or retry later",
+                    ErrorCode.CAPACITY_REACHED,
+                    active_sessions=len(self.sessions),
+                    max_sessions=self.max_sessions,
+                )
+            session = OpenEnvSession(secrets.token_hex(16), JailedEpisode(self.settings, self.pool))
+            self.sessions[session.id] = session
+            logger.info("OpenEnv session %s opened (%d active)", session.id, len(self.sessions))
+            return session
+
+    async def destroy_session(self, session_id: str) -> None:
+        session = self.sessions.pop(session_id, None)
+        if session is None:
+            return
+        async with session.lock:
+            await session.slot.close()
+        logger.info("OpenEnv session %s closed (%d active)", session_id, len(self.sessions))
+
+    async def _evict_idle(self) -> None:
+        if self.idle_timeout_s is None:
+            return
+        deadline = time.monotonic() - self.idle_timeout_s
+        for session in [s for s in self.sessions.values() if not s.websocket_attached and s.last_used < deadline]:
+            logger.info("OpenEnv session %s idle for over %.0f s: evicted", session.id, self.idle_timeout_s)
+            await self.destroy_session(session.id)
+
+    def session(self, session_id: Any) -> OpenEnvSession:
+        session = self.sessions.get(session_id) if isinstance(session_id, str) else None
+        if session is None:
+            raise RequestRefused(f"Unknown session_id: {session_id}", ErrorCode.SESSION_ERROR)
+        session.touch()
+        return session
+
+    async def close_all(self) -> None:
+        for session_id in list(self.sessions):
+            await self.destroy_session(session_id)
+
+    # ------------------------------------------------------------------------------------------ episodes
+
+    async def reset(self, session: OpenEnvSession, data: dict[str, Any]) -> Outcome:
+        try:
+            request = ResetData.model_validate(data)
+        except ValidationError as exc:
+            raise RequestRefused(f"invalid reset parameters: {_first_error(exc)}", ErrorCode.VALIDATION_ERROR) from None
+        scenario_id = request.scenario_id or self.default_scenario_id
+        if scenario_id is None:
+            raise RequestRefused(f"no scenario to reset to: {self.environment.id} serves none")
+        if scenario_id not in self.settings.scenarios:
+            known = ", ".join(sorted(self.settings.scenarios)) or "none"
+            raise RequestRefused(f"no scenario {scenario_id!r} for environment {self.environment.id!r}; known: {known}")
+        async with session.lock:
+            await session.slot.open(scenario_id, seed=self.seed if request.seed is None else request.seed)
+            session.episode_id = request.episode_id or f"{scenario_id}-{secrets.token_hex(4)}"
+            session.step_count = 0
+            session.final = None
+            scenario = self.settings.scenarios[scenario_id]
+            observation = {
+                "scenario_id": scenario_id,
+                "episode_id": session.episode_id,
+                "task": scenario.task,
+                "instructions": server_instructions(self.environment),
+            }
+            if session.slot.episode is None:
+                session.final = self._ended(session, observation)
+                return session.final
+            return Outcome(observation=observation)
+
+    def list_tools(self) -> Outcome:
+        return Outcome(observation={"tools": tool_listing(self.environment, [FINISH_LISTING])})
+
+    async def call_tool(self, session: OpenEnvSession, name: str, arguments: dict[str, Any]) -> Outcome:
+        """One tool call. Refusals that leave the episode running raise :class:`ToolCallRefused`."""
+        async with session.lock:
+            slot = session.slot
+            if slot.episode is None:
+                if session.final is not None:
+                    raise RequestRefused(
+                        f"the episode has ended ({slot.outcome.reason if slot.outcome else 'ended'}): "
+                        "call reset for a new one"
+                    )
+                raise RequestRefused("no episode in progress: call reset(scenario_id=...) first")
+            session.step_count += 1
+            if name == FINISH_TOOL:
+                await slot.end(str(arguments.get("answer") or ""))
+                session.final = self._ended(session, {"tool_name": name, "result": "The episode has ended."})
+                return session.final
+            message = _assistant_call(name, arguments)
+            call = agent_turn_from_message(message).tool_calls[0]
+            try:
+                validate_call(call, {tool.function.name: tool for tool in self.environment.tools})
+            except CallRejected as exc:
+                kind = (
+                    ToolErrorKind.TOOL_NOT_FOUND
+                    if exc.kind is ObservationKind.UNKNOWN_TOOL
+                    else ToolErrorKind.INVALID_ARGS
+                )
+                raise ToolCallRefused(kind, str(exc)) from None
+            observations = await slot.step(message)
+            text = "\n".join(str(o.get("content") or "") for o in observations if o.get("role") == "tool")
+            observation = {"tool_name": name, "result": text}
+            if slot.episode is None:
+                session.final = self._ended(session, observation)
+                return session.final
+            return Outcome(observation=observation, metadata={"step_count": session.step_count})
+
+    def _ended(self, session: OpenEnvSession, observation: dict[str, Any]) -> Outcome:
+        outcome = session.slot.outcome
+        metadata: dict[str, Any] = {"step_count": session.step_count}
+        if outcome is not None:
+            metadata["termination"] = outcome.reason
+            if outcome.detail:
+                metadata["termination_detail"] = outcome.detail
+            if outcome.reward is not None:
+                metadata["reward_breakdown"] = outcome.reward.model_dump(mode="json")
+        return Outcome(observation=observation, reward=scalar_reward(session.slot), done=True, metadata=metadata)
+
+    def state(self, session: OpenEnvSession) -> EpisodeState:
+        outcome = session.slot.outcome
+        scenario = session.slot.scenario
+        return EpisodeState(
+            episode_id=session.episode_id,
+            step_count=session.step_count,
+            session_id=session.id,
+            scenario_id=scenario.id if scenario is not None else None,
+            done=session.final is not None,
+            reward=scalar_reward(session.slot) if session.final is not None else None,
+            termination=outcome.reason if outcome is not None and session.final is not None else None,
+        )
+
+    async def step(self, session: OpenEnvSession, frame_: StepFrame) -> Outcome:
+        action = frame_.data
+        if not isinstance(action, CallToolData):
+            return self.list_tools()
+        try:
+            return await self.call_tool(session, action.tool_name, action.arguments)
+        except ToolCallRefused as exc:
+            error = ToolError(error_type=exc.kind, message=str(exc))
+            return Outcome(observation={"tool_name": action.tool_name, "result": None, "error": error.model_dump()})
+
+    # ------------------------------------------------------------------------------------------ JSON-RPC
+
+    async def rpc(self, body: Any, attached: OpenEnvSession | None = None) -> dict[str, Any]:
+        """One JSON-RPC request of ``POST /mcp`` (or an ``mcp`` frame of a WebSocket attached to ``attached``)."""
+        try:
+            request = RpcRequest.model_validate(body)
+        except ValidationError as exc:
+            request_id = body.get("id") if isinstance(body, dict) else None
+            return rpc_error(request_id, RpcCode.INVALID_REQUEST, f"Invalid request: {_first_error(exc)}")
+        params, request_id = request.params, request.id
+        try:
+            if request.method == "openenv/session/create":
+                session = attached or await self.create_session()
+                return rpc_result(request_id, {"session_id": session.id})
+            if request.method == "openenv/session/close":
+                return rpc_result(request_id, await self._close_by_rpc(params.get("session_id"), attached))
+            if request.method == "tools/list":
+                return rpc_result(request_id, {"tools": self.list_tools().observation["tools"]})
+            if request.method == "tools/call":
+                name = params.get("name")
+                arguments = params.get("arguments") or {}
+                if not isinstance(name, str) or not name or not isinstance(arguments, dict):
+                    return rpc_error(
+                        request_id, RpcCode.INVALID_PARAMS, "tools/call needs a 'name' and an object 'arguments'"
+                    )
+                if attached is None and "session_id" not in params:
+                    raise RequestRefused("tools/call needs a 'session_id' (from openenv/session/create)")
+                session = attached or self.session(params["session_id"])
+                outcome = await self.call_tool(session, name, arguments)
+                return rpc_result(request_id, _call_result(outcome))
+            return rpc_error(request_id, RpcCode.METHOD_NOT_FOUND, f"Method not found: {request.method}")
+        except RequestRefused as exc:
+            code = RpcCode.SERVER_ERROR if exc.code is ErrorCode.CAPACITY_REACHED else RpcCode.INVALID_PARAMS
+            return rpc_error(request_id, code, str(exc), exc.extra or None)
+
+    async def _close_by_rpc(self, session_id: Any, attached: OpenEnvSession | None) -> dict[str, Any]:
+        if not isinstance(session_id, str) or not session_id:
+            raise RequestRefused("Invalid params - 'session_id' is required")
+        if attached is not None and attached.id == session_id:
+            raise RequestRefused("Cannot close the session of this WebSocket through MCP: send a close frame")
+        session = self.session(session_id)
+        if session.websocket_attached:
+            session.close_when_detached = True
+            return {"session_id": session_id, "closed": False, "closing": True}
+        await self.destroy_session(session_id)
+        return {"session_id": session_id, "closed": True}
+
+    # ------------------------------------------------------------------------------------------ WebSocket
+
+    async def websocket(self, websocket: WebSocket) -> None:
+        await websocket.accept()
+        session: OpenEnvSession | None = None
+        owned = False
+        requested: str | None = None
+        try:
+            requested = websocket.query_params.get("session_id")
+            if requested:
+                wanted = self.session(requested)
+                if wanted.websocket_attached:
+                    raise RequestRefused(
+                        f"Session {requested} already has an attached WebSocket", ErrorCode.SESSION_ERROR
+                    )
+                session = wanted
+                session.websocket_attached = True
+            else:
+                session = await self.create_session()
+                owned = True
+                session.websocket_attached = True
+            while True:
+                reply = await self._answer(session, await websocket.receive_text())
+                if reply is None:
+                    break
+                await websocket.send_text(json.dumps(reply))
+        except WebSocketDisconnect:
+            pass
+        except RequestRefused as exc:
+            with contextlib.suppress(RuntimeError, WebSocketDisconnect):
+                await websocket.send_text(json.dumps(error_frame(exc.code, str(exc), **exc.extra)))
+        finally:
+            if session is not None:
+                if owned or session.close_when_detached:
+                    await self.destroy_session(session.id)
+                elif requested:
+                    session.websocket_attached = False
+                    session.touch()
+            with contextlib.suppress(RuntimeError, WebSocketDisconnect):
+                await websocket.close()
+
+    async def _answer(self, session: OpenEnvSession, raw: str) -> dict[str, Any] | None:
+        """The reply frame to one incoming frame; None for ``close``. A bad frame gets an error frame."""
+        try:
+            message = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            return error_frame(ErrorCode.INVALID_JSON, f"Invalid JSON: {exc}")
+        kind = message.get("type") if isinstance(message, dict) else None
+        if kind not in FRAME_TYPES:
+            return error_frame(ErrorCode.UNKNOWN_TYPE, f"Unknown message type: {kind}")
+        try:
+            incoming = _frames.validate_python(message)
+        except ValidationError as exc:
+            return error_frame(ErrorCode.VALIDATION_ERROR, f"Invalid message: {_first_error(exc)}", errors=_errors(exc))
+        session.touch()
+        try:
+            if isinstance(incoming, ResetFrame):
+                return frame("observation", (await self.reset(session, incoming.data)).envelope())
+            if isinstance(incoming, StepFrame):
+                return frame("observation", (await self.step(session, incoming)).envelope())
+            if isinstance(incoming, McpFrame):
+                return frame("mcp", await self.rpc(incoming.data, attached=session))
+            assert isinstance(incoming, BareFrame)
+            if incoming.type == "close":
+                return None
+            return frame("state", self.state(session).model_dump())
+        except RequestRefused as exc:
+            return error_frame(exc.code, str(exc), **exc.extra)
+        except Exception as exc:
+            logger.exception("OpenEnv session %s: %s failed", session.id, kind)
+            return error_frame(ErrorCode.EXECUTION_ERROR, f"{type(exc).__name__}: {exc}")
+
+    # ------------------------------------------------------------------------------------------ HTTP
+
+    async def _mcp_endpoint(self, request: Request) -> Response:
+        try:
+            body = json.loads(await request.body())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            return JSONResponse(rpc_error(None, RpcCode.PARSE_ERROR, f"Parse error: {exc}"))
+        try:
+            return JSONResponse(await self.rpc(body))
+        except Exception as exc:
+            logger.exception("OpenEnv /mcp request failed")
+            request_id = body.get("id") if isinstance(body, dict) else None
+            return JSONResponse(rpc_error(request_id, RpcCode.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}"))
+
+    def _task(self, scenario: Scenario) -> dict[str, Any]:
+        return {
+            "task_id": scenario.id,
+            "scenario_id": scenario.id,
+            "task": scenario.task,
+            "difficulty": scenario.difficulty,
+            "tags": list(scenario.tags),
+        }
+
+    def _tasks_of(self, env_name: str, split: Any) -> list[Scenario]:
+        if env_name.lower() != self.environment.id.lower():
+            raise _HttpRefusal(404, f"unknown environment {env_name!r}")
+        if split != SPLIT:
+            raise _HttpRefusal(400, f"unknown split {split!r}; this server has one: {SPLIT!r}")
+        return self.scenarios
+
+    async def _task_api(self, request: Request) -> Response:
+        env_name = request.path_params["env_name"]
+        operation = request.path_params["operation"]
+        try:
+            if operation == "splits" and request.method == "GET":
+                self._tasks_of(env_name, SPLIT)
+                return JSONResponse([{"name": SPLIT, "type": SPLIT}])
+            body = await _json_object(request)
+            scenarios = self._tasks_of(env_name, body.get("split"))
+            if operation == "tasks":
+                return JSONResponse({"tasks": [self._task(s) for s in scenarios], "env_name": self.environment.id})
+            if operation == "num_tasks":
+                return JSONResponse({"num_tasks": len(scenarios)})
+            if operation == "task":
+                index = body.get("index")
+                if not isinstance(index, int) or not -len(scenarios) <= index < len(scenarios):
+                    raise _HttpRefusal(400, "Invalid task index")
+                return JSONResponse({"task": self._task(scenarios[index])})
+            if operation == "task_range":
+                chosen = scenarios[slice(body.get("start"), body.get("stop"))]
+                return JSONResponse({"tasks": [self._task(s) for s in chosen]})
+            raise _HttpRefusal(404, f"no task operation {operation!r}")
+        except _HttpRefusal as exc:
+            return JSONResponse({"detail": exc.detail}, status_code=exc.status)
+
+    def app(self) -> Starlette:
+        environment = self.environment
+
+        async def health(_: Request) -> Response:
+            return JSONResponse({"status": "healthy"})
+
+        async def metadata(_: Request) -> Response:
+            return JSONResponse(
+                {
+                    "name": environment.id,
+                    "description": environment.summary or environment.name,
+                    "readme_content": server_instructions(environment),
+                    "version": None,
+                    "author": None,
+                    "documentation_url": None,
+                }
+            )
+
+        async def schema(_: Request) -> Response:
+            return JSONResponse(
+                {
+                    "action": TypeAdapter(CallToolData).json_schema(),
+                    "observation": {"type": "object"},
+                    "reset_observation": {"type": "object"},
+                    "state": EpisodeState.model_json_schema(),
+                }
+            )
+
+        async def list_environments(_: Request) -> Response:
+            return JSONResponse([environment.id])
+
+        return Starlette(
+            routes=[
+                Route("/health", health, methods=["GET"]),
+                Route("/metadata", metadata, methods=["GET"]),
+                Route("/schema", schema, methods=["GET"]),
+                Route("/mcp", self._mcp_endpoint, methods=["POST"]),
+                Route("/list_environments", list_environments, methods=["GET"]),
+                Route("/{env_name}/{operation}", self._task_api, methods=["GET", "POST"]),
+                WebSocketRoute("/ws", self.websocket),
+            ]
+        )
+
+    async def serve(self, host: str, port: int, *, log_level: str = "warning") -> None:
+        """Serve until interrupted, then close every session's jailed episode."""
+        config = uvicorn.Config(self.app(), host=host, port=port, log_level=log_level, ws="websockets-sansio")
+        try:
+            await uvicorn.Server(config).serve()
+        finally:
+            await self.close_all()
+
+
+class _HttpRefusal(Exception):
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+
+
+async def _json_object(request: Request) -> dict[str, Any]:
+    try:
+        body = json.loads(await request.body() or b"{}")
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise _HttpRefusal(400, f"invalid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise _HttpRefusal(400, "the request body must be a JSON object")
+    return body
+
+
+def _assistant_call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    call = {"type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+    return {"role": "assistant", "content": "", "tool_calls": [{"id": f"call_{secrets.token_hex(4)}", **call}]}
+
+
+def _call_result(outcome: Outcome) -> dict[str, Any]:
+    """A ``tools/call`` result: ``data`` is what ``MCPToolClient.call_tool`` returns; done and reward ride along."""
+    text = str(outcome.observation.get("result") or "")
+    return {
+        "content": [{"type": "text", "text": text}],
+        "data": text,
+        "is_error": False,
+        "done": outcome.done,
+        "reward": outcome.reward,
+        "metadata": outcome.metadata,
+    }
+
+
+def _first_error(exc: ValidationError) -> str:
+    error = exc.errors()[0]
+    where = ".".join(str(part) for part in error["loc"]) or "message"
+    return f"{where}: {error['msg']}"
+
+
+def _errors(exc: ValidationError) -> list[dict[str, Any]]:
+    return [{"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]} for e in exc.errors()]

@@ -1,0 +1,183 @@
+"""The records of OpenEnv 0.10's wire protocol, written from its documented behaviour (openenv is not importable
+here: it pins ``fastmcp<4``).
+
+An OpenEnv server speaks two channels that share one session table:
+
+- WebSocket ``/ws``: frames ``{"type": "reset"|"step"|"state"|"close"|"mcp", "data": ...}`` answered by
+  ``{"type": "observation"|"state"|"error"|"mcp", "data": ...}``;
+- HTTP ``POST /mcp``: JSON-RPC 2.0 with ``tools/list``, ``tools/call`` and the session methods
+  ``openenv/session/create`` / ``openenv/session/close``.
+
+An observation travels as ``{"observation": {...}, "reward": float | None, "done": bool, "metadata"?: {...}}``;
+the client tells a tools listing (key ``tools``) and a tool call's answer (key ``tool_name``) apart by the keys of
+``observation``.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum, StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from harness.schema import Environment
+
+
+class ErrorCode(StrEnum):
+    """The ``code`` of a WebSocket error frame."""
+
+    INVALID_JSON = "INVALID_JSON"
+    UNKNOWN_TYPE = "UNKNOWN_TYPE"
+    VALIDATION_ERROR = "VALIDATION_ERROR"
+    EXECUTION_ERROR = "EXECUTION_ERROR"
+    CAPACITY_REACHED = "CAPACITY_REACHED"
+    SESSION_ERROR = "SESSION_ERROR"
+
+
+class RpcCode(IntEnum):
+    PARSE_ERROR = -32700
+    INVALID_REQUEST = -32600
+    METHOD_NOT_FOUND = -32601
+    INVALID_PARAMS = -32602
+    INTERNAL_ERROR = -32603
+    SERVER_ERROR = -32000
+
+
+class ToolErrorKind(StrEnum):
+    """``error.error_type`` of a tool call that did not reach the environment."""
+
+    INVALID_ARGS = "invalid_args"
+    TOOL_NOT_FOUND = "tool_not_found"
+    EXECUTION_ERROR = "execution_error"
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ResetData(BaseModel):
+    """``reset`` parameters. Unknown keys are ignored, as OpenEnv passes a reset only the keywords it accepts."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    seed: int | None = Field(default=None, ge=0)
+    episode_id: str | None = Field(default=None, max_length=255)
+    scenario_id: str | None = None
+
+
+class ListToolsData(Strict):
+    type: Literal["list_tools"]
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class CallToolData(Strict):
+    type: Literal["call_tool"]
+    tool_name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+McpAction = Annotated[ListToolsData | CallToolData, Field(discriminator="type")]
+
+
+class StepFrame(Strict):
+    type: Literal["step"]
+    data: McpAction
+
+
+class ResetFrame(Strict):
+    type: Literal["reset"]
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class BareFrame(Strict):
+    """``state`` and ``close``: no payload."""
+
+    type: Literal["state", "close"]
+
+
+class McpFrame(Strict):
+    type: Literal["mcp"]
+    data: dict[str, Any]
+
+
+IncomingFrame = Annotated[StepFrame | ResetFrame | BareFrame | McpFrame, Field(discriminator="type")]
+FRAME_TYPES = ("reset", "step", "state", "close", "mcp")
+
+
+class RpcRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    jsonrpc: Literal["2.0"] = "2.0"
+    method: str
+    params: dict[str, Any] = Field(default_factory=dict)
+    id: str | int | None = None
+
+
+class ToolError(Strict):
+    error_type: ToolErrorKind
+    message: str
+
+
+class Outcome(Strict):
+    """What a step observed: the OpenEnv envelope's payload before it is framed."""
+
+    observation: dict[str, Any]
+    reward: float | None = None
+    done: bool = False
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    def envelope(self) -> dict[str, Any]:
+        """``{"observation", "reward", "done", "metadata"?}``, metadata also inside the observation."""
+        envelope: dict[str, Any] = {
+            "observation": {**self.observation, "metadata": self.metadata},
+            "reward": self.reward,
+            "done": self.done,
+        }
+        if self.metadata:
+            envelope["metadata"] = self.metadata
+        return envelope
+
+
+class EpisodeState(Strict):
+    """The answer to ``state``: OpenEnv's ``episode_id`` and ``step_count``, then this server's own fields."""
+
+    episode_id: str | None
+    step_count: int
+    session_id: str
+    scenario_id: str | None
+    done: bool
+    reward: float | None
+    termination: str | None
+
+
+def frame(kind: str, data: dict[str, Any]) -> dict[str, Any]:
+    return {"type": kind, "data": data}
+
+
+def error_frame(code: ErrorCode, message: str, **extra: Any) -> dict[str, Any]:
+    return frame("error", {"message": message, "code": code.value, **extra})
+
+
+def rpc_result(request_id: str | int | None, result: Any) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "result": result}
+
+
+def rpc_error(request_id: str | int | None, code: RpcCode, message: str, data: Any = None) -> dict[str, Any]:
+    error: dict[str, Any] = {"code": int(code), "message": message}
+    if data is not None:
+        error["data"] = data
+    return {"jsonrpc": "2.0", "id": request_id, "error": error}
+
+
+def tool_listing(environment: Environment, extra_tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The tools as OpenEnv lists them: name, description and the JSON schema of the arguments."""
+    tools = [
+        {
+            "name": spec.function.name,
+            "description": spec.function.description or "",
+            "input_schema": spec.function.parameters or {"type": "object", "properties": {}, "required": []},
+        }
+        for spec in environment.tools
+    ]
+    return tools + extra_tools

@@ -1,0 +1,104 @@
+"""OpenEnv 0.10's real client in a venv of its own, and ``harness serve --protocol openenv`` in a subprocess.
+
+openenv 0.10 pins ``fastmcp<4`` and the project pins fastmcp 4, so the client lives in
+``~/.cache/envharness/openenv-0.10.0`` (built once, reused) and talks to the server over the network only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.support.cli_process import start_cli
+
+logger = logging.getLogger(__name__)
+
+OPENENV_VERSION = "0.10.0"
+CLIENT_VENV = Path.home() / ".cache" / "envharness" / f"openenv-{OPENENV_VERSION}"
+DRIVER = Path(__file__).with_name("openenv_driver.py")
+
+
+def client_python() -> Path:
+    """The client venv's python, building the venv first when it is missing (pip install from PyPI)."""
+    python = CLIENT_VENV / "bin" / "python"
+    probe = [str(python), "-c", "import openenv.core.mcp_client"]
+    if python.exists() and subprocess.run(probe, capture_output=True).returncode == 0:
+        return python
+    started = time.monotonic()
+    building = CLIENT_VENV.with_name(CLIENT_VENV.name + ".building")
+    subprocess.run(["rm", "-rf", str(building)], check=True)
+    subprocess.run([sys.executable, "-m", "venv", str(building)], check=True)
+    pip = [str(building / "bin" / "python"), "-m", "pip", "install", "-q", f"openenv=={OPENENV_VERSION}"]
+    subprocess.run(pip, check=True, capture_output=True)
+    subprocess.run(["rm", "-rf", str(CLIENT_VENV)], check=True)
+    building.rename(CLIENT_VENV)
+    logger.warning("built the OpenEnv client venv in %.0f s", time.monotonic() - started)
+    return python
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class ServedEnvironment:
+    base_url: str
+    process: subprocess.Popen[str]
+    python: Path
+
+    def drive(self, program: list[tuple[int, dict[str, Any]]]) -> list[Any]:
+        """Run ``program`` with OpenEnv's MCPToolClient; one report entry per operation."""
+        ran = subprocess.run(
+            [str(self.python), str(DRIVER), self.base_url, json.dumps(program)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert ran.returncode == 0, ran.stderr
+        report: list[Any] = json.loads(ran.stdout.strip().splitlines()[-1])
+        return report
+
+    @property
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+
+@contextlib.contextmanager
+def serve_openenv(python: Path, env_id: str, *args: str, startup_s: float = 180) -> Iterator[ServedEnvironment]:
+    """``harness serve ENV --protocol openenv`` on a free port of 127.0.0.1, until the block ends."""
+    port = free_port()
+    process = start_cli(["serve", env_id, "--protocol", "openenv", "--port", str(port), *args])
+    base_url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + startup_s
+        while True:
+            if process.poll() is not None:
+                _, stderr = process.communicate()
+                raise RuntimeError(f"harness serve exited {process.returncode}: {stderr}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{base_url}/health", timeout=2).status_code == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise RuntimeError("harness serve --protocol openenv did not start listening")
+            time.sleep(0.3)
+        yield ServedEnvironment(base_url, process, python)
+    finally:
+        process.terminate()
+        try:
+            process.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.communicate()
