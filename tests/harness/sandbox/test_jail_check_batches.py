@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import sys
+from collections import Counter
 from pathlib import Path
 
 import orjson
@@ -151,6 +152,10 @@ async def test_a_check_process_that_dies_mid_batch_fails_only_its_episodes_which
         assert results[1].passed is (n % 3 == 0) and results[1].error is None, results
 
 
+SPINNING_POLLS = 5
+"""Polls 2 ms apart in which a child must be seen running to be taken for the batch's check process."""
+
+
 def running_children(zygote_pid: int) -> list[int]:
     """The zygote's children that are running (the spare waits for its assignment, asleep)."""
     try:
@@ -176,11 +181,17 @@ async def test_a_check_process_killed_from_outside_mid_batch_has_its_episodes_sc
         assert zygote_pid is not None
         scoring = asyncio.ensure_future(score(pool, "spins", batch, [state(f"e{n}", n) for n in range(4)]))
         killed = None
+        # A freshly forked spare runs for a moment before it waits for its assignment; the batch's process spins
+        # for the whole batch, so it is the one seen running several polls in a row.
+        polls_running: Counter[int] = Counter()
         while killed is None and not scoring.done():
-            for pid in running_children(zygote_pid):
-                os.kill(pid, signal.SIGKILL)
-                killed = pid
-                break
+            running = running_children(zygote_pid)
+            polls_running = Counter({pid: polls_running[pid] + 1 for pid in running})
+            for pid, polls in polls_running.items():
+                if polls >= SPINNING_POLLS:
+                    os.kill(pid, signal.SIGKILL)
+                    killed = pid
+                    break
             await asyncio.sleep(0.002)
         scored = await scoring
     assert killed is not None, "the batch finished before it could be killed"
