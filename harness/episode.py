@@ -32,10 +32,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from harness.blame import classify_failure, environment_failure
 from harness.dispatch import open_tool_session
 from harness.llm import LLMError
+from harness.message_limits import MessageLimits
 from harness.prompts import (
-    agent_system_prompt,
     default_user_profile,
-    envscaler_agent_system_prompt,
+    rules_agent_system_prompt,
+    tau2_user_system_prompt,
     user_greeting,
     user_system_prompt,
 )
@@ -108,11 +109,13 @@ class EpisodeConfig(BaseModel):
     max_consecutive_parse_errors: int = Field(
         default=3, ge=1, description="Unreadable agent turns in a row before the episode ends as agent_error."
     )
-    rules: RulesName = Field(default=DEFAULT_RULES, description="Episode rules: harness or envscaler.")
+    rules: RulesName = Field(default=DEFAULT_RULES, description="Episode rules: harness, envscaler or tau2.")
 
     @property
     def step_limit(self) -> int:
-        return self.max_steps if self.max_steps is not None else DEFAULT_MAX_STEPS[self.mode]
+        if self.max_steps is not None:
+            return self.max_steps
+        return self.profile.default_max_steps or DEFAULT_MAX_STEPS[self.mode]
 
     @property
     def profile(self) -> EpisodeRules:
@@ -196,6 +199,7 @@ class Episode:
         self._session_tools: set[str] = set()
         self._used_call_ids: set[str] = set()
         self._parse_errors_in_a_row = 0
+        self.limits = MessageLimits(self.rules, config.step_limit) if self.rules.step_unit == "message" else None
 
     # ------------------------------------------------------------------------------------------ lifecycle
 
@@ -232,12 +236,17 @@ class Episode:
         if self.user is None:
             self.messages.append({"role": "user", "content": self.scenario.task})
             return
-        profile = self.scenario.user_profile or default_user_profile(self.scenario.task)
         user_version = self.user.settings.system_prompt_version
-        self.user_view = [
-            {"role": "system", "content": user_system_prompt(profile, user_version)},
-            {"role": "user", "content": user_greeting(user_version)},
-        ]
+        opening = user_greeting(user_version)
+        if self.rules.agent_greeting is not None:
+            opening = self.rules.agent_greeting
+            self.messages.append({"role": "assistant", "content": opening})
+        if self.rules.system_prompts == "tau2":
+            user_prompt = tau2_user_system_prompt(self.scenario.task)
+        else:
+            profile = self.scenario.user_profile or default_user_profile(self.scenario.task)
+            user_prompt = user_system_prompt(profile, user_version)
+        self.user_view = [{"role": "system", "content": user_prompt}, {"role": "user", "content": opening}]
         await self._user_speaks()
 
     async def act(self, agent: AgentPolicy) -> AgentTurn:
@@ -279,6 +288,9 @@ class Episode:
                 self._invalid_action(turn_index, f"arguments of {calls[0].name!r} are not an object")
             else:
                 self._unreadable(turn, turn_index, f"arguments of {calls[0].name!r} are not JSON")
+        elif self.rules.unreadable_turn_ends_episode and any(call.arguments is None for call in calls):
+            unreadable = next(call for call in calls if call.arguments is None)
+            self._unreadable(turn, turn_index, f"arguments of {unreadable.name!r} are not a JSON object")
         elif calls:
             self._parse_errors_in_a_row = 0
             for call in calls:
@@ -290,13 +302,16 @@ class Episode:
                     break
             if self.scripted is not None and (reason := self.scripted.tool_step()) is not None:
                 self.end(TerminationReason.MAX_STEPS, reason)
+            if not self.done:
+                self._count_messages(2)  # the agent's message and the batch of tool results
         elif turn.parse_error is not None:
             self._unreadable(turn, turn_index, turn.parse_error)
         elif not turn.text and self.rules.empty_turn_is_parse_error:
             self._unreadable(turn, turn_index, "the turn has neither text nor a tool call")
         else:
             await self._reply(turn.text)
-        if not self.done and self.turns >= self.config.step_limit and not self._turn_limited:
+        limit_reached = self.limits is None and self.turns >= self.config.step_limit
+        if not self.done and limit_reached and not self._turn_limited:
             self.end(TerminationReason.MAX_STEPS, f"step limit {self.config.step_limit} reached")
         return observations
 
@@ -311,12 +326,29 @@ class Episode:
         self._parse_errors_in_a_row = 0
         if self.user is None:
             self.end(TerminationReason.AGENT_DONE)
-        else:
+            return
+        self._count_messages(1)
+        if not self.done:
             self.user_view.append({"role": "user", "content": text})
             await self._user_speaks()
 
+    def _count_messages(self, messages: int) -> None:
+        """Under rules that count messages: count them and end the episode at a limit they reach."""
+        if self.limits is None:
+            return
+        reached = self.limits.count(messages)
+        if reached is None:
+            return
+        if self.termination is TerminationReason.USER_STOP:
+            # Upstream checks its limits after the user's message too: a limit reached by the stop replaces it.
+            self.termination = None
+        self.end(*reached)
+
     def _unreadable(self, turn: AgentTurn, turn_index: int, error: str) -> None:
         self.errors.append(f"turn {turn_index}: unreadable agent output: {error}")
+        if self.rules.unreadable_turn_ends_episode:
+            self.end(TerminationReason.AGENT_ERROR, f"unreadable agent turn: {error}")
+            return
         if self.rules.errors_as_user_messages:
             self.messages.append({"role": "user", "content": PARSE_ERROR_TEXT})
         elif turn.feedback is not None:
@@ -428,9 +460,8 @@ class Episode:
         )
 
     def _system_prompt(self) -> str:
-        if self.rules.name == "envscaler":
-            return envscaler_agent_system_prompt(self.environment, self.config.mode)
-        return agent_system_prompt(self.environment, self.config.mode, self.agent_settings.system_prompt_version)
+        version = self.agent_settings.system_prompt_version
+        return rules_agent_system_prompt(self.environment, self.config.mode, self.rules.system_prompts, version)
 
     async def close(self) -> None:
         session, self._session = self._session, None
@@ -506,6 +537,8 @@ class Episode:
                 duration_ms=duration * 1000.0,
             )
         )
+        if self.limits is not None:
+            self.limits.record_tool_result(observation)
         if self.rules.raising_tool_ends_episode and observation.kind in RAISING_KINDS:
             # Upstream answers with the exception as a user message and ends the episode with reward 0.
             self.messages.append({"role": "user", "content": f"Error: <Exception>\n{observation.error}"})
@@ -530,6 +563,7 @@ class Episode:
         elif self.scripted is not None:
             self.scripted.user_spoke()
             self.tools = self.scripted.tools(self.environment.tools)
+        self._count_messages(1)
 
 
 async def run_episode(

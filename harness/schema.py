@@ -333,6 +333,8 @@ class TerminationReason(StrEnum):
     AGENT_DONE = "agent_done"
     USER_STOP = "user_stop"
     MAX_STEPS = "max_steps"
+    TOO_MANY_ERRORS = "too_many_errors"
+    """The episode's tool calls failed as many times as the rules allow (``tau2``: 10 in all, as upstream)."""
     CONTEXT_OVERFLOW = "context_overflow"
     AGENT_ERROR = "agent_error"
     TOOL_EXCEPTION = "tool_exception"

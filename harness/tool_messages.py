@@ -1,8 +1,9 @@
 """What the agent sees of a tool call, and the tool schemas a session is opened with.
 
 A tool message carries the tool's own result or an error the agent can act on, written as the episode rules say
-(JSON, or Python's ``str()`` under upstream EnvScaler's rules). Under rules that pass arguments through, the
-session gets schemas without types (:func:`pass_through_tools`), so any value reaches the method.
+(JSON, Python's ``str()`` under upstream EnvScaler's rules, the environment's own text under τ²'s). Under rules
+that pass arguments through, the session gets schemas without types (:func:`pass_through_tools`), so any value
+reaches the method.
 """
 
 from __future__ import annotations
@@ -19,6 +20,13 @@ from harness.toolspec import ToolDerivationError, derive_tools
 def observation_content(observation: Observation, rules: EpisodeRules | None = None) -> str:
     """The text of a ``tool`` message: the tool's own result, or an error the agent can act on; as JSON, or as
     Python's ``str()`` of the value under rules whose ``tool_result_format`` is ``python`` (upstream EnvScaler)."""
+    result_kinds = (ObservationKind.OK, ObservationKind.TOOL_ERROR)
+    if rules is not None and rules.tool_result_format == "text":
+        # τ²'s ToolMessage: the environment's text as it is, an exception as "Error: <message>" (environment.py).
+        if observation.kind not in result_kinds:
+            return f"Error: {observation.error or observation.kind.value}"
+        content = observation.content
+        return content if isinstance(content, str) else json.dumps(content, default=str)
     if observation.kind is ObservationKind.OK or (
         observation.kind is ObservationKind.TOOL_ERROR and observation.content is not None
     ):

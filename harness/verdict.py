@@ -1,8 +1,9 @@
 """An ended episode's verdict from its final state: the one decision a run and ``harness rescore`` both make.
 
 Which scoring applies: a scripted benchmark conversation without checks is judged turn by turn (BFCL); an ending
-the rules score 0 skips the checks (EnvScaler: a raising tool, the step limit); otherwise the checks run in the
-sandbox and the rules say whether the reward is EnvFactory's composite or the checks' pass rate.
+the rules score 0 skips the checks (EnvScaler: a raising tool, the step limit; τ²: any ending but the user's stop);
+otherwise the checks run in the sandbox and the rules say whether the reward is EnvFactory's composite, the checks'
+pass rate, or all-or-nothing (τ²).
 """
 
 from __future__ import annotations
@@ -36,7 +37,9 @@ class EndedEpisode:
 
 def rules_give_zero(rules: EpisodeRules, termination: TerminationReason) -> bool:
     """Whether the rules score this ending 0 without running the checks (EnvScaler: a raising tool, the step
-    limit)."""
+    limit; τ²: any ending but the user's stop)."""
+    if rules.scored_endings is not None and termination not in rules.scored_endings:
+        return True
     if termination is TerminationReason.TOOL_EXCEPTION:
         return rules.raising_tool_ends_episode
     return termination is TerminationReason.MAX_STEPS and not rules.truncation_scores
@@ -63,6 +66,9 @@ async def episode_verdict(
     )
     if ended.rules.composite_reward:
         reward = composite(scenario, ended.calls, reward, final_state, ended.weights)
+    elif ended.rules.all_or_nothing_reward:
+        whole = 1.0 if reward.success else 0.0
+        reward = reward.model_copy(update={"state_reward": whole, "composite": whole})
     else:
         reward = reward.model_copy(update={"composite": reward.state_reward})
     return check_results, reward

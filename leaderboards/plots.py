@@ -19,9 +19,11 @@ TERMINATION_COLORS = {
     TerminationReason.AGENT_DONE.value: "#2da44e",
     TerminationReason.USER_STOP.value: "#54aeff",
     TerminationReason.MAX_STEPS.value: "#d4a72c",
+    TerminationReason.TOO_MANY_ERRORS.value: "#e16f24",
     TerminationReason.CONTEXT_OVERFLOW.value: "#bf8700",
     TerminationReason.AGENT_ERROR.value: "#cf222e",
     TerminationReason.TOOL_EXCEPTION.value: "#8250df",
+    TerminationReason.ENVIRONMENT_ERROR.value: "#a40e26",
     TerminationReason.INFRA_ERROR.value: "#6e7781",
 }
 

@@ -67,7 +67,11 @@ class RunConfig(BaseModel):
     temperature: float | None = Field(default=0.0, description="Sampling temperature.")
     max_tokens: int | None = Field(default=None, description="Completion token cap per model call.")
     seed: int = Field(default=0, description="Base seed for models and sandboxes.")
-    max_steps: int | None = Field(default=None, description="Agent turns per episode (default 30 nonconv, 40 conv).")
+    max_steps: int | None = Field(
+        default=None,
+        description="Step limit per episode: agent turns (default 30 nonconv, 40 conv), or under --rules tau2 "
+        "τ²'s steps, every message (default 200).",
+    )
     system_prompt_version: str = Field(
         default="1",
         description="Version of the agents' system prompts (set by the code, recorded in the manifest).",
@@ -105,8 +109,9 @@ class RunConfig(BaseModel):
     )
     rules: RulesName | None = Field(
         default=None,
-        description="Episode rules: harness or envscaler (default: the library's suggestion, else harness; "
-        "EnvScaler imports suggest envscaler). The manifest records the rules used.",
+        description="Episode rules: harness, envscaler or tau2 (default: the library's suggestion, else harness; "
+        "EnvScaler imports suggest envscaler; tau2 runs τ²-bench imports as conversations, as upstream scores "
+        "them). The manifest records the rules used.",
     )
     include_invalid: bool = Field(
         default=False,

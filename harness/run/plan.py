@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import orjson
 
 from harness.library import Library, LibraryError, load_library
-from harness.rules import DEFAULT_RULES, RulesName
+from harness.rules import DEFAULT_RULES, RulesName, rules_profile
 from harness.sandbox import SandboxPool
 from harness.schema import AgentSettings, Mode, Scenario
 from harness.validate import invalid_scenarios
@@ -119,10 +119,38 @@ def suggested_rules(library: Library, scenarios: list[Scenario]) -> RulesName:
 
 
 def resolve_rules(config: RunConfig, library: Library, scenarios: list[Scenario]) -> RunConfig:
-    """``config`` with its rules decided: as asked, or the library's suggestion."""
-    if config.rules is not None:
-        return config
-    return config.model_copy(update={"rules": suggested_rules(library, scenarios)})
+    """``config`` with its rules decided: as asked, or the library's suggestion. Refuses, in one line, rules that
+    cannot run this selection."""
+    if config.rules is None:
+        config = config.model_copy(update={"rules": suggested_rules(library, scenarios)})
+    problem = rules_mismatch(config, library, scenarios)
+    if problem is not None:
+        raise RunRefused(problem)
+    return config
+
+
+def rules_mismatch(config: RunConfig, library: Library, scenarios: list[Scenario]) -> str | None:
+    """Why the config's rules cannot run these scenarios (None when they can)."""
+    profile = rules_profile(config.rules)
+    if profile.conversation_only and config.mode != "conv":
+        return f"--rules {profile.name} runs conversations only: use --mode conv (not {config.mode})"
+    if profile.required_source is None:
+        return None
+    foreign = sorted(
+        {
+            s.environment_id
+            for s in scenarios
+            if (environment := library.environments.get(s.environment_id)) is None
+            or environment.provenance.source != profile.required_source
+        }
+    )
+    if not foreign:
+        return None
+    shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+    return (
+        f"--rules {profile.name} runs only environments imported with `harness import {profile.required_source}`; "
+        f"{shown} {'is' if len(foreign) == 1 else 'are'} not"
+    )
 
 
 async def drop_invalid(

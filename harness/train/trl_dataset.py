@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.library import Library
-from harness.prompts import agent_system_prompt, envscaler_agent_system_prompt
+from harness.prompts import rules_agent_system_prompt
 from harness.rules import DEFAULT_RULES, RulesName, rules_profile
 from harness.schema import Environment, Mode, Scenario
 
@@ -29,9 +29,7 @@ PROMPTS_CONFIG = "prompts"
 
 def system_prompt(environment: Environment, mode: Mode, rules: RulesName) -> str:
     """The system prompt the episode gives the agent under ``rules`` (the one its rollouts are scored with)."""
-    if rules_profile(rules).name == "envscaler":
-        return envscaler_agent_system_prompt(environment, mode)
-    return agent_system_prompt(environment, mode)
+    return rules_agent_system_prompt(environment, mode, rules_profile(rules).system_prompts)
 
 
 def prompt_row(environment: Environment, scenario: Scenario, mode: Mode, rules: RulesName) -> dict[str, Any]:
