@@ -57,7 +57,9 @@ def dataset_command(
     if data_format == "verl":
         if repo is not None or out is None:
             raise _fail("Bad input:", "--format verl writes a local Parquet file: give --out DIR and no --repo", 2)
-        _write_verl(source, out, mode, rules, environment)
+        if mode != "nonconv":
+            raise _fail("Bad --mode:", "the verl agent loop runs non-conversational episodes only (--mode nonconv)", 2)
+        _write_verl(source, out, rules, environment)
         return
     repo_id = None
     if repo is not None:
@@ -84,19 +86,14 @@ def dataset_command(
     console.print(f"Published {len(dataset)} prompts to {result.url} (commit {result.commit_sha})", markup=False)
 
 
-def _write_verl(source: str, out: Path, mode: str, rules: str, environments: list[str] | None) -> None:
+def _write_verl(source: str, out: Path, rules: str, environments: list[str] | None) -> None:
     from harness.errors import BadInput
     from harness.library import LibraryError
     from harness.rules import rules_profile
     from harness.train.verl_dataset import verl_rows, write_verl_dataset
 
     try:
-        rows = verl_rows(
-            source,
-            mode="conv" if mode == "conv" else "nonconv",
-            rules=rules_profile(rules).name,
-            environments=environments,
-        )
+        rows = verl_rows(source, rules=rules_profile(rules).name, environments=environments)
     except (LibraryError, BadInput, ValueError) as error:
         raise _fail("Cannot build:", error, 2) from error
     target = write_verl_dataset(rows, out)

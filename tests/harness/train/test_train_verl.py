@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ import pytest
 from harness.library import Library, load_library
 from tests.doubles.train_trl_tiny import tiny_tokenizer
 from tests.support.cli_process import REPO, harness
-from tests.support.verl_venv import verl_venv
+from tests.support.verl_venv import VerlVenv, verl_venv
 
 pytestmark = pytest.mark.verl
 
@@ -35,11 +36,18 @@ def library() -> Library:
     return load_library(None)
 
 
-@pytest.fixture(scope="module")
-def rollouts(library: Library, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+@pytest.fixture(scope="session")
+def verl_environment() -> VerlVenv:
+    """The cached venv with verl 0.9.1 (built here when missing: the first run reaches PyPI)."""
     venv = verl_venv()
     built = "from the cache" if venv.build_seconds is None else f"built in {venv.build_seconds:.0f} s"
     print(f"verl venv {venv.root} ({built}, {venv.size_bytes() / 2**30:.2f} GiB)", file=sys.stderr)
+    return venv
+
+
+@pytest.fixture(scope="module")
+def rollouts(verl_environment: VerlVenv, library: Library, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    venv = verl_environment
     work = tmp_path_factory.mktemp("verl")
     tiny_tokenizer(library, vocab_size=600).save_pretrained(str(work / "tokenizer"))
     done = harness(
@@ -189,4 +197,18 @@ def test_the_verl_format_refuses_a_hub_repo_and_a_missing_out(tmp_path: Path) ->
     assert bad.code == 2 and "--format verl" in bad.stderr and "Traceback" not in bad.stderr
     odd = harness(["train", "dataset", "datasets/seed", "--format", "parquet", "--out", str(tmp_path / "x")])
     assert odd.code == 2 and "Bad --format" in odd.stderr
+    conv = harness(
+        ["train", "dataset", "datasets/seed", "--format", "verl", "--mode", "conv", "--out", str(tmp_path / "x")]
+    )
+    assert conv.code == 2 and "non-conversational" in conv.stderr
     assert not (tmp_path / "x").exists()
+
+
+def test_the_project_and_the_trl_adapter_never_import_verl() -> None:
+    code = (
+        "import sys, harness.cli.app, harness.train.trl, harness.train.verl_dataset, harness.train.trl_rollout;"
+        "print(sorted(m for m in sys.modules if m == 'verl' or m.startswith('verl.')))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
