@@ -12,7 +12,6 @@ ends only that rollout, with ``extra_fields["ending"]`` saying why and ``reward_
 
 from __future__ import annotations
 
-import logging
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -31,8 +30,6 @@ from harness.train.jailed_episode import EpisodeSettings, JailedEpisode, Rollout
 from harness.train.trl_environment import as_library
 from harness.train.trl_rewards import COMPONENTS, component_values
 from harness.train.trl_rollout import observation_delta_ids, template_ids
-
-logger = logging.getLogger(__name__)
 
 UNPARSEABLE_TOOL_CALL = "unparseable_tool_call"
 RESPONSE_LENGTH = "response_length"
@@ -158,12 +155,12 @@ class HarnessAgentLoop(AgentLoopBase):
         trace = TokenTrace(template_ids(self.tokenizer, messages, tools, True))
         turns, tool_calls = 1, 0
         assistant: dict[str, Any] = {}
-        stopped: tuple[str, str] | None = None
+        stopped_by: str | None = None
         try:
             for _ in range(self.max_turns):
                 left = self.response_length - len(trace.response_ids)
                 if left <= 0:
-                    stopped = (RESPONSE_LENGTH, "the response reached rollout.response_length")
+                    stopped_by = RESPONSE_LENGTH
                     break
                 trace.generation_inputs.append(len(trace.all_ids))
                 with simple_timer("generate_sequences", metrics):
@@ -176,7 +173,7 @@ class HarnessAgentLoop(AgentLoopBase):
                 trace.add(new, output.log_probs, generated=True)
                 turns += 1
                 content, calls = await self.tool_parser.extract_tool_calls(new, [])
-                if not calls and self.tool_parser_markup_in(self.tokenizer.decode(new)):
+                if not calls and self._has_tool_call_markup(self.tokenizer.decode(new)):
                     await self._jail(episode.abort(UNPARSEABLE_TOOL_CALL, "the reply's tool call is not valid JSON"))
                     break
                 assistant = {"role": "assistant", "content": _without_eos(content, self.tokenizer)}
@@ -187,28 +184,28 @@ class HarnessAgentLoop(AgentLoopBase):
                     ]
                     if await self._jail(episode.reject_invalid_calls(assistant)) is not None:
                         break
-                    tool_calls += len(calls)
                 if not new or new[-1] != self.tokenizer.eos_token_id:
-                    stopped = (RESPONSE_LENGTH, "the reply was cut by rollout.response_length")
+                    stopped_by = RESPONSE_LENGTH
                     break
                 with simple_timer("tool_calls", metrics):
                     observations = await self._jail(episode.step(assistant))
+                tool_calls += len(calls)
                 turns += len(observations)
                 if episode.outcome is not None:
                     break
                 delta = observation_delta_ids(self.tokenizer, assistant, observations)
                 if len(trace.response_ids) + len(delta) >= self.response_length:
-                    stopped = (RESPONSE_LENGTH, "the tool results would pass rollout.response_length")
+                    stopped_by = RESPONSE_LENGTH
                     break
                 trace.add(delta, None, generated=False)
             else:
-                stopped = (MAX_TURNS, f"no final reply within {self.max_turns} turns")
+                stopped_by = MAX_TURNS
             outcome: RolloutOutcome = await self._jail(episode.end(_text(assistant)))
         finally:
             await self._jail(episode.close())
-        return self._output(trace, outcome, turns, tool_calls, metrics, stopped)
+        return self._output(trace, outcome, turns, tool_calls, metrics, stopped_by)
 
-    def tool_parser_markup_in(self, text: str) -> bool:
+    def _has_tool_call_markup(self, text: str) -> bool:
         start = getattr(self.tool_parser, "tool_call_start_token", None)
         return isinstance(start, str) and start in text
 
@@ -228,7 +225,7 @@ class HarnessAgentLoop(AgentLoopBase):
         turns: int,
         tool_calls: int,
         metrics: dict[str, Any],
-        stopped: tuple[str, str] | None,
+        stopped_by: str | None,
     ) -> AgentLoopOutput:
         components = component_values(outcome)
         cut = self.response_length
@@ -244,7 +241,7 @@ class HarnessAgentLoop(AgentLoopBase):
                 "scenario_id": outcome.scenario_id,
                 "ending": outcome.reason,
                 "ending_detail": outcome.detail,
-                "stopped_by": stopped[0] if stopped else None,
+                "stopped_by": stopped_by,
                 "tool_call_count": tool_calls,
                 "reward_components": components,
                 "generation_inputs": trace.generation_inputs,
