@@ -33,6 +33,7 @@ class ScriptedServer:
         self.tokenizer = tokenizer
         self.replies = list(replies)
         self.inputs: list[list[int]] = []
+        self.max_tokens: list[Any] = []
 
     async def generate(
         self,
@@ -47,6 +48,7 @@ class ScriptedServer:
         **kwargs: Any,
     ) -> TokenOutput:
         self.inputs.append(list(prompt_ids))
+        self.max_tokens.append(sampling_params.get("max_tokens"))
         text = self.replies.pop(0) if self.replies else "Nothing more.<|im_end|>"
         ids = self.tokenizer(text, add_special_tokens=False).input_ids
         return TokenOutput(token_ids=ids, log_probs=[-0.25] * len(ids), stop_reason="completed")
@@ -83,10 +85,16 @@ async def run_case(case: dict[str, Any], tokenizer: Any, config: Any, yaml_entry
         "data_config": DictConfigWrap(config.data),
         "tools": ToolListWrap([]),
     }
+    if case.get("response_length"):
+        config = OmegaConf.merge(
+            config, {"actor_rollout_ref": {"rollout": {"response_length": case["response_length"]}}}
+        )
+        wiring["trainer_config"] = DictConfigWrap(config=config)
     if case.get("crashing"):
         loop = HarnessAgentLoop(**wiring, envs=crashing_library(load_library(None)), include_invalid=True)
     else:
-        loop = hydra.utils.instantiate(config=_agent_loop_registry[yaml_entry], **wiring)
+        # Keywords given here override the YAML entry's, as hydra merges them.
+        loop = hydra.utils.instantiate(config=_agent_loop_registry[yaml_entry], **wiring, **case.get("settings", {}))
     row = case["row"]
     output = await loop.run({"temperature": 1.0}, **row)
     tensors = output.as_dict()
@@ -103,6 +111,7 @@ async def run_case(case: dict[str, Any], tokenizer: Any, config: Any, yaml_entry
         "metrics": output.metrics.model_dump(),
         "extra_fields": output.extra_fields,
         "inputs": server.inputs,
+        "max_tokens": server.max_tokens,
         "spans": spans(tokenizer, output.response_ids, output.response_mask),
     }
 

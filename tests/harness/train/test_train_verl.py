@@ -77,6 +77,8 @@ def rollouts(verl_environment: VerlVenv, library: Library, tmp_path_factory: pyt
         {"name": "rejected", "row": row(first.id), "replies": [bad_call]},
         {"name": "unparseable", "row": row(first.id), "replies": ["<tool_call>\n{not json\n</tool_call><|im_end|>"]},
         {"name": "crashing", "row": row(first.id), "replies": [], "crashing": True},
+        {"name": "one_turn", "row": row(first.id), "replies": replies(first), "settings": {"max_turns": 1}},
+        {"name": "short", "row": row(first.id), "replies": replies(first), "response_length": 40},
     ]
     spec = {
         "tokenizer": str(work / "tokenizer"),
@@ -150,6 +152,9 @@ def test_the_mask_is_one_exactly_on_the_policy_tokens_and_nothing_is_retokenized
     full = output["prompt_ids"] + ids
     assert inputs[0] == output["prompt_ids"] and full[: len(inputs[-1])] == inputs[-1]
     assert output["extra_fields"]["generation_inputs"] == [len(i) for i in inputs]
+    # Each generation may use only what is left of rollout.response_length.
+    prompt = len(output["prompt_ids"])
+    assert output["max_tokens"] == [16384 - (len(i) - prompt) for i in inputs]
 
 
 @pytest.mark.parametrize(
@@ -212,3 +217,14 @@ def test_the_project_and_the_trl_adapter_never_import_verl() -> None:
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_the_turn_and_length_limits_stop_a_rollout_and_say_which(rollouts: dict[str, Any]) -> None:
+    one_turn = rollouts["cases"]["one_turn"]
+    assert one_turn["extra_fields"]["stopped_by"] == "max_turns"
+    assert len(one_turn["inputs"]) == 1 and one_turn["extra_fields"]["tool_call_count"] == 1
+    assert one_turn["extra_fields"]["ending"] == "agent_done"
+    short = rollouts["cases"]["short"]
+    assert short["extra_fields"]["stopped_by"] == "response_length"
+    assert 0 < len(short["response_ids"]) <= 40 and len(short["response_mask"]) == len(short["response_ids"])
+    assert rollouts["cases"]["reference"]["extra_fields"]["stopped_by"] is None
