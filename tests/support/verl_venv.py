@@ -1,8 +1,8 @@
 """A virtual environment with verl 0.9.1 beside (never inside) the project's own, built once and cached.
 
-verl pins transformers below the TRL extra's version, so its tests run scripts in this venv: the project's
-dependencies and the ``train-verl`` extra are installed from the repository, and the scripts put the repository
-first on ``PYTHONPATH`` so that they run the checkout's code, not the copy installed with the dependencies.
+verl pins transformers below the TRL extra's version, so its tests run scripts in this venv: it holds the
+project's dependencies and the ``train-verl`` extra, read from ``pyproject.toml``, and the scripts run the
+checkout's code from ``PYTHONPATH``.
 Torch goes in first, alone, so that pip keeps the CPU build it finds locally instead of a CUDA one.
 """
 
@@ -49,12 +49,14 @@ class VerlVenv:
         )
 
 
-def _requirements() -> tuple[str, list[str]]:
+def _requirements() -> tuple[str, list[str], str]:
+    """The torch pin, every other requirement (the project's and the extra's) and the cache key they make."""
     project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     extra = list(project["optional-dependencies"]["train-verl"])
     torch = next(pin for pin in extra if pin.startswith("torch=="))
+    others = [*project["dependencies"], *(pin for pin in extra if pin != torch)]
     key = json.dumps([project["dependencies"], extra, sys.version_info[:2]])
-    return torch, [hashlib.sha256(key.encode()).hexdigest()[:12]]
+    return torch, others, hashlib.sha256(key.encode()).hexdigest()[:12]
 
 
 def _pip(python: Path, *args: str) -> None:
@@ -63,7 +65,7 @@ def _pip(python: Path, *args: str) -> None:
 
 def verl_venv() -> VerlVenv:
     """The cached venv, built when missing (the key follows the project's dependencies and the extra's pins)."""
-    torch, (key,) = _requirements()
+    torch, others, key = _requirements()
     root = CACHE / f"verl-0.9.1-{key}"
     if (root / "ready").exists():
         return VerlVenv(root, None)
@@ -75,8 +77,10 @@ def verl_venv() -> VerlVenv:
     subprocess.run([sys.executable, "-m", "venv", str(building)], check=True)
     python = building / "bin" / "python"
     _pip(python, torch)
-    _pip(python, f"{REPO}[train-verl]")
-    # venv scripts name their interpreter by path: the rename keeps them working only because we call python.
+    # The requirements, not the project itself: installing it would build in the checkout (build/, *.egg-info).
+    _pip(python, *others)
+    # Built under another name and renamed when complete, so an interrupted build is never taken for a ready one
+    # (the venv's console scripts keep the old path in their shebang: call its python, as VerlVenv.run does).
     building.rename(root)
     seconds = time.monotonic() - started
     (root / "ready").write_text(json.dumps({"build_seconds": round(seconds, 1)}), encoding="utf-8")
