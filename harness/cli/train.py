@@ -11,7 +11,7 @@ import typer
 
 from harness.console import console, err_console, labelled
 
-train_app = typer.Typer(help="Prepare training on our environments (TRL).", no_args_is_help=True)
+train_app = typer.Typer(help="Prepare training on our environments (TRL, verl).", no_args_is_help=True)
 
 
 def _fail(prefix: str, message: object, code: int) -> typer.Exit:
@@ -30,9 +30,14 @@ def dataset_command(
         list[str] | None, typer.Option("--environment", "-e", help="Only these environments (repeatable).")
     ] = None,
     private: Annotated[bool, typer.Option("--private", help="Create the Hub repository as private.")] = False,
+    data_format: Annotated[
+        str,
+        typer.Option("--format", help="trl (a Hub-format folder) or verl (OUT/train.parquet for verl's RLHFDataset)."),
+    ] = "trl",
 ) -> None:
     """Write one row per scenario: a conversational `prompt` (system prompt, opening user message) and its
-    `scenario_id` and `environment`, for `GRPOTrainer` with harness.train.trl's environment factory."""
+    `scenario_id` and `environment`, for `GRPOTrainer` with harness.train.trl's environment factory; with
+    `--format verl`, verl's row layout (`prompt`, `agent_name`, `extra_info`, ...) for the `harness` agent loop."""
     from harness.errors import BadInput
     from harness.hub import PublishError, RepoIdError, validate_repo_id
     from harness.library import LibraryError
@@ -47,6 +52,15 @@ def dataset_command(
         raise _fail("Bad --mode:", f"{mode!r} is not nonconv or conv", 2)
     if rules not in RULES_NAMES:
         raise _fail("Bad --rules:", f"{rules!r} is not one of {', '.join(RULES_NAMES)}", 2)
+    if data_format not in ("trl", "verl"):
+        raise _fail("Bad --format:", f"{data_format!r} is not trl or verl", 2)
+    if data_format == "verl":
+        if repo is not None or out is None:
+            raise _fail("Bad input:", "--format verl writes a local Parquet file: give --out DIR and no --repo", 2)
+        if mode != "nonconv":
+            raise _fail("Bad --mode:", "the verl agent loop runs non-conversational episodes only (--mode nonconv)", 2)
+        _write_verl(source, out, rules, environment)
+        return
     repo_id = None
     if repo is not None:
         try:
@@ -70,6 +84,20 @@ def dataset_command(
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     console.print(f"Published {len(dataset)} prompts to {result.url} (commit {result.commit_sha})", markup=False)
+
+
+def _write_verl(source: str, out: Path, rules: str, environments: list[str] | None) -> None:
+    from harness.errors import BadInput
+    from harness.library import LibraryError
+    from harness.rules import rules_profile
+    from harness.train.verl_dataset import verl_rows, write_verl_dataset
+
+    try:
+        rows = verl_rows(source, rules=rules_profile(rules).name, environments=environments)
+    except (LibraryError, BadInput, ValueError) as error:
+        raise _fail("Cannot build:", error, 2) from error
+    target = write_verl_dataset(rows, out)
+    console.print(f"Wrote {len(rows)} verl rows to {target}", markup=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -46,6 +46,13 @@ class JailThread:
             raise RuntimeError("the jail thread is closed")
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
 
+    async def run_async(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Run ``coroutine`` on the jail's loop and await it from another event loop (an async trainer's)."""
+        if self._closed:
+            coroutine.close()
+            raise RuntimeError("the jail thread is closed")
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coroutine, self.loop))
+
     def close(self) -> None:
         """Stop the pool's zygotes and the loop; idempotent."""
         if self._closed:

@@ -158,15 +158,25 @@ class JailedEpisode:
             "content": "",
             "tool_calls": [{"type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}],
         }
-        turn = agent_turn_from_message(message)
-        tools = {tool.function.name: tool for tool in episode.environment.tools}
-        try:
-            validate_call(turn.tool_calls[0], tools)
-        except CallRejected as exc:
-            await self.abort(REJECTED_CALL, str(exc))
-            return f"Error: {exc} The episode has ended."
+        rejection = await self.reject_invalid_calls(message)
+        if rejection is not None:
+            return f"Error: {rejection} The episode has ended."
         observations = await self.step(message)
         return "\n".join(str(o.get("content") or "") for o in observations) or self._ended_text()
+
+    async def reject_invalid_calls(self, assistant_message: dict[str, Any]) -> str | None:
+        """Why a tool call of ``assistant_message`` breaks its schema (the rollout then ends), or None."""
+        episode = self.episode
+        if episode is None:
+            return None
+        tools = {tool.function.name: tool for tool in episode.environment.tools}
+        for call in agent_turn_from_message(assistant_message).tool_calls:
+            try:
+                validate_call(call, tools)
+            except CallRejected as exc:
+                await self.abort(REJECTED_CALL, str(exc))
+                return str(exc)
+        return None
 
     async def step(self, assistant_message: dict[str, Any]) -> list[dict[str, Any]]:
         """Apply one assistant message; the messages that followed it (tool results, the user's reply)."""

@@ -87,6 +87,40 @@ def model_generator(trainer: Any) -> Generator:
     return generate
 
 
+def template_ids(
+    tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, gen: bool
+) -> list[int]:
+    """The chat template's token ids for ``messages`` (with the tools' schemas, and the assistant header)."""
+    ids = tokenizer.apply_chat_template(
+        messages, tools=tools or None, add_generation_prompt=gen, tokenize=True, return_dict=False
+    )
+    return list(ids)
+
+
+def observation_delta_ids(tokenizer: Any, assistant: dict[str, Any], observations: list[dict[str, Any]]) -> list[int]:
+    """The new tokens of ``observations`` and the next assistant header, after an assistant turn like
+    ``assistant``: what the template renders after that turn's end-of-turn token in a minimal conversation
+    (the model generated up to that token, not the newline after it). Templates may render the assistant
+    turn itself differently once messages follow it (Qwen3 drops an empty think block), so the cut is the
+    turn's end-of-turn token, counted, not a textual prefix."""
+    dummy_assistant: dict[str, Any] = {"role": "assistant", "content": ""}
+    if assistant.get("tool_calls"):
+        dummy_assistant["tool_calls"] = [
+            {"type": "function", "function": {"name": call["function"]["name"], "arguments": {}}}
+            for call in assistant["tool_calls"]
+        ]
+    else:
+        dummy_assistant["content"] = "ok"
+    dummy = [{"role": "user", "content": "dummy"}, dummy_assistant]
+    eos = tokenizer.eos_token_id
+    turns = template_ids(tokenizer, dummy, None, False).count(eos)
+    full = template_ids(tokenizer, dummy + observations, None, True)
+    ends = [index for index, token in enumerate(full) if token == eos]
+    if turns == 0 or len(ends) < turns:
+        raise ValueError("the chat template does not end an assistant turn with the end-of-sequence token")
+    return full[ends[turns - 1] + 1 :]
+
+
 class TokenFaithfulRollout:
     """Drives jailed episodes with a tokenizer and a generator; one rollout per prompt."""
 
@@ -97,33 +131,10 @@ class TokenFaithfulRollout:
         self.jail = jail
 
     def template_ids(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, gen: bool) -> list[int]:
-        ids = self.tokenizer.apply_chat_template(
-            messages, tools=tools or None, add_generation_prompt=gen, tokenize=True, return_dict=False
-        )
-        return list(ids)
+        return template_ids(self.tokenizer, messages, tools, gen)
 
     def delta_ids(self, assistant: dict[str, Any], observations: list[dict[str, Any]]) -> list[int]:
-        """The new tokens of ``observations`` and the next assistant header, after an assistant turn like
-        ``assistant``: what the template renders after that turn's end-of-turn token in a minimal conversation
-        (the model generated up to that token, not the newline after it). Templates may render the assistant
-        turn itself differently once messages follow it (Qwen3 drops an empty think block), so the cut is the
-        turn's end-of-turn token, counted, not a textual prefix."""
-        dummy_assistant: dict[str, Any] = {"role": "assistant", "content": ""}
-        if assistant.get("tool_calls"):
-            dummy_assistant["tool_calls"] = [
-                {"type": "function", "function": {"name": call["function"]["name"], "arguments": {}}}
-                for call in assistant["tool_calls"]
-            ]
-        else:
-            dummy_assistant["content"] = "ok"
-        dummy = [{"role": "user", "content": "dummy"}, dummy_assistant]
-        eos = self.tokenizer.eos_token_id
-        turns = self.template_ids(dummy, None, False).count(eos)
-        full = self.template_ids(dummy + observations, None, True)
-        ends = [index for index, token in enumerate(full) if token == eos]
-        if turns == 0 or len(ends) < turns:
-            raise ValueError("the chat template does not end an assistant turn with the end-of-sequence token")
-        return full[ends[turns - 1] + 1 :]
+        return observation_delta_ids(self.tokenizer, assistant, observations)
 
     def parse(self, ids: list[int], prefix: list[int], tools: list[dict[str, Any]]) -> dict[str, Any]:
         from trl.chat_template_utils import parse_response
