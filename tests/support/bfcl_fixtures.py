@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.released_wheels import released_wheel
+
 BFCL_VERSION = "2026.3.23"
 WHEEL_NAME = f"bfcl_eval-{BFCL_VERSION}-py3-none-any.whl"
 REPO = Path(__file__).resolve().parents[2]
@@ -34,18 +36,7 @@ def harness_cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess
 
 @pytest.fixture(scope="session")
 def bfcl_wheel() -> Path:
-    cache = wheel_cache()
-    wheel = cache / WHEEL_NAME
-    if not wheel.is_file():
-        cache.mkdir(parents=True, exist_ok=True)
-        subprocess.run(
-            [sys.executable, "-m", "pip", "download", f"bfcl-eval=={BFCL_VERSION}", "--no-deps", "-d", str(cache)],
-            check=True,
-            capture_output=True,
-            timeout=600,
-        )
-    assert wheel.is_file(), f"pip download did not produce {wheel}"
-    return wheel
+    return released_wheel(f"bfcl-eval=={BFCL_VERSION}", WHEEL_NAME, wheel_cache())
 
 
 @pytest.fixture(scope="session")

