@@ -4,12 +4,11 @@ imported from it with the real CLI."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.support.cli_process import harness_cli
 from tests.support.released_wheels import released_wheel
 
 BFCL_VERSION = "2026.3.23"
@@ -19,19 +18,6 @@ REPO = Path(__file__).resolve().parents[2]
 
 def wheel_cache() -> Path:
     return Path(os.environ.get("ENVHARNESS_BFCL_CACHE", Path.home() / ".cache" / "envharness" / "bfcl"))
-
-
-def harness_cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run(
-        [sys.executable, "-m", "harness.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-        cwd=REPO,
-        check=False,
-    )
 
 
 @pytest.fixture(scope="session")

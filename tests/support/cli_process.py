@@ -51,3 +51,18 @@ def finish(process: subprocess.Popen[str], timeout: float = 600) -> Finished:
 
 def harness(args: list[str], env: Mapping[str, str] | None = None, cwd: Path | None = None) -> Finished:
     return finish(start_cli(args, env, cwd))
+
+
+def harness_cli(
+    *args: str, env: Mapping[str, str] | None = None, cwd: Path | None = None, timeout: float = 900
+) -> subprocess.CompletedProcess[str]:
+    """The real CLI in a subprocess, with this checkout first on the path, run to its end."""
+    return subprocess.run(
+        [sys.executable, "-m", "harness.cli", *args],
+        capture_output=True,
+        text=True,
+        env=cli_environment(env),
+        cwd=cwd,
+        timeout=timeout,
+        check=False,
+    )

@@ -7,9 +7,6 @@ Each tool reports what it managed to do; the tests assert on the harm itself (a 
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -297,18 +294,3 @@ def hostile_scenario(
 def write_hostile_library(root: Path, scenarios: list[Scenario]) -> Path:
     write_seed_layout([hostile_environment()], scenarios, root)
     return root
-
-
-def harness_cli(
-    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 300
-) -> subprocess.CompletedProcess[str]:
-    """The real CLI in a subprocess, with this checkout first on the path."""
-    environment = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200", **(env or {})}
-    return subprocess.run(
-        [sys.executable, "-m", "harness.cli", *args],
-        capture_output=True,
-        text=True,
-        env=environment,
-        cwd=cwd,
-        timeout=timeout,
-    )

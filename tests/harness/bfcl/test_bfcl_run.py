@@ -16,7 +16,7 @@ from harness.protocols import AgentTurn
 from harness.runner import RunConfig, run
 from harness.sandbox import SandboxPool
 from harness.schema import AgentSettings, ModelSettings, TerminationReason, Trajectory
-from tests.support.bfcl_fixtures import harness_cli
+from tests.support.cli_process import harness_cli
 
 
 async def refused_modules(library: Library) -> dict[str, list[str]]:

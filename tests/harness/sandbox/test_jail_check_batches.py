@@ -21,7 +21,8 @@ import orjson
 from harness.sandbox import SandboxLimits, SandboxPool, find_problems
 from harness.sandbox.check_batches import checks_of_scenario
 from harness.schema import Check, CheckResult
-from tests.support.jail_library import REPO, harness_cli, hostile_scenario, write_hostile_library
+from tests.support.cli_process import harness_cli
+from tests.support.jail_library import REPO, hostile_scenario, write_hostile_library
 
 WITNESS = (
     "import dataclasses\n"

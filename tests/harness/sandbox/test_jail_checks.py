@@ -16,7 +16,8 @@ import pytest
 
 from harness.sandbox import SandboxPool, find_problems
 from harness.schema import Check, Scenario
-from tests.support.jail_library import REPO, harness_cli, hostile_scenario, write_hostile_library
+from tests.support.cli_process import harness_cli
+from tests.support.jail_library import REPO, hostile_scenario, write_hostile_library
 
 ATTACKS = {
     "evaluator": (

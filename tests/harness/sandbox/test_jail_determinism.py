@@ -9,7 +9,8 @@ import orjson
 from harness.library import load_library
 from harness.sandbox import SandboxPool
 from harness.schema import ToolCall
-from tests.support.jail_library import harness_cli, hostile_scenario, write_hostile_library
+from tests.support.cli_process import harness_cli
+from tests.support.jail_library import hostile_scenario, write_hostile_library
 
 
 async def test_same_calls_and_seed_give_byte_identical_states_in_fresh_processes():

@@ -19,13 +19,8 @@ import pytest
 
 from harness.sandbox import SandboxPool
 from harness.schema import ObservationKind, ToolCall
-from tests.support.jail_library import (
-    CANARY,
-    harness_cli,
-    hostile_environment,
-    hostile_scenario,
-    write_hostile_library,
-)
+from tests.support.cli_process import harness_cli
+from tests.support.jail_library import CANARY, hostile_environment, hostile_scenario, write_hostile_library
 
 # Every layer, then a machine without each of the two strongest ones: the remaining layers must still hold.
 LAYER_SETS = ["", "seccomp", "landlock"]

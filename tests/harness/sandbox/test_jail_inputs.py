@@ -14,7 +14,7 @@ from harness.names import UnsafeIdentifier, is_safe_id
 from harness.sandbox import SandboxPool, WeakSandbox, find_problems
 from harness.schema import Environment, Scenario
 from harness.toolspec import ToolDerivationError, derive_tools
-from tests.support.jail_library import harness_cli
+from tests.support.cli_process import harness_cli
 
 DEEP_EXPRESSION = "x = " + "+".join(["1"] * 200_000) + "\n"
 HOSTILE_SOURCES = {

@@ -22,7 +22,8 @@ from harness.sandbox import SandboxPool, WeakSandbox
 from harness.sandbox.confine import LAYERS, readable_roots
 from harness.schema import Environment, Observation, ObservationKind, ToolCall
 from harness.toolspec import derive_tools
-from tests.support.jail_library import CANARY, harness_cli, hostile_environment, hostile_scenario, write_hostile_library
+from tests.support.cli_process import harness_cli
+from tests.support.jail_library import CANARY, hostile_environment, hostile_scenario, write_hostile_library
 from tests.support.unprivileged import run_as_ordinary_user
 
 WITHOUT_LANDLOCK = "landlock"
