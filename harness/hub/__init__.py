@@ -22,15 +22,7 @@ from harness.hub.load import (
     parse_hub_spec,
     read_records_folder,
 )
-from harness.hub.projection import (
-    PROJECTIONS,
-    Projection,
-    RowSchemaError,
-    records_to_rows,
-    records_to_table,
-    rows_to_records,
-    table_rows_to_generic,
-)
+from harness.hub.projection import PROJECTIONS, Projection
 from harness.hub.publish import (
     PublishError,
     PublishResult,
@@ -39,6 +31,13 @@ from harness.hub.publish import (
     publish,
     upload_built,
     validate_repo_id,
+)
+from harness.hub.rows import (
+    RowSchemaError,
+    records_to_rows,
+    records_to_table,
+    rows_to_records,
+    table_rows_to_generic,
 )
 from harness.hub.sources import SourceError
 

@@ -19,14 +19,8 @@ import pyarrow.parquet as pq
 
 from harness.containment import require_inside, require_relative_pattern
 from harness.fingerprint import fingerprint
-from harness.hub.projection import (
-    GENERIC_ROW,
-    METADATA_KEY,
-    PROJECTIONS,
-    collection_paused,
-    rows_to_records,
-    table_rows_to_generic,
-)
+from harness.hub.projection import GENERIC_ROW, METADATA_KEY, PROJECTIONS
+from harness.hub.rows import collection_paused, rows_to_records, table_rows_to_generic
 from harness.hub.yaml_limits import MAX_YAML_BYTES, YamlRefused, load_yaml
 from harness.schema import DatasetRef, Environment, Scenario
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from harness.hub.projection import records_to_table, rows_to_records
+from harness.hub.rows import records_to_table, rows_to_records
 from harness.importers.bfcl_code import STRPTIME_SOURCE
 from harness.library import load_library
 from tests.support.cli_process import harness_cli

@@ -24,7 +24,8 @@ from harness.hub import (
     rows_to_records,
     table_rows_to_generic,
 )
-from harness.hub.projection import PROJECTIONS, RowSchemaError, records_to_table
+from harness.hub.projection import PROJECTIONS
+from harness.hub.rows import RowSchemaError, records_to_table
 from harness.hub.sources import SourceError
 from harness.library import load_library
 from harness.schema import SCHEMA_VERSION, Check, Scenario

@@ -19,7 +19,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from harness.hub.projection import records_to_table, rows_to_records
+from harness.hub.rows import records_to_table, rows_to_records
 from harness.library import write_seed_layout
 from harness.metrics import read_results, summarize_group
 from harness.reward import trajectory_reward
