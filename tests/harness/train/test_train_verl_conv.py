@@ -56,10 +56,8 @@ def library() -> Library:
 def conv(verl_environment: VerlVenv, library: Library, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     work = tmp_path_factory.mktemp("verl-conv")
     tiny_tokenizer(library, vocab_size=600).save_pretrained(str(work / "tokenizer"))
-    done = harness(
-        ["train", "dataset", "datasets/seed", "--format", "verl", "--mode", "conv", "--out", str(work / "conv")]
-        + ["-e", "banking"]
-    )
+    command = ["train", "dataset", "datasets/seed", "--format", "verl", "--mode", "conv", "-e", "banking"]
+    done = harness([*command, "--out", str(work / "conv")])
     assert done.code == 0, done.stderr
     banking = library.scenarios_for("banking")
     first, second = banking[0], banking[1]
@@ -135,11 +133,8 @@ def harness_run_conv(scenario_id: str, base_url: str, out: Path) -> float:
     models = alias_file(out.with_suffix(".toml"), base_url)
     with models.open("a") as aliases:
         aliases.write(f'[aliases.mock-user]\nmodel = "hosted_vllm/user"\napi_base = "{base_url}"\n')
-    done = harness(
-        ["run", "--envs", "datasets/seed", "--agent", "oracle", "--mode", "conv", "--user-model", "mock-user"]
-        + ["--scenario", scenario_id, "--out", str(out)],
-        env={"HARNESS_MODELS_FILE": str(models)},
-    )
+    command = ["run", "--envs", "datasets/seed", "--agent", "oracle", "--mode", "conv", "--user-model", "mock-user"]
+    done = harness([*command, "--scenario", scenario_id, "--out", str(out)], env={"HARNESS_MODELS_FILE": str(models)})
     assert done.code == 0, done.stderr
     (line,) = (out / "results.jsonl").read_text(encoding="utf-8").splitlines()
     record = json.loads(line)
