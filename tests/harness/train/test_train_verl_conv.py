@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +73,8 @@ def conv(verl_environment: VerlVenv, library: Library, tmp_path_factory: pytest.
             extra["mode"] = mode
         return {"raw_prompt": [{"role": "user", "content": "hello"}], "extra_info": extra}
 
+    scripted_library = scripted_turns_library(work / "scripted", first, FOLLOW_UP)
+    all_calls = "\n".join(tool_call(a.name, a.arguments).removesuffix("<|im_end|>") for a in first.reference_actions)
     with serving_mock() as server:
         key = first.user_profile.goal if first.user_profile else first.task
         server.register_user(key, [first.task, FOLLOW_UP])
@@ -90,6 +93,13 @@ def conv(verl_environment: VerlVenv, library: Library, tmp_path_factory: pytest.
             {"name": "row_mode", "entry": mock_user, "row": row(first.id, "conv")},
             {"name": "no_user", "row": row(first.id, "conv")},
             {"name": "odd_mode", "row": row(first.id, "chat")},
+            # A scenario with scripted turns: the same user factory plays its script (no model is called).
+            {
+                "name": "scripted_turns",
+                "loop_yaml": str(CONV_YAML),
+                "entry": {"envs": str(scripted_library), **user_entry("hosted_vllm/never-called", server.base_url)},
+                "row": row(first.id),
+            },
             {
                 "name": "user_fails",
                 "loop_yaml": str(CONV_YAML),
@@ -104,6 +114,7 @@ def conv(verl_environment: VerlVenv, library: Library, tmp_path_factory: pytest.
             "no_user": [],
             "odd_mode": [],
             "user_fails": replies(first, 1),
+            "scripted_turns": [all_calls + "<|im_end|>", *replies(first, 2)[-2:]],
         }
         for case in cases:
             case["replies"] = scripted[case["name"]]
@@ -121,19 +132,49 @@ def conv(verl_environment: VerlVenv, library: Library, tmp_path_factory: pytest.
             name: harness_run_conv(scenario.id, server.base_url, work / f"run-{name}")
             for name, scenario in (("first", first), ("second", second))
         }
+        expected["scripted_turns"] = harness_run_conv(
+            first.id, server.base_url, work / "run-scripted", scripted_library
+        )
+        user_calls = len(server.chat_requests("never-called"))
     result: dict[str, Any] = json.loads((work / "result.json").read_text(encoding="utf-8"))
     result["replies"] = scripted
     result["expected"] = expected
+    result["never_called_requests"] = user_calls
     result["scenarios"] = {"first": first, "second": second}
     return result
 
 
-def harness_run_conv(scenario_id: str, base_url: str, out: Path) -> float:
-    """The composite ``harness run --mode conv`` gives the oracle with the same mock user."""
+def scripted_turns_library(folder: Path, scenario: Any, follow_up: str) -> Path:
+    """The seed library with ``scenario`` given two scripted user turns: its task (with its reference calls),
+    then ``follow_up``."""
+    shutil.copytree(REPO / "datasets" / "seed", folder)
+    path = folder / "scenarios" / f"{scenario.environment_id}.jsonl"
+    lines = path.read_text(encoding="utf-8").splitlines()
+    index = next(i for i, line in enumerate(lines) if json.loads(line)["id"] == scenario.id)
+    record = json.loads(lines[index])
+    record["turns"] = [{"content": scenario.task, "reference_actions": record["reference_actions"]}]
+    record["turns"].append({"content": follow_up})
+    lines[index] = json.dumps(record)
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return folder
+
+
+def harness_run_conv(scenario_id: str, base_url: str, out: Path, envs: Path | None = None) -> float:
+    """The composite ``harness run --mode conv`` gives the oracle with the same mock (or scripted) user."""
     models = alias_file(out.with_suffix(".toml"), base_url)
     with models.open("a") as aliases:
         aliases.write(f'[aliases.mock-user]\nmodel = "hosted_vllm/user"\napi_base = "{base_url}"\n')
-    command = ["run", "--envs", "datasets/seed", "--agent", "oracle", "--mode", "conv", "--user-model", "mock-user"]
+    command = [
+        "run",
+        "--envs",
+        str(envs or "datasets/seed"),
+        "--agent",
+        "oracle",
+        "--mode",
+        "conv",
+        "--user-model",
+        "mock-user",
+    ]
     done = harness([*command, "--scenario", scenario_id, "--out", str(out)], env={"HARNESS_MODELS_FILE": str(models)})
     assert done.code == 0, done.stderr
     (line,) = (out / "results.jsonl").read_text(encoding="utf-8").splitlines()
@@ -207,3 +248,17 @@ def test_a_failing_user_ends_the_rollout_blamed_on_the_simulator_masked_and_unre
     # The policy made every call and its reply; none of it is trained on.
     assert len(output["inputs"]) == len(conv["replies"]["user_fails"])
     assert output["response_mask"] == [0] * len(output["response_ids"]) and len(output["response_ids"]) > 0
+
+
+def test_a_scenario_with_scripted_turns_is_played_by_its_script_and_scored_as_harness_run(
+    conv: dict[str, Any],
+) -> None:
+    output = conv["cases"]["scripted_turns"]
+    replies = conv["replies"]["scripted_turns"]
+    assert output["extra_fields"]["ending"] == "user_stop"
+    assert output["reward_score"] == pytest.approx(conv["expected"]["scripted_turns"]) and output["reward_score"] > 0
+    assert conv["never_called_requests"] == 0
+    assert [text for flag, text in output["spans"] if flag == 1] == replies
+    zeros = [text for flag, text in output["spans"] if flag == 0]
+    assert "<tool_response>" in zeros[0] and FOLLOW_UP in zeros[1] and "<tool_response>" not in zeros[1]
+    assert conv["scenarios"]["first"].task in output["full_text"].split(replies[0])[0]
