@@ -5,11 +5,14 @@ from __future__ import annotations
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from harness.console import console, err_console, labelled
+
+if TYPE_CHECKING:
+    from harness.schema import Mode
 
 train_app = typer.Typer(help="Prepare training on our environments (TRL, verl).", no_args_is_help=True)
 
@@ -42,7 +45,6 @@ def dataset_command(
     from harness.hub import PublishError, RepoIdError, validate_repo_id
     from harness.library import LibraryError
     from harness.rules import RULES_NAMES
-    from harness.schema import Mode
     from harness.train.trl_dataset import prompt_dataset, publish_prompt_dataset, write_prompt_dataset
 
     if out is None and repo is None:
@@ -57,9 +59,7 @@ def dataset_command(
     if data_format == "verl":
         if repo is not None or out is None:
             raise _fail("Bad input:", "--format verl writes a local Parquet file: give --out DIR and no --repo", 2)
-        if mode != "nonconv":
-            raise _fail("Bad --mode:", "the verl agent loop runs non-conversational episodes only (--mode nonconv)", 2)
-        _write_verl(source, out, rules, environment)
+        _write_verl(source, out, rules, mode, environment)
         return
     repo_id = None
     if repo is not None:
@@ -86,14 +86,14 @@ def dataset_command(
     console.print(f"Published {len(dataset)} prompts to {result.url} (commit {result.commit_sha})", markup=False)
 
 
-def _write_verl(source: str, out: Path, rules: str, environments: list[str] | None) -> None:
+def _write_verl(source: str, out: Path, rules: str, mode: Mode, environments: list[str] | None) -> None:
     from harness.errors import BadInput
     from harness.library import LibraryError
     from harness.rules import rules_profile
     from harness.train.verl_dataset import verl_rows, write_verl_dataset
 
     try:
-        rows = verl_rows(source, rules=rules_profile(rules).name, environments=environments)
+        rows = verl_rows(source, rules=rules_profile(rules).name, mode=mode, environments=environments)
     except (LibraryError, BadInput, ValueError) as error:
         raise _fail("Cannot build:", error, 2) from error
     target = write_verl_dataset(rows, out)

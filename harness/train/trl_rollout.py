@@ -12,14 +12,22 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from harness.library import Library
 from harness.reward import CompositeWeights
 from harness.rules import DEFAULT_RULES, RulesName
-from harness.schema import Mode, PolicyTokens, Trajectory
+from harness.schema import Mode, Trajectory
+from harness.train.conversation import (
+    TokenTrace,
+    append_observations,
+    plain_messages,
+    policy_caused,
+    template_ids,
+    text_of,
+)
 from harness.train.jail_thread import JailThread
 from harness.train.jailed_episode import EpisodeSettings, JailedEpisode, RolloutOutcome
 from harness.train.trl_rewards import component_values
@@ -32,18 +40,10 @@ Generator = Callable[[list[int], int], tuple[list[int], list[float]]]
 
 @dataclass
 class TokenRollout:
-    prompt_ids: list[int]
-    completion_ids: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    env_mask: list[int] = field(default_factory=list)
-    turn_inputs: list[int] = field(default_factory=list)
-    """The length of the input of each generation; every input is a prefix of the next."""
-    outcome: RolloutOutcome | None = None
+    """One rollout's ids (the shared :class:`TokenTrace`) and how it ended."""
 
-    def add(self, ids: list[int], logprobs: list[float] | None, generated: bool) -> None:
-        self.completion_ids += ids
-        self.logprobs += logprobs if logprobs is not None else [0.0] * len(ids)
-        self.env_mask += [1 if generated else 0] * len(ids)
+    trace: TokenTrace
+    outcome: RolloutOutcome | None = None
 
 
 def scenario_of(prompt: list[dict[str, Any]]) -> Any:
@@ -87,40 +87,6 @@ def model_generator(trainer: Any) -> Generator:
     return generate
 
 
-def template_ids(
-    tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, gen: bool
-) -> list[int]:
-    """The chat template's token ids for ``messages`` (with the tools' schemas, and the assistant header)."""
-    ids = tokenizer.apply_chat_template(
-        messages, tools=tools or None, add_generation_prompt=gen, tokenize=True, return_dict=False
-    )
-    return list(ids)
-
-
-def observation_delta_ids(tokenizer: Any, assistant: dict[str, Any], observations: list[dict[str, Any]]) -> list[int]:
-    """The new tokens of ``observations`` and the next assistant header, after an assistant turn like
-    ``assistant``: what the template renders after that turn's end-of-turn token in a minimal conversation
-    (the model generated up to that token, not the newline after it). Templates may render the assistant
-    turn itself differently once messages follow it (Qwen3 drops an empty think block), so the cut is the
-    turn's end-of-turn token, counted, not a textual prefix."""
-    dummy_assistant: dict[str, Any] = {"role": "assistant", "content": ""}
-    if assistant.get("tool_calls"):
-        dummy_assistant["tool_calls"] = [
-            {"type": "function", "function": {"name": call["function"]["name"], "arguments": {}}}
-            for call in assistant["tool_calls"]
-        ]
-    else:
-        dummy_assistant["content"] = "ok"
-    dummy = [{"role": "user", "content": "dummy"}, dummy_assistant]
-    eos = tokenizer.eos_token_id
-    turns = template_ids(tokenizer, dummy, None, False).count(eos)
-    full = template_ids(tokenizer, dummy + observations, None, True)
-    ends = [index for index, token in enumerate(full) if token == eos]
-    if turns == 0 or len(ends) < turns:
-        raise ValueError("the chat template does not end an assistant turn with the end-of-sequence token")
-    return full[ends[turns - 1] + 1 :]
-
-
 class TokenFaithfulRollout:
     """Drives jailed episodes with a tokenizer and a generator; one rollout per prompt."""
 
@@ -129,12 +95,6 @@ class TokenFaithfulRollout:
         self.generate = generate
         self.settings = settings
         self.jail = jail
-
-    def template_ids(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, gen: bool) -> list[int]:
-        return template_ids(self.tokenizer, messages, tools, gen)
-
-    def delta_ids(self, assistant: dict[str, Any], observations: list[dict[str, Any]]) -> list[int]:
-        return observation_delta_ids(self.tokenizer, assistant, observations)
 
     def parse(self, ids: list[int], prefix: list[int], tools: list[dict[str, Any]]) -> dict[str, Any]:
         from trl.chat_template_utils import parse_response
@@ -148,55 +108,39 @@ class TokenFaithfulRollout:
         messages = self.jail.run(episode.open(scenario_of(prompt)))
         if not messages:
             # Nothing to generate from: the rollout ends here and counts nothing the model did not write.
-            rollout = TokenRollout(self.template_ids(_plain(prompt), None, True))
-            rollout.add([self.tokenizer.eos_token_id], None, generated=False)
-            rollout.outcome = episode.outcome
-            return rollout
+            trace = TokenTrace(template_ids(self.tokenizer, plain_messages(prompt), None, True))
+            trace.add([self.tokenizer.eos_token_id], None, generated=False)
+            return TokenRollout(trace, episode.outcome)
         tools = episode.tools
-        rollout = TokenRollout(self.template_ids(messages, tools, True))
-        ids = list(rollout.prompt_ids)
+        trace = TokenTrace(template_ids(self.tokenizer, messages, tools, True))
+        rollout = TokenRollout(trace)
         assistant: dict[str, Any] = {}
         try:
             for _ in range(max_turns):
-                left = budget - len(rollout.completion_ids)
+                left = budget - len(trace.response_ids)
                 if left <= 0:
                     break
-                rollout.turn_inputs.append(len(ids))
+                ids = trace.all_ids
+                trace.generation_inputs.append(len(ids))
                 new, logprobs = self.generate(ids, left)
-                rollout.add(new, logprobs, generated=True)
+                trace.add(new, logprobs, generated=True)
                 complete = bool(new) and new[-1] == self.tokenizer.eos_token_id
                 assistant = self.parse(new, ids, tools)
-                ids += new
                 if not complete:
                     break  # cut by the budget: the episode ends with what the model managed to say
                 observations = self.jail.run(episode.step(assistant))
                 if episode.outcome is not None:
                     break
-                delta = self.delta_ids(assistant, observations)
-                if len(rollout.completion_ids) + len(delta) >= budget:
+                if not append_observations(trace, self.tokenizer, assistant, observations, budget):
                     break
-                rollout.add(delta, None, generated=False)
-                ids += delta
-            rollout.outcome = self.jail.run(episode.end(_text(assistant)))
+            rollout.outcome = self.jail.run(episode.end(text_of(assistant)))
         finally:
             self.jail.run(episode.close())
+        if rollout.outcome is not None and not policy_caused(rollout.outcome):
+            trace.mask_all()
         if rollout.outcome is not None and rollout.outcome.trajectory is not None:
-            rollout.outcome.trajectory.policy_tokens = PolicyTokens(
-                prompt_ids=rollout.prompt_ids,
-                completion_ids=rollout.completion_ids,
-                logprobs=rollout.logprobs,
-                env_mask=rollout.env_mask,
-            )
+            rollout.outcome.trajectory.policy_tokens = trace.policy_tokens()
         return rollout
-
-
-def _text(message: dict[str, Any]) -> str:
-    content = message.get("content")
-    return content if isinstance(content, str) else ""
-
-
-def _plain(prompt: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{"role": m.get("role", "user"), "content": m.get("content") or ""} for m in prompt]
 
 
 def rollout_func(
@@ -248,15 +192,16 @@ def rollout_func(
         budget = int(trainer.args.max_completion_length)
         results = [driver.run(prompt, budget, max_turns) for prompt in prompts]
         outcomes = [r.outcome or RolloutOutcome(None, "not_started") for r in results]
+        traces = [r.trace for r in results]
         if on_trajectory is not None:
             for outcome in outcomes:
                 if outcome.trajectory is not None:
                     on_trajectory(outcome.trajectory)
         return {
-            "prompt_ids": [r.prompt_ids for r in results],
-            "completion_ids": [r.completion_ids for r in results],
-            "logprobs": [r.logprobs for r in results],
-            "env_mask": [r.env_mask for r in results],
+            "prompt_ids": [t.prompt_ids for t in traces],
+            "completion_ids": [t.response_ids for t in traces],
+            "logprobs": [t.logprobs for t in traces],
+            "env_mask": [t.response_mask for t in traces],
             "reward_components": [component_values(o) for o in outcomes],
             "ending": [o.reason for o in outcomes],
         }

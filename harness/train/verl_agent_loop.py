@@ -5,9 +5,13 @@ pins an older transformers than ``train-trl``). Each rollout opens the row's sce
 in a jailed session (:class:`harness.train.jailed_episode.JailedEpisode` on one :class:`JailThread` per process),
 generates with ``server_manager.generate`` on token ids, parses tool calls with verl's ``ToolParser`` (``hermes``
 for Qwen3) and steps the session. The model's tokens are kept as generated and only the chat template's delta of
-the tool results and the user's reply is appended (``response_mask`` 0), so no turn is ever re-tokenized. A row
-the library cannot serve, a call its schema rejects, an unparseable call or an environment crashing in the jail
-ends only that rollout, with ``extra_fields["ending"]`` saying why and ``reward_score`` 0.
+the tool results and the user's reply is appended (``response_mask`` 0), so no turn is ever re-tokenized
+(:mod:`harness.train.conversation`, shared with the TRL ``rollout_func``). In conversational mode (``mode: conv``
+in the loop's entry, or ``extra_info.mode`` on the row) the simulated user of the entry's ``user`` opens and
+answers each text reply, until its stop token or the turn limit. A row the library cannot serve, a call its
+schema rejects, an unparseable call or an environment crashing in the jail ends only that rollout, with
+``extra_fields["ending"]`` saying why and ``reward_score`` 0; a rollout the simulated user (or another party
+that is not the policy) failed is also masked out (``response_mask`` all 0, ``extra_fields["at_fault"]``).
 """
 
 from __future__ import annotations
@@ -25,11 +29,23 @@ from verl.utils.profiler import simple_timer
 from harness.library import Library
 from harness.reward import CompositeWeights
 from harness.rules import DEFAULT_RULES, RulesName, rules_profile
+from harness.schema import Mode
+from harness.train.conversation import (
+    BAD_MODE,
+    MODES,
+    TokenTrace,
+    append_observations,
+    at_fault,
+    conversation_settings,
+    plain_messages,
+    policy_caused,
+    template_ids,
+    text_of,
+)
 from harness.train.jail_thread import JailThread
 from harness.train.jailed_episode import EpisodeSettings, JailedEpisode, RolloutOutcome
 from harness.train.trl_environment import as_library
 from harness.train.trl_rewards import COMPONENTS, component_values
-from harness.train.trl_rollout import observation_delta_ids, template_ids
 
 UNPARSEABLE_TOOL_CALL = "unparseable_tool_call"
 RESPONSE_LENGTH = "response_length"
@@ -84,34 +100,16 @@ def close_shared_jails() -> None:
         _shared.clear()
 
 
-@dataclass
-class TokenTrace:
-    """The response of one rollout: every id after the prompt, 1 in the mask where the policy generated it."""
-
-    prompt_ids: list[int]
-    response_ids: list[int] = field(default_factory=list)
-    response_mask: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    generation_inputs: list[int] = field(default_factory=list)
-    """The length of each generation's input; each input is a prefix of the next."""
-
-    def add(self, ids: list[int], logprobs: list[float] | None, generated: bool) -> None:
-        self.response_ids += ids
-        self.response_mask += [1 if generated else 0] * len(ids)
-        self.logprobs += list(logprobs) if logprobs else [0.0] * len(ids)
-
-    @property
-    def all_ids(self) -> list[int]:
-        return self.prompt_ids + self.response_ids
-
-
 @register("harness")
 class HarnessAgentLoop(AgentLoopBase):
     """One rollout of one of our scenarios. Its keywords come from the agent loop YAML entry: ``envs`` (a library
     folder or Hub dataset id, or a :class:`Library`; the seed library when absent), ``rules`` (``harness`` or
     ``envscaler``), ``reward`` (the component put in ``reward_score``: ``composite``, the rules' reward, by
     default; ``check_pass_rate``, ...), ``tool_parser`` (a verl parser name, ``hermes`` for Qwen3),
-    ``max_turns`` and ``include_invalid``.
+    ``max_turns`` (the policy's generations), ``include_invalid``, ``mode`` (``nonconv`` or ``conv``; a row's
+    ``extra_info.mode`` overrides it) and ``user``: the simulated user of conversational rows, a user policy or a
+    function from the scenario to one, e.g. ``agents.training_user.conversation_user`` through hydra's
+    ``_target_`` (an LLM through :mod:`harness.llm`, or the scenario's scripted turns when it has them).
     """
 
     def __init__(
@@ -123,11 +121,19 @@ class HarnessAgentLoop(AgentLoopBase):
         tool_parser: str = "hermes",
         max_turns: int = 16,
         include_invalid: bool = False,
+        mode: Mode = "nonconv",
+        user: Any = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         if reward not in COMPONENTS:
             raise ValueError(f"unknown reward {reward!r}; choose from {', '.join(COMPONENTS)}")
+        if mode not in MODES:
+            raise ValueError(f"unknown mode {mode!r}; choose nonconv or conv")
+        if mode == "conv" and user is None:
+            raise ValueError("mode conv needs a simulated user: give the loop's entry a user")
+        self.mode = mode
+        self.user = user
         self.reward_component = reward
         self.max_turns = max_turns
         self.response_length = int(self.rollout_config.response_length)
@@ -145,9 +151,17 @@ class HarnessAgentLoop(AgentLoopBase):
             extra_info = {}
         # The row names its environment: a scenario of another one is refused, not run.
         environment = extra_info.get("environment")
-        settings = self.shared.settings_for(environment if isinstance(environment, str) else None)
-        episode = JailedEpisode(settings, self.shared.jail.pool)
         metrics: dict[str, Any] = {}
+        settings = conversation_settings(
+            self.shared.settings_for(environment if isinstance(environment, str) else None),
+            extra_info.get("mode") or self.mode,
+            self.user,
+        )
+        if isinstance(settings, str):
+            scenario_id = extra_info.get("scenario_id")
+            refused = RolloutOutcome(scenario_id if isinstance(scenario_id, str) else None, BAD_MODE, settings)
+            return self._ended_before_start(kwargs.get("raw_prompt") or [], refused, metrics)
+        episode = JailedEpisode(settings, self.shared.jail.pool)
         messages: list[dict[str, Any]] = await self._jail(episode.open(extra_info.get("scenario_id")))
         if not messages:
             return self._ended_before_start(kwargs.get("raw_prompt") or [], episode.outcome, metrics)
@@ -193,14 +207,12 @@ class HarnessAgentLoop(AgentLoopBase):
                 turns += len(observations)
                 if episode.outcome is not None:
                     break
-                delta = observation_delta_ids(self.tokenizer, assistant, observations)
-                if len(trace.response_ids) + len(delta) >= self.response_length:
+                if not append_observations(trace, self.tokenizer, assistant, observations, self.response_length):
                     stopped_by = RESPONSE_LENGTH
                     break
-                trace.add(delta, None, generated=False)
             else:
                 stopped_by = MAX_TURNS
-            outcome: RolloutOutcome = await self._jail(episode.end(_text(assistant)))
+            outcome: RolloutOutcome = await self._jail(episode.end(text_of(assistant)))
         finally:
             await self._jail(episode.close())
         return self._output(trace, outcome, turns, tool_calls, metrics, stopped_by)
@@ -212,7 +224,7 @@ class HarnessAgentLoop(AgentLoopBase):
     def _ended_before_start(
         self, raw_prompt: Any, outcome: RolloutOutcome | None, metrics: dict[str, Any]
     ) -> AgentLoopOutput:
-        plain = [{"role": m.get("role", "user"), "content": m.get("content") or ""} for m in list(raw_prompt)]
+        plain = plain_messages(list(raw_prompt))
         trace = TokenTrace(template_ids(self.tokenizer, plain, None, True) if plain else [])
         # verl pads and stacks responses: one masked token stands for the rollout that never started.
         trace.add([self.tokenizer.eos_token_id], None, generated=False)
@@ -228,6 +240,8 @@ class HarnessAgentLoop(AgentLoopBase):
         stopped_by: str | None,
     ) -> AgentLoopOutput:
         components = component_values(outcome)
+        if not policy_caused(outcome):
+            trace.mask_all()
         cut = self.response_length
         return AgentLoopOutput(
             prompt_ids=self._cap_text_prompt_length(trace.prompt_ids),
@@ -241,6 +255,7 @@ class HarnessAgentLoop(AgentLoopBase):
                 "scenario_id": outcome.scenario_id,
                 "ending": outcome.reason,
                 "ending_detail": outcome.detail,
+                "at_fault": at_fault(outcome),
                 "stopped_by": stopped_by,
                 "tool_call_count": tool_calls,
                 "reward_components": components,
@@ -254,11 +269,6 @@ class HarnessAgentLoop(AgentLoopBase):
 def _without_eos(text: str, tokenizer: Any) -> str:
     eos = tokenizer.eos_token
     return text[: -len(eos)] if isinstance(eos, str) and text.endswith(eos) else text
-
-
-def _text(message: dict[str, Any]) -> str:
-    content = message.get("content")
-    return content if isinstance(content, str) else ""
 
 
 def loop_config(envs: str | Path | None = None, **settings: Any) -> list[dict[str, Any]]:

@@ -1,8 +1,9 @@
 """The Parquet file verl's ``RLHFDataset`` reads: one row per scenario, laid out like verl's own example datasets.
 
-``prompt`` is the chat the policy starts from (the agent's system prompt and the task; the loop runs
-non-conversational episodes, where the task is the user's one message), ``agent_name``
-picks the ``harness`` agent loop, and ``extra_info`` carries the ``scenario_id`` the loop opens. No verl import:
+``prompt`` is the chat the policy starts from (the agent's system prompt and the task; in conversational mode the
+loop starts from the simulated user's first words instead, which only exist once the episode opens), ``agent_name``
+picks the ``harness`` agent loop, and ``extra_info`` carries the ``scenario_id`` the loop opens and the ``mode``
+it runs. No verl import:
 the project's own environment writes the file, the trainer's reads it.
 """
 
@@ -13,6 +14,7 @@ from typing import Any
 
 from harness.library import Library
 from harness.rules import DEFAULT_RULES, RulesName
+from harness.schema import Mode
 from harness.train.trl_dataset import prompt_rows, system_prompt
 
 AGENT_NAME = "harness"
@@ -23,6 +25,7 @@ def verl_rows(
     envs: Library | str | Path | None = None,
     *,
     rules: RulesName = DEFAULT_RULES,
+    mode: Mode = "nonconv",
     environments: list[str] | None = None,
     scenarios: list[str] | None = None,
     split: str = "train",
@@ -34,7 +37,7 @@ def verl_rows(
     by_id = {scenario.id: scenario for scenario in library.scenarios}
     rows = []
     for index, row in enumerate(
-        prompt_rows(library, mode="nonconv", rules=rules, environments=environments, scenarios=scenarios)
+        prompt_rows(library, mode=mode, rules=rules, environments=environments, scenarios=scenarios)
     ):
         scenario = by_id[row["scenario_id"]]
         environment = library.environments[scenario.environment_id]
@@ -43,13 +46,14 @@ def verl_rows(
                 "data_source": f"envharness/{environment.id}",
                 "agent_name": AGENT_NAME,
                 "prompt": [
-                    {"role": "system", "content": system_prompt(environment, "nonconv", rules)},
+                    {"role": "system", "content": system_prompt(environment, mode, rules)},
                     {"role": "user", "content": scenario.task},
                 ],
                 "ability": "tool_use",
                 "extra_info": {
                     "scenario_id": scenario.id,
                     "environment": environment.id,
+                    "mode": mode,
                     "index": index,
                     "split": split,
                 },

@@ -26,10 +26,10 @@ def _corpus(library: Library) -> list[str]:
     return texts
 
 
-def tiny_tokenizer(library: Library, vocab_size: int = 2000) -> Any:
+def tiny_tokenizer(library: Library, vocab_size: int = 2000, chat_template: str | None = None) -> Any:
+    """``chat_template`` defaults to TRL's Qwen3 template (TRL parses tool calls with it)."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
-    from trl.chat_template_utils import qwen3_chat_template
 
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -45,7 +45,11 @@ def tiny_tokenizer(library: Library, vocab_size: int = 2000) -> Any:
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tokenizer, eos_token="<|im_end|>", pad_token="<|endoftext|>", bos_token=None
     )
-    fast.chat_template = qwen3_chat_template
+    if chat_template is None:
+        from trl.chat_template_utils import qwen3_chat_template
+
+        chat_template = qwen3_chat_template
+    fast.chat_template = chat_template
     return fast
 
 

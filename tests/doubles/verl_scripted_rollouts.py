@@ -73,6 +73,16 @@ def spans(tokenizer: Any, ids: list[int], mask: list[int]) -> list[list[Any]]:
     return found
 
 
+def register_entry(case: dict[str, Any], default_yaml: str) -> str:
+    """Register the case's YAML entry (the example's unless the case names another), with its overrides merged
+    in (the mock user's address, which only the test knows); the name rows pick it by."""
+    entry = next(iter(OmegaConf.load(case.get("loop_yaml") or default_yaml)))
+    if case.get("entry"):
+        entry = OmegaConf.merge(entry, case["entry"])
+    _agent_loop_registry[entry.name] = entry
+    return str(entry.name)
+
+
 async def run_case(case: dict[str, Any], tokenizer: Any, config: Any, yaml_entry: Any) -> dict[str, Any]:
     server = ScriptedServer(tokenizer, case["replies"])
     wiring = {
@@ -113,6 +123,7 @@ async def run_case(case: dict[str, Any], tokenizer: Any, config: Any, yaml_entry
         "inputs": server.inputs,
         "max_tokens": server.max_tokens,
         "spans": spans(tokenizer, output.response_ids, output.response_mask),
+        "full_text": tokenizer.decode(output.prompt_ids + output.response_ids),
     }
 
 
@@ -136,6 +147,12 @@ async def main(spec: dict[str, Any]) -> dict[str, Any]:
         {"actor_rollout_ref": {"rollout": {"prompt_length": 16384, "response_length": 16384}}, "data": {}}
     )
     result: dict[str, Any] = {"registry": {k: str(v.get("_target_")) for k, v in _agent_loop_registry.items()}}
+    for name, parquet in spec.get("conv_parquet", {}).items():
+        conv_rows = dataset_rows({**spec, "parquet": parquet}, tokenizer)
+        result.setdefault("conv_dataset", {})[name] = [dict(r["extra_info"]) for r in conv_rows]
+        for case in spec["cases"]:
+            if case.get("conv_dataset") == name:
+                case["row"] = {k: v for k, v in conv_rows[case["dataset_index"]].items() if k != "agent_name"}
     if spec.get("parquet"):
         rows = dataset_rows(spec, tokenizer)
         result["dataset"] = [
@@ -143,14 +160,14 @@ async def main(spec: dict[str, Any]) -> dict[str, Any]:
             for r in rows
         ]
         for case in spec["cases"]:
-            if "dataset_index" in case:
+            if "dataset_index" in case and "conv_dataset" not in case:
                 row = rows[case["dataset_index"]]
                 # AgentLoopWorker passes every non-tensor field but agent_name, which picks the loop.
                 case["row"] = {k: v for k, v in row.items() if k != "agent_name"}
     result["cases"] = {}
     try:
         for case in spec["cases"]:
-            entry = next(iter(OmegaConf.load(spec["loop_yaml"]))).name
+            entry = register_entry(case, spec["loop_yaml"])
             result["cases"][case["name"]] = await run_case(case, tokenizer, config, entry)
     finally:
         close_shared_jails()

@@ -258,3 +258,37 @@ def test_train_dataset_command_writes_a_loadable_prompt_dataset(tmp_path: Path) 
     bad = harness(["train", "dataset", "datasets/seed", "--out", str(tmp_path / "x"), "-e", "nope"])
     assert bad.code == 2 and len(bad.stderr.strip().splitlines()) == 1 and "Traceback" not in bad.stderr
     assert not (tmp_path / "x").exists()
+
+
+class FailingUser(LinesUser):
+    """Opens with the task, then fails (a simulated user whose model is gone)."""
+
+    async def respond(self, messages: list[dict[str, Any]]) -> UserTurn:
+        if any(message.get("role") == "assistant" for message in messages):
+            raise RuntimeError("the user model is unreachable")
+        return await super().respond(messages)
+
+
+def test_a_conversation_the_user_fails_is_masked_out_and_unrewarded(
+    library: Library, jail: JailThread, tokenizer: Any
+) -> None:
+    scenario = library.scenarios_for("banking")[0]
+
+    def scripted(_trainer: Any) -> Any:
+        def generate(ids: list[int], budget: int) -> tuple[list[int], list[float]]:
+            new = tokenizer("Which account?<|im_end|>", add_special_tokens=False).input_ids
+            return new, [-0.25] * len(new)
+
+        return generate
+
+    traces: list[Trajectory] = []
+    rollout = rollout_func(
+        library, user=FailingUser([scenario.task]), generator=scripted, jail=jail, on_trajectory=traces.append
+    )
+    prompt = prompt_dataset(library, scenarios=[scenario.id], mode="conv")[0]["prompt"]
+    output = rollout([prompt], Trainer(tokenizer))
+    assert output["ending"] == ["infra_error"]
+    assert output["env_mask"][0] == [0] * len(output["completion_ids"][0]) and output["completion_ids"][0]
+    assert output["reward_components"][0]["composite"] == 0.0
+    (trace,) = traces
+    assert trace.failure is not None and trace.failure.at_fault.value == "user_simulator"

@@ -19,7 +19,7 @@ import pytest
 from harness.library import Library, load_library
 from tests.doubles.train_trl_tiny import tiny_tokenizer
 from tests.support.cli_process import REPO, harness
-from tests.support.verl_venv import VerlVenv, verl_venv
+from tests.support.verl_venv import VerlVenv
 
 pytestmark = pytest.mark.verl
 
@@ -34,15 +34,6 @@ def tool_call(name: str, arguments: dict[str, Any]) -> str:
 @pytest.fixture(scope="module")
 def library() -> Library:
     return load_library(None)
-
-
-@pytest.fixture(scope="session")
-def verl_environment() -> VerlVenv:
-    """The cached venv with verl 0.9.1 (built here when missing: the first run reaches PyPI)."""
-    venv = verl_venv()
-    built = "from the cache" if venv.build_seconds is None else f"built in {venv.build_seconds:.0f} s"
-    print(f"verl venv {venv.root} ({built}, {venv.size_bytes() / 2**30:.2f} GiB)", file=sys.stderr)
-    return venv
 
 
 @pytest.fixture(scope="module")
@@ -197,15 +188,15 @@ def test_verls_rlhf_dataset_reads_the_parquet_the_command_writes(rollouts: dict[
     assert first["raw_prompt"][1]["content"] == banking[0].task
 
 
-def test_the_verl_format_refuses_a_hub_repo_and_a_missing_out(tmp_path: Path) -> None:
+def test_the_verl_format_refuses_a_hub_repo_a_missing_out_and_an_unknown_mode(tmp_path: Path) -> None:
     bad = harness(["train", "dataset", "datasets/seed", "--format", "verl", "--repo", "org/name"])
     assert bad.code == 2 and "--format verl" in bad.stderr and "Traceback" not in bad.stderr
     odd = harness(["train", "dataset", "datasets/seed", "--format", "parquet", "--out", str(tmp_path / "x")])
     assert odd.code == 2 and "Bad --format" in odd.stderr
-    conv = harness(
-        ["train", "dataset", "datasets/seed", "--format", "verl", "--mode", "conv", "--out", str(tmp_path / "x")]
+    odd_mode = harness(
+        ["train", "dataset", "datasets/seed", "--format", "verl", "--mode", "chat", "--out", str(tmp_path / "x")]
     )
-    assert conv.code == 2 and "non-conversational" in conv.stderr
+    assert odd_mode.code == 2 and "Bad --mode" in odd_mode.stderr
     assert not (tmp_path / "x").exists()
 
 
