@@ -36,7 +36,7 @@ from harness.message_limits import MessageLimits
 from harness.prompts import (
     default_user_profile,
     rules_agent_system_prompt,
-    tau2_user_system_prompt,
+    rules_user_system_prompt,
     user_greeting,
     user_system_prompt,
 )
@@ -241,9 +241,10 @@ class Episode:
         if self.rules.agent_greeting is not None:
             opening = self.rules.agent_greeting
             self.messages.append({"role": "assistant", "content": opening})
-        if self.rules.system_prompts == "tau2":
-            user_prompt = tau2_user_system_prompt(self.scenario.task)
-        else:
+        elif self.rules.user_opening is not None:
+            opening = self.rules.user_opening
+        user_prompt = rules_user_system_prompt(self.rules.system_prompts, self.scenario.task)
+        if user_prompt is None:
             profile = self.scenario.user_profile or default_user_profile(self.scenario.task)
             user_prompt = user_system_prompt(profile, user_version)
         self.user_view = [{"role": "system", "content": user_prompt}, {"role": "user", "content": opening}]
@@ -271,10 +272,12 @@ class Episode:
         self.turns += 1
         self.usage["agent"].add(turn.usage)
         calls = self._assign_call_ids(turn, turn_index)
-        self.messages.append(turn.message)
-        observations: list[Observation] = []
         if self.rules.first_call_only:
             calls = calls[:1]
+            if self.rules.drop_unrun_calls and len(turn.message.get("tool_calls") or []) > 1:
+                turn.message = {**turn.message, "tool_calls": turn.message["tool_calls"][:1]}
+        self.messages.append(turn.message)
+        observations: list[Observation] = []
         reply_call = calls[0] if calls and self.rules.reply_tool and calls[0].name == self.rules.reply_tool else None
         if reply_call is not None:
             content = (reply_call.arguments or {}).get("content")
@@ -298,6 +301,8 @@ class Episode:
                 if observation is None:
                     break
                 observations.append(observation)
+                if call.name in self.rules.ending_tools:
+                    self.end(TerminationReason.AGENT_DONE, f"the agent called {call.name}, which ends the episode")
                 if self.done:
                     break
             if self.scripted is not None and (reason := self.scripted.tool_step()) is not None:
@@ -556,7 +561,7 @@ class Episode:
             self.timings.model_seconds += time.perf_counter() - started
         self.usage["user"].add(reply.usage)
         self.user_view.append({"role": "assistant", "content": reply.text})
-        self.messages.append({"role": "user", "content": reply.text})
+        self.messages.append({"role": "user", "content": user_reply(reply, self.rules)})
         stops = self.rules.stop_tokens
         if reply.stop_token is not None and (stops is None or reply.stop_token in stops):
             self.end(TerminationReason.USER_STOP, reply.stop_token)
@@ -589,6 +594,21 @@ async def run_episode(
         user=user,
     )
     return await drive(episode, agent)
+
+
+def user_reply(reply: UserTurn, rules: EpisodeRules) -> str:
+    """What the agent receives of the simulated user's message: all of it, or under rules with a reply marker
+    the bare stop token, else the text after the marker (upstream ReAct user's ``parse_response``)."""
+    marker = rules.user_reply_marker
+    if marker is None:
+        return reply.text
+    for token in rules.stop_tokens or ():
+        if token in reply.text:
+            return token
+    parts = reply.text.split(marker)
+    if len(parts) != 2:
+        raise AgentPolicyError(f"the simulated user's message does not hold {marker!r} once: {reply.text[:120]!r}")
+    return parts[1].strip()
 
 
 def _is_json(text: str | None) -> bool:
