@@ -19,7 +19,9 @@ def import_taubench_command(
     source: Annotated[Path, typer.Option(help="A checkout of sierra-research/tau-bench (git clone).")],
     domain: Annotated[str, typer.Option(help="retail or airline (a domain folder of tau_bench/envs).")],
     out: Annotated[Path, typer.Option(help="Folder to write the library to (must not exist, or be empty).")],
-    split: Annotated[str, typer.Option(help="The task split: test, train or dev (as the domain's env.py has).")] = "test",
+    split: Annotated[
+        str, typer.Option(help="The task split: test, train or dev (as the domain's env.py has).")
+    ] = "test",
     workers: Annotated[int, typer.Option(help="Sandbox worker processes (default: one per core).")] = 0,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
 ) -> None:
@@ -51,7 +53,7 @@ def import_taubench_command(
     write_library(result.environment, result.scenarios, out)
     answering = [s for s in result.scenarios if s.provenance.details.get("gold_errors")]
     for scenario in answering:
-        for line in scenario.provenance.details["gold_errors"]:  # type: ignore[union-attr]
+        for line in scenario.provenance.details["gold_errors"]:
             err_console.print(labelled("gold error", "yellow", f"{scenario.id}: {line}"), soft_wrap=True)
     console.print(
         outside(

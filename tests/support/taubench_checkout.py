@@ -153,7 +153,7 @@ DATA: dict[str, dict[str, Any]] = {
 
 WIKI = "# Shop policy\n\nYou help the shop's customers. Find the customer by email before buying anything for them.\n"
 
-TASKS_TEST = '''from tau_bench.types import Action, Task
+TASKS_TEST = """from tau_bench.types import Action, Task
 
 TASKS_TEST = [
     Task(
@@ -197,9 +197,9 @@ TASKS_TEST = [
         outputs=[],
     ),
 ]
-'''
+"""
 
-TASKS_DEV = '''from tau_bench.types import Action, Task
+TASKS_DEV = """from tau_bench.types import Action, Task
 
 TASKS_DEV = [
     Task(
@@ -210,9 +210,9 @@ TASKS_DEV = [
         outputs=[],
     ),
 ]
-'''
+"""
 
-ENV_PY = '''from typing import Optional, Union
+ENV_PY = """from typing import Optional, Union
 
 from tau_bench.envs.base import Env
 from tau_bench.envs.shop.data import load_data
@@ -249,9 +249,9 @@ class MockShopDomainEnv(Env):
             task_index=task_index,
         )
         self.terminate_tools = ["transfer_to_human_agents"]
-'''
+"""
 
-DATA_INIT = '''import json
+DATA_INIT = """import json
 import os
 from typing import Any
 
@@ -267,7 +267,7 @@ def load_data() -> dict[str, Any]:
         "customers": customer_data,
         "items": item_data,
     }
-'''
+"""
 
 
 def _tool_module(name: str) -> str:

@@ -76,7 +76,8 @@ class ToolKitBase:
     def __init__(self, db=None):
         self.db = db
 
-''' + ARITHMETIC_SOURCE
+'''
+BASE_SOURCE += ARITHMETIC_SOURCE
 
 ENVIRONMENT_SOURCE = '''
 

@@ -25,7 +25,9 @@ def task_index(scenario_id: str) -> int:
     """The task's index in its split, the last part of ``taubench-<domain>-<split>-<index>``."""
     head, _, index = scenario_id.rpartition("-")
     if not scenario_id.startswith(SCENARIO_PREFIX) or not head or not index.isdigit():
-        raise NotTauBenchRun(f"episode of {scenario_id!r}, which is not a τ-bench import (taubench-<domain>-<split>-<n>)")
+        raise NotTauBenchRun(
+            f"episode of {scenario_id!r}, which is not a τ-bench import (taubench-<domain>-<split>-<n>)"
+        )
     return int(index)
 
 
@@ -35,13 +37,13 @@ def _task(scenario: Scenario) -> dict[str, Any]:
         "user_id": details.get("user_id"),
         "actions": [{"name": a.name, "kwargs": a.arguments} for a in scenario.reference_actions],
         "instruction": scenario.task,
-        "outputs": list(details.get("outputs") or []),  # type: ignore[arg-type]
+        "outputs": list(details.get("outputs") or []),
     }
 
 
 def _info(trajectory: Trajectory, reward: float, scenario: Scenario | None) -> dict[str, Any]:
     passed = {result.check_id: result.passed for result in trajectory.check_results}
-    outputs = [str(o) for o in (scenario.provenance.details.get("outputs") or [])] if scenario else []  # type: ignore[union-attr]
+    outputs = [str(o) for o in (scenario.provenance.details.get("outputs") or [])] if scenario else []
     reward_detail: dict[str, Any]
     if outputs:
         found = {output: passed.get(f"taubench-output-{i}", False) for i, output in enumerate(outputs)}
@@ -95,4 +97,6 @@ def upstream_pass_hat_k(records: Iterable[dict[str, Any]]) -> dict[int, float]:
     successes: dict[int, int] = {}
     for r in results:
         successes[r["task_id"]] = successes.get(r["task_id"], 0) + (1 if 1 - 1e-6 <= r["reward"] <= 1 + 1e-6 else 0)
-    return {k: sum(comb(c, k) / comb(trials, k) for c in successes.values()) / len(successes) for k in range(1, trials + 1)}
+    return {
+        k: sum(comb(c, k) / comb(trials, k) for c in successes.values()) / len(successes) for k in range(1, trials + 1)
+    }

@@ -162,7 +162,9 @@ async def probe_tools(pool: SandboxPool, source: TauBenchSource, layout: DomainL
     finally:
         await session.close()
     if not isinstance(observation.content, str):
-        raise TauBenchSourceError(f"the {layout.domain} tools do not give their schemas in the jail: {observation.error}")
+        raise TauBenchSourceError(
+            f"the {layout.domain} tools do not give their schemas in the jail: {observation.error}"
+        )
     tools: list[dict[str, Any]] = orjson.loads(observation.content)
     return tools
 
@@ -250,7 +252,7 @@ async def import_taubench(
         details = dict(scenario.provenance.details)
         details["gold_errors"] = list(errors)
         details["gold_data_hash"] = expected
-        outputs = [str(o) for o in scenario.provenance.details["outputs"]]  # type: ignore[union-attr]
+        outputs = [str(o) for o in scenario.provenance.details["outputs"]]
         checks = [data_check(expected), *(output_check(i, output) for i, output in enumerate(outputs))]
         result.scenarios[index] = scenario.model_copy(
             update={"checks": checks, "provenance": scenario.provenance.model_copy(update={"details": details})}

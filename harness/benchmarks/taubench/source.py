@@ -150,7 +150,9 @@ class TauBenchSource:
             if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
                 for alias in node.names:
                     modules[alias.asname or alias.name] = node.module
-            elif isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "ALL_TOOLS" for t in node.targets):
+            elif isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "ALL_TOOLS" for t in node.targets
+            ):
                 if not isinstance(node.value, ast.List) or not all(isinstance(e, ast.Name) for e in node.value.elts):
                     raise TauBenchSourceError(f"{domain}/tools/__init__.py: ALL_TOOLS is not a list of names")
                 order = [e.id for e in node.value.elts if isinstance(e, ast.Name)]
@@ -202,9 +204,10 @@ class TauBenchSource:
         tree = self.parse(label)
         value: ast.expr | None = None
         for node in tree.body:
-            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
-                value = node.value
-            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == name:
+            if isinstance(node, ast.Assign | ast.AnnAssign) and any(
+                isinstance(t, ast.Name) and t.id == name
+                for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+            ):
                 value = node.value
         if not isinstance(value, ast.List):
             raise TauBenchSourceError(f"{label}: {name} is not a list of Task(...)")

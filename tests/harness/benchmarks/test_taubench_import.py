@@ -26,7 +26,9 @@ def taubench_checkout(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def shop_library(taubench_checkout: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("taubench-lib") / "shop"
-    result = harness_cli("import", "taubench", "--source", str(taubench_checkout), "--domain", "shop", "--out", str(out))
+    result = harness_cli(
+        "import", "taubench", "--source", str(taubench_checkout), "--domain", "shop", "--out", str(out)
+    )
     assert result.returncode == 0, result.stderr
     assert "4 tasks" in result.stdout and "1 with gold actions that answer with an error" in result.stdout
     # The task whose gold answers with an error is kept, and reported.
@@ -107,9 +109,7 @@ def test_the_tools_answer_in_the_jail_as_upstreams_env_step_does(shop_library: P
     ]
 
 
-def test_other_splits_import_and_bad_sources_are_refused_in_one_line(
-    taubench_checkout: Path, tmp_path: Path
-) -> None:
+def test_other_splits_import_and_bad_sources_are_refused_in_one_line(taubench_checkout: Path, tmp_path: Path) -> None:
     dev = harness_cli(
         "import", "taubench", "--source", str(taubench_checkout), "--domain", "shop", "--split", "dev",
         "--out", str(tmp_path / "dev"),

@@ -26,9 +26,9 @@ USER_OPENING = "Hello, I would like to buy something."
 BUY_TASK = "taubench-shop-test-0"  # gold: find_customer, buy_item (2 lamps for ann_7)
 PRICE_TASK = "taubench-shop-test-1"  # gold: reads only; the user must be told 59.97
 TRANSFER_TASK = "taubench-shop-test-2"  # gold: find_customer, transfer_to_human_agents
-FIND = {"name": "find_customer", "arguments": {"email": "ann@example.com"}}
-BUY = {"name": "buy_item", "arguments": {"customer_id": "ann_7", "item_id": "lamp", "quantity": 2}}
-LOOK = {"name": "get_item", "arguments": {"item_id": "lamp"}}
+FIND: dict[str, Any] = {"name": "find_customer", "arguments": {"email": "ann@example.com"}}
+BUY: dict[str, Any] = {"name": "buy_item", "arguments": {"customer_id": "ann_7", "item_id": "lamp", "quantity": 2}}
+LOOK: dict[str, Any] = {"name": "get_item", "arguments": {"item_id": "lamp"}}
 
 
 @dataclass
@@ -129,7 +129,9 @@ def test_each_kind_of_mistake_gets_upstreams_reward(
     tmp_path: Path,
 ) -> None:
     def scripted(case: str, actions: list[Any], reply: str, scenario: str = BUY_TASK, *args: str) -> dict[str, Any]:
-        return play(shop_library, tmp_path, server, case, ReplayPolicy(actions=actions, final_text=reply), scenario, *args)
+        return play(
+            shop_library, tmp_path, server, case, ReplayPolicy(actions=actions, final_text=reply), scenario, *args
+        )
 
     assert outcome(scripted("right", [FIND, BUY], "Bought.")) == ("user_stop", 1.0)
     wrong = {"name": "buy_item", "arguments": {**BUY["arguments"], "quantity": 3}}
@@ -143,10 +145,13 @@ def test_each_kind_of_mistake_gets_upstreams_reward(
     assert outcome(errored) == ("user_stop", 1.0)
     tool_texts = [m["content"] for m in errored["messages"] if m["role"] == "tool"]
     assert tool_texts[0] == "Error: 'sofa'"
-    assert tool_texts[2] == '{"email": "ann@example.com", "balance": 60.02, "orders": [{"item_id": "lamp", "quantity": 2, "paid": 39.98}]}'
+    assert (
+        tool_texts[2]
+        == '{"email": "ann@example.com", "balance": 60.02, "orders": [{"item_id": "lamp", "quantity": 2, "paid": 39.98}]}'
+    )
     unknown = scripted("unknown-tool", [{"name": "refund", "arguments": {}}, FIND, BUY], "Bought.")
     assert outcome(unknown) == ("user_stop", 1.0)
-    assert [m["content"] for m in unknown["messages"] if m["role"] == "tool"][0] == "Unknown action refund"
+    assert next(m["content"] for m in unknown["messages"] if m["role"] == "tool") == "Unknown action refund"
 
     # Required outputs: in some reply to the user, in lower case, with the reply's commas removed.
     price_reads = [LOOK, {"name": "calculate", "arguments": {"expression": "3 * 19.99"}}]
@@ -248,7 +253,9 @@ def test_the_export_is_upstreams_results_file_and_round_trips(
         # upstream's EnvRunResult (tau_bench/types.py): exactly these fields, with these types
         assert set(record) == {"task_id", "reward", "info", "traj", "trial"}
         assert isinstance(record["task_id"], int) and isinstance(record["reward"], float)
-        assert isinstance(record["info"], dict) and isinstance(record["traj"], list) and isinstance(record["trial"], int)
+        assert (
+            isinstance(record["info"], dict) and isinstance(record["traj"], list) and isinstance(record["trial"], int)
+        )
         assert record["info"]["task"]["instruction"]
     ours = {(t.scenario_id, t.trial): t.reward.state_reward for t in load_run(out)[1] if t.reward is not None}
     theirs = {(f"taubench-shop-test-{r['task_id']}", r["trial"]): r["reward"] for r in records}
