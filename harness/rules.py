@@ -4,7 +4,8 @@
 against the tool's schema, a raising tool is an error observation the agent can recover from, an episode cut
 off at the step limit is still scored). ``envscaler`` reproduces upstream EnvScaler's runtime rule by rule, so
 that a trainer or a leaderboard gets the reward of the paper; ``tau2`` reproduces τ²-bench 26.3's orchestrator and
-evaluator for its imported airline and retail tasks. ``docs/episode-rules.md`` lists every difference.
+evaluator for its imported airline and retail tasks; ``taubench`` (and ``taubench-react``, its ReAct-user preset)
+reproduces τ-bench's tool-calling agent loop and reward. ``docs/episode-rules.md`` lists every difference.
 
 A trajectory records the profile it ran under (in its run's manifest and in its episode id when it is not the
 default), so two profiles' results are never mixed.

@@ -23,6 +23,9 @@ def import_taubench_command(
         str, typer.Option(help="The task split: test, train or dev (as the domain's env.py has).")
     ] = "test",
     workers: Annotated[int, typer.Option(help="Sandbox worker processes (default: one per core).")] = 0,
+    concurrency: Annotated[
+        int, typer.Option(min=1, help="Gold replays at once (each session holds the whole domain data).")
+    ] = 2,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
 ) -> None:
     """Import a τ-bench domain: its tools, and one scenario per task of a split, checked as upstream rewards it."""
@@ -37,7 +40,7 @@ def import_taubench_command(
 
         async def run() -> TauBenchImport:
             async with SandboxPool(workers=workers or None) as pool:
-                return await import_taubench(checkout, domain, split, pool)
+                return await import_taubench(checkout, domain, split, pool, concurrency=concurrency)
 
         result = asyncio.run(run())
     except (TauBenchSourceError, TauBenchImportError) as exc:

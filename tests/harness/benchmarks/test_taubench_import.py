@@ -5,11 +5,12 @@ hash as the check, and bad sources refused in one line."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from pathlib import Path
 
 import pytest
 
-from harness.benchmarks.taubench.importer import data_hash
+from harness.benchmarks.taubench.importer import data_hash, json_hash
 from harness.dispatch import DispatchSession, open_tool_session
 from harness.library import load_library
 from harness.sandbox import SandboxPool
@@ -145,3 +146,23 @@ def test_other_splits_import_and_bad_sources_are_refused_in_one_line(taubench_ch
         "import", "taubench", "--source", str(taubench_checkout), "--domain", "retail", "--out", str(tmp_path / "r")
     )
     assert "it holds shop" in domain.stderr
+
+
+def test_the_checks_json_hash_agrees_with_upstreams_data_hash() -> None:
+    # Upstream: sha256 of str() of the data as sorted nested tuples (tau_bench/envs/base.py to_hashable).
+    value = {"b": [1, 2.0, {"y": None, "x": True}], "a": "x"}
+    expected = (("a", "x"), ("b", (1, 2.0, (("x", True), ("y", None)))))
+    assert data_hash(value) == hashlib.sha256(str(expected).encode("utf-8")).hexdigest()
+    # The data check compares sorted JSON instead: equal exactly when upstream's hashes are equal.
+    variants = [
+        value,
+        {"a": "x", "b": [1, 2.0, {"x": True, "y": None}]},
+        {"a": "x", "b": [1, 2, {"x": True, "y": None}]},
+        {"a": "x", "b": [1, 2.0, {"x": 1, "y": None}]},
+        {"a": "x", "b": [2.0, 1, {"x": True, "y": None}]},
+        {"a": "x ", "b": [1, 2.0, {"x": True, "y": None}]},
+        {"a": "x", "b": [1, 2.0, {"x": True, "y": None}], "c": []},
+    ]
+    for left in variants:
+        for right in variants:
+            assert (json_hash(left) == json_hash(right)) == (data_hash(left) == data_hash(right)), (left, right)
