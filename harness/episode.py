@@ -57,6 +57,7 @@ from harness.rules import (
     EpisodeRules,
     RulesName,
     rules_profile,
+    user_reply,
 )
 from harness.sandbox import SandboxError, SandboxPool
 from harness.schema import (
@@ -594,21 +595,6 @@ async def run_episode(
         user=user,
     )
     return await drive(episode, agent)
-
-
-def user_reply(reply: UserTurn, rules: EpisodeRules) -> str:
-    """What the agent receives of the simulated user's message: all of it, or under rules with a reply marker
-    the bare stop token, else the text after the marker (upstream ReAct user's ``parse_response``)."""
-    marker = rules.user_reply_marker
-    if marker is None:
-        return reply.text
-    for token in rules.stop_tokens or ():
-        if token in reply.text:
-            return token
-    parts = reply.text.split(marker)
-    if len(parts) != 2:
-        raise AgentPolicyError(f"the simulated user's message does not hold {marker!r} once: {reply.text[:120]!r}")
-    return parts[1].strip()
 
 
 def _is_json(text: str | None) -> bool:

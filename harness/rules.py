@@ -17,7 +17,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.protocols import OUT_OF_SCOPE, STOP, TRANSFER
+from harness.protocols import OUT_OF_SCOPE, STOP, TRANSFER, AgentPolicyError, UserTurn
 from harness.schema import TerminationReason
 
 RulesName = Literal["harness", "envscaler", "tau2", "taubench", "taubench-react"]
@@ -286,3 +286,18 @@ def rules_profile(name: str | EpisodeRules | None = None) -> EpisodeRules:
 
 def round_reward(value: float, rules: EpisodeRules) -> float:
     return round(value, rules.reward_decimals) if rules.reward_decimals is not None else value
+
+
+def user_reply(reply: UserTurn, rules: EpisodeRules) -> str:
+    """What the agent receives of the simulated user's message: all of it, or under rules with a reply marker
+    the bare stop token, else the text after the marker (upstream ReAct user's ``parse_response``)."""
+    marker = rules.user_reply_marker
+    if marker is None:
+        return reply.text
+    for token in rules.stop_tokens or ():
+        if token in reply.text:
+            return token
+    parts = reply.text.split(marker)
+    if len(parts) != 2:
+        raise AgentPolicyError(f"the simulated user's message does not hold {marker!r} once: {reply.text[:120]!r}")
+    return parts[1].strip()
