@@ -36,7 +36,7 @@ from harness.message_limits import MessageLimits
 from harness.prompts import (
     default_user_profile,
     rules_agent_system_prompt,
-    tau2_user_system_prompt,
+    rules_user_system_prompt,
     user_greeting,
     user_system_prompt,
 )
@@ -57,6 +57,7 @@ from harness.rules import (
     EpisodeRules,
     RulesName,
     rules_profile,
+    user_reply,
 )
 from harness.sandbox import SandboxError, SandboxPool
 from harness.schema import (
@@ -241,9 +242,10 @@ class Episode:
         if self.rules.agent_greeting is not None:
             opening = self.rules.agent_greeting
             self.messages.append({"role": "assistant", "content": opening})
-        if self.rules.system_prompts == "tau2":
-            user_prompt = tau2_user_system_prompt(self.scenario.task)
-        else:
+        elif self.rules.user_opening is not None:
+            opening = self.rules.user_opening
+        user_prompt = rules_user_system_prompt(self.rules.system_prompts, self.scenario.task)
+        if user_prompt is None:
             profile = self.scenario.user_profile or default_user_profile(self.scenario.task)
             user_prompt = user_system_prompt(profile, user_version)
         self.user_view = [{"role": "system", "content": user_prompt}, {"role": "user", "content": opening}]
@@ -271,10 +273,12 @@ class Episode:
         self.turns += 1
         self.usage["agent"].add(turn.usage)
         calls = self._assign_call_ids(turn, turn_index)
-        self.messages.append(turn.message)
-        observations: list[Observation] = []
         if self.rules.first_call_only:
             calls = calls[:1]
+            if self.rules.drop_unrun_calls and len(turn.message.get("tool_calls") or []) > 1:
+                turn.message = {**turn.message, "tool_calls": turn.message["tool_calls"][:1]}
+        self.messages.append(turn.message)
+        observations: list[Observation] = []
         reply_call = calls[0] if calls and self.rules.reply_tool and calls[0].name == self.rules.reply_tool else None
         if reply_call is not None:
             content = (reply_call.arguments or {}).get("content")
@@ -298,6 +302,8 @@ class Episode:
                 if observation is None:
                     break
                 observations.append(observation)
+                if call.name in self.rules.ending_tools:
+                    self.end(TerminationReason.AGENT_DONE, f"the agent called {call.name}, which ends the episode")
                 if self.done:
                     break
             if self.scripted is not None and (reason := self.scripted.tool_step()) is not None:
@@ -556,7 +562,7 @@ class Episode:
             self.timings.model_seconds += time.perf_counter() - started
         self.usage["user"].add(reply.usage)
         self.user_view.append({"role": "assistant", "content": reply.text})
-        self.messages.append({"role": "user", "content": reply.text})
+        self.messages.append({"role": "user", "content": user_reply(reply, self.rules)})
         stops = self.rules.stop_tokens
         if reply.stop_token is not None and (stops is None or reply.stop_token in stops):
             self.end(TerminationReason.USER_STOP, reply.stop_token)

@@ -240,6 +240,60 @@ def tau2_user_system_prompt(scenario_text: str) -> str:
     return f"{_TAU2_USER_GUIDELINES}\n\n<scenario>\n{scenario_text.strip()}\n</scenario>"
 
 
+# --------------------------------------------------------------------------------- the ``taubench`` episode rules
+
+# τ-bench's user simulator (tau_bench/envs/user.py: LLMUserSimulationEnv, and ReactUserSimulationEnv for
+# EnvScaler's preset) in our own words: the instruction, then the rules of play; the ReAct variant asks for a
+# thought and then the reply after "User Response:". The stop token is upstream's.
+_TAUBENCH_USER_RULES = f"""\
+Rules:
+- Write a single line each time: that line is your next message as the user.
+- Reveal the instruction bit by bit, only what the current step needs.
+- Never make up information the instruction does not give: if the agent asks for something you were not given \
+(an order id, say), answer that you do not remember it or do not have it.
+- Once the goal of the instruction is reached, write {STOP} on its own, with nothing else, to end the \
+conversation.
+- Do not copy the instruction word for word: put it in your own words.
+- Keep the conversation natural and keep to the personality the instruction describes."""
+
+_TAUBENCH_REACT_USER_RULES = f"""\
+Rules:
+- First write a Thought: what to do next (the agent never sees it).
+- Then write a User Response of one line: your next message as the user (this is what the agent receives).
+- Reveal the instruction bit by bit, only what the current step needs.
+- Never make up information the instruction does not give: if the agent asks for something you were not given \
+(an order id, say), answer that you do not remember it or do not have it.
+- Once the goal of the instruction is reached, make {STOP} the whole User Response, with nothing else, to end \
+the conversation.
+- Do not copy the instruction word for word: put it in your own words.
+- Keep the conversation natural and keep to the personality the instruction describes.
+
+Format:
+
+Thought:
+<your thought>
+
+User Response:
+<your message to the agent>"""
+
+
+def taubench_user_system_prompt(instruction: str, react: bool = False) -> str:
+    """The simulated user's system prompt under the ``taubench`` rules: its role, the task's instruction, the rules
+    of play (the ReAct format with ``react``)."""
+    rules = _TAUBENCH_REACT_USER_RULES if react else _TAUBENCH_USER_RULES
+    return f"You are a user talking with an agent.\n\nInstruction: {instruction}\n\n{rules}"
+
+
+def rules_user_system_prompt(system_prompts: str, scenario_text: str) -> str | None:
+    """The simulated user's system prompt of the rules' ``system_prompts`` when they have their own (τ², τ-bench);
+    None: the project's, built from the scenario's user profile."""
+    if system_prompts == "tau2":
+        return tau2_user_system_prompt(scenario_text)
+    if system_prompts in ("taubench", "taubench-react"):
+        return taubench_user_system_prompt(scenario_text, react=system_prompts == "taubench-react")
+    return None
+
+
 def rules_agent_system_prompt(
     environment: Environment, mode: Mode, system_prompts: str, version: str = DEFAULT_PROMPT_VERSION
 ) -> str:
@@ -248,4 +302,7 @@ def rules_agent_system_prompt(
         return envscaler_agent_system_prompt(environment, mode)
     if system_prompts == "tau2":
         return tau2_agent_system_prompt(environment)
+    if system_prompts in ("taubench", "taubench-react"):
+        # τ-bench's tool-calling agent: the domain's wiki is the whole system prompt.
+        return environment.introduction
     return agent_system_prompt(environment, mode, version)

@@ -4,7 +4,8 @@
 against the tool's schema, a raising tool is an error observation the agent can recover from, an episode cut
 off at the step limit is still scored). ``envscaler`` reproduces upstream EnvScaler's runtime rule by rule, so
 that a trainer or a leaderboard gets the reward of the paper; ``tau2`` reproduces τ²-bench 26.3's orchestrator and
-evaluator for its imported airline and retail tasks. ``docs/episode-rules.md`` lists every difference.
+evaluator for its imported airline and retail tasks; ``taubench`` (and ``taubench-react``, its ReAct-user preset)
+reproduces τ-bench's tool-calling agent loop and reward. ``docs/episode-rules.md`` lists every difference.
 
 A trajectory records the profile it ran under (in its run's manifest and in its episode id when it is not the
 default), so two profiles' results are never mixed.
@@ -16,14 +17,14 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.protocols import OUT_OF_SCOPE, STOP, TRANSFER
+from harness.protocols import OUT_OF_SCOPE, STOP, TRANSFER, AgentPolicyError, UserTurn
 from harness.schema import TerminationReason
 
-RulesName = Literal["harness", "envscaler", "tau2"]
+RulesName = Literal["harness", "envscaler", "tau2", "taubench", "taubench-react"]
 DEFAULT_RULES: RulesName = "harness"
-RULES_NAMES: tuple[RulesName, ...] = ("harness", "envscaler", "tau2")
+RULES_NAMES: tuple[RulesName, ...] = ("harness", "envscaler", "tau2", "taubench", "taubench-react")
 EnvironmentFailureOutcome = Literal["scored_failed", "not_scored"]
-SystemPrompts = Literal["harness", "envscaler", "tau2"]
+SystemPrompts = Literal["harness", "envscaler", "tau2", "taubench", "taubench-react"]
 StepUnit = Literal["agent_turn", "message"]
 
 
@@ -128,6 +129,27 @@ class EpisodeRules(BaseModel):
         description="The reward is 1 when every check holds and 0 otherwise (τ²'s product of its DB and "
         "communicate factors), instead of the fraction of checks passed.",
     )
+    drop_unrun_calls: bool = Field(
+        default=False,
+        description="With first_call_only, the recorded assistant message keeps only the call that runs (τ-bench's "
+        "tool-calling agent cuts its message to its first call), so no call stays without a result.",
+    )
+    ending_tools: tuple[str, ...] = Field(
+        default=(),
+        description="A call to one of these tools runs and then ends the episode as agent_done (τ-bench's "
+        "terminate tools, transfer_to_human_agents).",
+    )
+    user_opening: str | None = Field(
+        default=None,
+        description="The line the simulated user answers when it opens the conversation, which the agent never "
+        "sees (τ-bench's user simulator); None: the agent greeting, else the project's greeting.",
+    )
+    user_reply_marker: str | None = Field(
+        default=None,
+        description="The simulated user writes a thought, then its reply after this marker: only the reply goes "
+        "to the agent (a message with a stop token is the bare stop; one without the marker, or with it twice, "
+        "fails the user). None: the whole message goes to the agent.",
+    )
 
 
 HARNESS_RULES = EpisodeRules(
@@ -199,7 +221,49 @@ TAU2_RULES = EpisodeRules(
     required_source="tau2",
 )
 
-PROFILES: dict[str, EpisodeRules] = {"harness": HARNESS_RULES, "envscaler": ENVSCALER_RULES, "tau2": TAU2_RULES}
+# τ-bench (sierra-research/tau-bench): tau_bench/envs/base.py, tau_bench/envs/user.py,
+# tau_bench/agents/tool_calling_agent.py, tau_bench/run.py. docs/episode-rules.md gives each field's upstream source.
+TAUBENCH_USER_OPENING = "Hi! How can I help you today?"
+TAUBENCH_RULES = EpisodeRules(
+    name="taubench",
+    first_call_only=True,
+    # The imported environment's dispatcher hands the arguments to upstream's tools unchecked, as upstream does.
+    pass_arguments_through=False,
+    raising_tool_ends_episode=False,
+    truncation_scores=False,
+    empty_turn_is_parse_error=False,
+    parse_error_limit=False,
+    reward_decimals=None,
+    composite_reward=False,
+    tool_result_format="text",
+    errors_as_user_messages=False,
+    stop_tokens=(STOP,),
+    reply_tool=None,
+    environment_failure="scored_failed",
+    conversation_only=True,
+    system_prompts="taubench",
+    default_max_steps=30,
+    unreadable_turn_ends_episode=True,
+    scored_endings=(TerminationReason.USER_STOP, TerminationReason.AGENT_DONE),
+    all_or_nothing_reward=True,
+    required_source="taubench",
+    drop_unrun_calls=True,
+    ending_tools=("transfer_to_human_agents",),
+    user_opening=TAUBENCH_USER_OPENING,
+)
+# EnvScaler's τ-bench evaluation: upstream's ReAct user (tau_bench/envs/user.py ReactUserSimulationEnv) with only its
+# reply sent to the agent; everything else as TAUBENCH_RULES.
+TAUBENCH_REACT_RULES = TAUBENCH_RULES.model_copy(
+    update={"name": "taubench-react", "system_prompts": "taubench-react", "user_reply_marker": "User Response:"}
+)
+
+PROFILES: dict[str, EpisodeRules] = {
+    "harness": HARNESS_RULES,
+    "envscaler": ENVSCALER_RULES,
+    "tau2": TAU2_RULES,
+    "taubench": TAUBENCH_RULES,
+    "taubench-react": TAUBENCH_REACT_RULES,
+}
 
 # Upstream's wording of the messages its runtime sends back (short status strings, not prose).
 INVALID_ACTION_TEXT = "Error: Invalid action"
@@ -222,3 +286,18 @@ def rules_profile(name: str | EpisodeRules | None = None) -> EpisodeRules:
 
 def round_reward(value: float, rules: EpisodeRules) -> float:
     return round(value, rules.reward_decimals) if rules.reward_decimals is not None else value
+
+
+def user_reply(reply: UserTurn, rules: EpisodeRules) -> str:
+    """What the agent receives of the simulated user's message: all of it, or under rules with a reply marker
+    the bare stop token, else the text after the marker (upstream ReAct user's ``parse_response``)."""
+    marker = rules.user_reply_marker
+    if marker is None:
+        return reply.text
+    for token in rules.stop_tokens or ():
+        if token in reply.text:
+            return token
+    parts = reply.text.split(marker)
+    if len(parts) != 2:
+        raise AgentPolicyError(f"the simulated user's message does not hold {marker!r} once: {reply.text[:120]!r}")
+    return parts[1].strip()

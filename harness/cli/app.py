@@ -62,6 +62,7 @@ def register_commands() -> None:
         synth,
         synth_scenarios,
         tau2,
+        taubench,
         train,
     )
 
@@ -73,6 +74,7 @@ def register_commands() -> None:
     rescore.register(app)
     serve.register(app)
     tau2.register(interop.import_app)
+    taubench.register(interop.import_app, interop.export_app)
     export.register(interop.export_app)
     interop.register(app)
     train.register(app)

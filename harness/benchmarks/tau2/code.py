@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+from harness.benchmarks.arithmetic import ARITHMETIC_SOURCE, EVAL_CALL, EVAL_REPLACEMENT
 from harness.benchmarks.tau2.source import Tau2Source, Tau2SourceError
 from harness.benchmarks.tau2.tool_docs import tool_parameters_source
 
@@ -75,102 +76,8 @@ class ToolKitBase:
     def __init__(self, db=None):
         self.db = db
 
-
-class _Arithmetic:
-    """Python's value for an expression of digits, ``.``, ``+ - * / ( )`` and spaces (what ``calculate``'s
-    ``eval`` computes; the jail has no ``eval``)."""
-
-    def __init__(self, text):
-        self.tokens = []
-        index = 0
-        while index < len(text):
-            char = text[index]
-            if char == " ":
-                index += 1
-            elif char in "0123456789.":
-                end = index
-                while end < len(text) and text[end] in "0123456789.":
-                    end += 1
-                self.tokens.append(text[index:end])
-                index = end
-            elif text.startswith("**", index) or text.startswith("//", index):
-                self.tokens.append(text[index : index + 2])
-                index += 2
-            else:
-                self.tokens.append(char)
-                index += 1
-        self.position = 0
-
-    def fail(self):
-        raise SyntaxError("invalid syntax (<string>, line 1)")
-
-    def peek(self):
-        return self.tokens[self.position] if self.position < len(self.tokens) else None
-
-    def take(self):
-        token = self.peek()
-        self.position += 1
-        return token
-
-    def value(self):
-        if not self.tokens:
-            self.fail()
-        result = self.sum()
-        if self.peek() is not None:
-            self.fail()
-        return result
-
-    def sum(self):
-        result = self.term()
-        while self.peek() in ("+", "-"):
-            result = result + self.term() if self.take() == "+" else result - self.term()
-        return result
-
-    def term(self):
-        result = self.factor()
-        while self.peek() in ("*", "/", "//"):
-            operator = self.take()
-            right = self.factor()
-            result = result * right if operator == "*" else result / right if operator == "/" else result // right
-        return result
-
-    def factor(self):
-        if self.peek() == "+":
-            self.take()
-            return +self.factor()
-        if self.peek() == "-":
-            self.take()
-            return -self.factor()
-        return self.power()
-
-    def power(self):
-        base = self.atom()
-        if self.peek() == "**":
-            self.take()
-            return base ** self.factor()
-        return base
-
-    def atom(self):
-        token = self.take()
-        if token == "(":
-            result = self.sum()
-            if self.take() != ")":
-                self.fail()
-            return result
-        if token is None or token[0] not in "0123456789.":
-            self.fail()
-        if token.count(".") > 1 or token == ".":
-            self.fail()
-        if "." in token:
-            return float(token)
-        if len(token) > 1 and token[0] == "0" and token.strip("0"):
-            self.fail()
-        return int(token)
-
-
-def _tau2_arithmetic(expression):
-    return _Arithmetic(expression).value()
 '''
+BASE_SOURCE += ARITHMETIC_SOURCE
 
 ENVIRONMENT_SOURCE = '''
 
@@ -277,9 +184,6 @@ class DomainCode:
         return self.body + self.parameters + SCHEMA_SOURCE.format(probe=SCHEMA_PROBE_CLASS, toolkit=self.toolkit_class)
 
 
-_EVAL_CALL = 'eval(expression, {"__builtins__": None}, {})'
-
-
 def _drops_import(node: ast.stmt) -> bool:
     if isinstance(node, ast.ImportFrom):
         return (node.module or "").split(".")[0] in _DROPPED_IMPORT_ROOTS
@@ -304,7 +208,7 @@ def strip_module(source: str, label: str) -> str:
             drop.append((first, end))
         elif isinstance(node, ast.If) and "__main__" in ast.unparse(node.test):
             drop.append((node.lineno, end))
-    lines = source.replace(_EVAL_CALL, "_tau2_arithmetic(expression)").splitlines()
+    lines = source.replace(EVAL_CALL, EVAL_REPLACEMENT).splitlines()
     kept = [line for number, line in enumerate(lines, 1) if not any(a <= number <= b for a, b in drop)]
     return "\n".join(kept) + "\n"
 

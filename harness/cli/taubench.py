@@ -1,0 +1,106 @@
+"""``harness import taubench``: one τ-bench domain and split into a library folder, after replaying its gold in the
+jail; ``harness export taubench``: a run in upstream's results format (a list of ``EnvRunResult`` records)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from harness.cli.errors import RefusingCommand
+from harness.cli.tau2 import write_library
+from harness.console import console, err_console, labelled, outside
+
+
+def import_taubench_command(
+    source: Annotated[Path, typer.Option(help="A checkout of sierra-research/tau-bench (git clone).")],
+    domain: Annotated[str, typer.Option(help="retail or airline (a domain folder of tau_bench/envs).")],
+    out: Annotated[Path, typer.Option(help="Folder to write the library to (must not exist, or be empty).")],
+    split: Annotated[
+        str, typer.Option(help="The task split: test, train or dev (as the domain's env.py has).")
+    ] = "test",
+    workers: Annotated[int, typer.Option(help="Sandbox worker processes (default: one per core).")] = 0,
+    concurrency: Annotated[
+        int, typer.Option(min=1, help="Gold replays at once (each session holds the whole domain data).")
+    ] = 2,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
+) -> None:
+    """Import a τ-bench domain: its tools, and one scenario per task of a split, checked as upstream rewards it."""
+    from harness.benchmarks.taubench.importer import TauBenchImport, TauBenchImportError, import_taubench
+    from harness.benchmarks.taubench.source import TauBenchSource, TauBenchSourceError
+    from harness.sandbox import SandboxPool
+
+    try:
+        if out.exists() and (not out.is_dir() or any(out.iterdir())):
+            raise TauBenchImportError(f"{out} already exists and is not empty; choose another --out")
+        checkout = TauBenchSource(source)
+
+        async def run() -> TauBenchImport:
+            async with SandboxPool(workers=workers or None) as pool:
+                return await import_taubench(checkout, domain, split, pool, concurrency=concurrency)
+
+        result = asyncio.run(run())
+    except (TauBenchSourceError, TauBenchImportError) as exc:
+        if debug:
+            raise
+        err_console.print(labelled("error", "red", exc), soft_wrap=True)
+        raise typer.Exit(2) from None
+    if result.problems:
+        for problem in result.problems:
+            err_console.print(labelled("error", "red", problem), soft_wrap=True)
+        err_console.print(labelled("nothing written:", "red", f"{len(result.problems)} task(s) do not replay"))
+        raise typer.Exit(1)
+    write_library(result.environment, result.scenarios, out)
+    answering = [s for s in result.scenarios if s.provenance.details.get("gold_errors")]
+    for scenario in answering:
+        for line in scenario.provenance.details["gold_errors"]:
+            err_console.print(labelled("gold error", "yellow", f"{scenario.id}: {line}"), soft_wrap=True)
+    console.print(
+        outside(
+            f"τ-bench {domain}/{split} ({result.commit[:12]}): {len(result.scenarios)} tasks → {out} "
+            f"({len(answering)} with gold actions that answer with an error, kept as upstream keeps them)"
+        ),
+        soft_wrap=True,
+    )
+
+
+def export_taubench_command(
+    run_dir: Annotated[Path, typer.Argument(help="A run folder of a τ-bench import (harness run --rules taubench).")],
+    out: Annotated[Path, typer.Option("--out", help="The JSON file to write (upstream's results format).")],
+    envs: Annotated[
+        Path | None, typer.Option(help="The library the run read (default: the one its manifest names).")
+    ] = None,
+) -> None:
+    """A run as upstream's results file: a JSON list of EnvRunResult records (task_id, reward, info, traj, trial)."""
+    from harness.benchmarks.taubench.export import NotTauBenchRun, env_run_results, upstream_pass_hat_k
+    from harness.errors import BadInput
+    from harness.library import LibraryError, load_library
+    from harness.metrics import load_run
+
+    try:
+        manifest, trajectories = load_run(run_dir)
+        library_path = envs or manifest.config.get("envs")
+        scenarios = {}
+        if isinstance(library_path, str | Path) and Path(library_path).is_dir():
+            scenarios = {s.id: s for s in load_library(library_path).scenarios}
+        records = env_run_results(trajectories, scenarios)
+    except (FileNotFoundError, ValueError, LibraryError, NotTauBenchRun) as error:
+        raise BadInput(f"cannot export {run_dir}: {error}") from error
+    if not records:
+        raise BadInput(f"cannot export {run_dir}: it has no scored episode")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(records, indent=2) + "\n", encoding="utf-8")
+    left_out = len(trajectories) - len(records)
+    curve = ", ".join(f"pass^{k}={value:.4f}" for k, value in upstream_pass_hat_k(records).items())
+    console.print(
+        outside(f"Wrote {len(records)} EnvRunResult records to {out} ({curve}; {left_out} not scored, left out)"),
+        soft_wrap=True,
+    )
+
+
+def register(import_app: typer.Typer, export_app: typer.Typer) -> None:
+    import_app.command("taubench", cls=RefusingCommand)(import_taubench_command)
+    export_app.command("taubench", cls=RefusingCommand)(export_taubench_command)
