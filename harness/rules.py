@@ -19,11 +19,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from harness.protocols import OUT_OF_SCOPE, STOP, TRANSFER
 from harness.schema import TerminationReason
 
-RulesName = Literal["harness", "envscaler", "tau2"]
+RulesName = Literal["harness", "envscaler", "tau2", "acebench", "acebench-envscaler"]
 DEFAULT_RULES: RulesName = "harness"
-RULES_NAMES: tuple[RulesName, ...] = ("harness", "envscaler", "tau2")
+RULES_NAMES: tuple[RulesName, ...] = ("harness", "envscaler", "tau2", "acebench", "acebench-envscaler")
 EnvironmentFailureOutcome = Literal["scored_failed", "not_scored"]
-SystemPrompts = Literal["harness", "envscaler", "tau2"]
+SystemPrompts = Literal["harness", "envscaler", "tau2", "acebench"]
 StepUnit = Literal["agent_turn", "message"]
 
 
@@ -128,6 +128,21 @@ class EpisodeRules(BaseModel):
         description="The reward is 1 when every check holds and 0 otherwise (τ²'s product of its DB and "
         "communicate factors), instead of the fraction of checks passed.",
     )
+    reward_check: str | None = Field(
+        default=None,
+        description="The reward is 1 when the check with this id holds and 0 otherwise (ACEBench's end-to-end "
+        "accuracy); the other checks are reported and do not count. None: every check counts.",
+    )
+    process_check: str | None = Field(
+        default=None,
+        description="The check with this id returns a fraction (True: 1.0), recorded as the reward's "
+        "process_accuracy beside the scalar; 1.0 when the reward check holds (ACEBench's process accuracy).",
+    )
+    agent_stop_phrases: tuple[str, ...] = Field(
+        default=(),
+        description="An agent text reply containing one of these ends the episode (agent_done) in a conversation "
+        "too; the first is the phrase the agent's system prompt asks for.",
+    )
 
 
 HARNESS_RULES = EpisodeRules(
@@ -199,7 +214,46 @@ TAU2_RULES = EpisodeRules(
     required_source="tau2",
 )
 
-PROFILES: dict[str, EpisodeRules] = {"harness": HARNESS_RULES, "envscaler": ENVSCALER_RULES, "tau2": TAU2_RULES}
+# ACEBench's agent category (chenchen0103/ACEBench): model_inference/apimodel_inference.py (the loop, 40 messages,
+# "finish conversation"), model_inference/multi_turn/APIModel_user.py, eval_main.py (agent_eval,
+# agent_eval_process). docs/episode-rules.md gives each field's upstream source.
+ACEBENCH_STOP = "finish conversation"
+ACEBENCH_RULES = EpisodeRules(
+    name="acebench",
+    first_call_only=False,
+    # The imported environment's dispatcher hands the arguments to upstream's methods unchecked, as upstream does.
+    pass_arguments_through=False,
+    raising_tool_ends_episode=False,
+    truncation_scores=True,
+    empty_turn_is_parse_error=False,
+    parse_error_limit=False,
+    reward_decimals=None,
+    composite_reward=False,
+    tool_result_format="text",
+    errors_as_user_messages=False,
+    stop_tokens=(ACEBENCH_STOP,),
+    reply_tool=None,
+    environment_failure="scored_failed",
+    system_prompts="acebench",
+    step_unit="message",
+    default_max_steps=40,
+    required_source="acebench",
+    reward_check="acebench-end-to-end",
+    process_check="acebench-process",
+    agent_stop_phrases=(ACEBENCH_STOP,),
+)
+# EnvScaler's evaluation of ACEBench-Agent: native function calling, and the agent ends with "Task Completed".
+ACEBENCH_ENVSCALER_RULES = ACEBENCH_RULES.model_copy(
+    update={"name": "acebench-envscaler", "agent_stop_phrases": ("Task Completed", ACEBENCH_STOP)}
+)
+
+PROFILES: dict[str, EpisodeRules] = {
+    "harness": HARNESS_RULES,
+    "envscaler": ENVSCALER_RULES,
+    "tau2": TAU2_RULES,
+    "acebench": ACEBENCH_RULES,
+    "acebench-envscaler": ACEBENCH_ENVSCALER_RULES,
+}
 
 # Upstream's wording of the messages its runtime sends back (short status strings, not prose).
 INVALID_ACTION_TEXT = "Error: Invalid action"
