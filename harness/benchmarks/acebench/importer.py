@@ -157,7 +157,7 @@ async def import_acebench(
     saved = source.saved_attributes()
     prompts = source.domain_prompts(language) if category == "multi_turn" else {}
     records = source.read_lines(data_file(language, category))
-    answers: dict[str, Any] = {}
+    answers: dict[str, dict[str, Any]] = {}
     for _, entry in source.read_lines(answer_file(language, category)):
         if isinstance(entry, dict) and "id" in entry:
             answers[str(entry["id"])] = entry
@@ -168,7 +168,7 @@ async def import_acebench(
     for line, record in records:
         label = f"{data_file(language, category)}:{line}"
         record_id = str(record.get("id")) if isinstance(record, dict) else label
-        answer = answers.get(record_id)
+        answer: Any = answers.get(record_id, None)
         problem = _record_problem(record, answer, classes)
         if problem is None:
             try:
