@@ -168,7 +168,7 @@ async def import_acebench(
     for line, record in records:
         label = f"{data_file(language, category)}:{line}"
         record_id = str(record.get("id")) if isinstance(record, dict) else label
-        answer: Any = answers.get(record_id, None)
+        answer: Any = answers.get(record_id)
         problem = _record_problem(record, answer, classes)
         if problem is None:
             try:
