@@ -161,15 +161,24 @@ def build_scenario_code(source: AceBenchSource, class_modules: dict[str, str]) -
         texts[relative], trees[relative] = text, tree
         pending.extend(module.replace(".", "/") + ".py" for module in _imports_of(tree))
     ordered: list[str] = []
+    stripped = {relative: _strip_imports(texts[relative], trees[relative]) for relative in texts}
+    shapes = {relative: ast.dump(ast.parse(stripped[relative])) for relative in texts}
+    same_as: dict[str, str] = {}
+    """A module whose code (imports aside) is another's is embedded once (upstream's multi_step modules import
+    multi_turn's copy of base_api.py, which is the same file as multi_step's)."""
 
     def visit(relative: str, seen: tuple[str, ...]) -> None:
-        if relative in ordered:
+        if relative in ordered or relative in same_as:
             return
         if relative in seen:
             raise AceBenchSourceError(f"{source.path}: {relative} imports itself through {', '.join(seen)}")
         for module in _imports_of(trees[relative]):
             visit(module.replace(".", "/") + ".py", (*seen, relative))
-        ordered.append(relative)
+        twin = next((other for other in ordered if shapes[other] == shapes[relative]), None)
+        if twin is not None:
+            same_as[relative] = twin
+        else:
+            ordered.append(relative)
 
     for relative in texts:
         visit(relative, ())
@@ -183,9 +192,9 @@ def build_scenario_code(source: AceBenchSource, class_modules: dict[str, str]) -
                     )
                 defined[node.name] = relative
     for name, relative in class_modules.items():
-        if defined.get(name) != relative:
+        if defined.get(name) != same_as.get(relative, relative):
             raise AceBenchSourceError(f"{source.path}: {relative} defines no class {name}")
-    body = "".join(f"\n# ---- {relative}\n" + _strip_imports(texts[relative], trees[relative]) for relative in ordered)
+    body = "".join(f"\n# ---- {relative}\n" + stripped[relative] for relative in ordered)
     return ScenarioCode(modules=ordered, body=body, classes=list(class_modules))
 
 
