@@ -15,7 +15,6 @@ the list shown with ``str``. The saved attributes (upstream's ``SAVED_CLASS``) o
 from __future__ import annotations
 
 import ast
-import json
 from dataclasses import dataclass
 
 from harness.benchmarks.acebench.source import AceBenchSource, AceBenchSourceError
@@ -196,13 +195,3 @@ def build_scenario_code(source: AceBenchSource, class_modules: dict[str, str]) -
             raise AceBenchSourceError(f"{source.path}: {relative} defines no class {name}")
     body = "".join(f"\n# ---- {relative}\n" + stripped[relative] for relative in ordered)
     return ScenarioCode(modules=ordered, body=body, classes=list(class_modules))
-
-
-def upstream_result_text(value: object) -> str:
-    """How upstream shows one call's result to the agent (for tests and docs: the same rule as the jail's)."""
-    text = json.dumps(value) if isinstance(value, dict) else value if isinstance(value, str) else str(value)
-    try:
-        parsed: object = json.loads(text)
-    except ValueError:
-        parsed = text
-    return str([parsed])
