@@ -244,7 +244,12 @@ class Episode:
             self.messages.append({"role": "assistant", "content": opening})
         elif self.rules.user_opening is not None:
             opening = self.rules.user_opening
-        user_prompt = rules_user_system_prompt(self.rules.system_prompts, self.scenario.task)
+        user_prompt = rules_user_system_prompt(
+            self.rules.system_prompts,
+            self.scenario.task,
+            tags=self.scenario.tags,
+            stop=(self.rules.stop_tokens or ("",))[0],
+        )
         if user_prompt is None:
             profile = self.scenario.user_profile or default_user_profile(self.scenario.task)
             user_prompt = user_system_prompt(profile, user_version)
@@ -330,7 +335,7 @@ class Episode:
         """The agent's text reply: the end of a non-conversational episode, the next message to the user in a
         conversation."""
         self._parse_errors_in_a_row = 0
-        if self.user is None:
+        if self.user is None or any(phrase in text for phrase in self.rules.agent_stop_phrases):
             self.end(TerminationReason.AGENT_DONE)
             return
         self._count_messages(1)
@@ -467,7 +472,10 @@ class Episode:
 
     def _system_prompt(self) -> str:
         version = self.agent_settings.system_prompt_version
-        return rules_agent_system_prompt(self.environment, self.config.mode, self.rules.system_prompts, version)
+        finish = next(iter(self.rules.agent_stop_phrases), "finish conversation")
+        return rules_agent_system_prompt(
+            self.environment, self.config.mode, self.rules.system_prompts, version, finish_phrase=finish
+        )
 
     async def close(self) -> None:
         session, self._session = self._session, None
@@ -564,8 +572,12 @@ class Episode:
         self.user_view.append({"role": "assistant", "content": reply.text})
         self.messages.append({"role": "user", "content": user_reply(reply, self.rules)})
         stops = self.rules.stop_tokens
-        if reply.stop_token is not None and (stops is None or reply.stop_token in stops):
-            self.end(TerminationReason.USER_STOP, reply.stop_token)
+        stop_token = reply.stop_token
+        if stop_token is None and stops is not None:
+            # A rules' own stop phrase (ACEBench's "finish conversation") is not among the simulator's tokens.
+            stop_token = next((stop for stop in stops if stop in reply.text), None)
+        if stop_token is not None and (stops is None or stop_token in stops):
+            self.end(TerminationReason.USER_STOP, stop_token)
         elif self.scripted is not None:
             self.scripted.user_spoke()
             self.tools = self.scripted.tools(self.environment.tools)

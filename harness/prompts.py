@@ -284,20 +284,77 @@ def taubench_user_system_prompt(instruction: str, react: bool = False) -> str:
     return f"You are a user talking with an agent.\n\nInstruction: {instruction}\n\n{rules}"
 
 
-def rules_user_system_prompt(system_prompts: str, scenario_text: str) -> str | None:
-    """The simulated user's system prompt of the rules' ``system_prompts`` when they have their own (τ², τ-bench);
-    None: the project's, built from the scenario's user profile."""
+# ------------------------------------------------------------------------------ the ``acebench`` episode rules
+
+# ACEBench's agent and user prompts (model_inference/multi_turn/APIModel_agent.py, APIModel_user.py,
+# model_inference/multi_step/APIModel_agent.py) in our own words, for native function calling: the agent calls the
+# APIs when it has what they need and asks otherwise, and says the finishing phrase when done; the domain prompt
+# (upstream's BASE_PROMPT/TRAVEL_PROMPT, read from the checkout at import) is the environment's introduction.
+_ACEBENCH_AGENT = """You are an AI system that carries out requests by calling the APIs you are given as tools.
+- When what you know is enough for a call, make the call. Give every parameter the request mentions, and leave \
+out optional ones it does not mention; where a parameter's format is not specified, use the user's own words.
+- When something a call needs is missing, ask the user for it instead of guessing or answering for them.
+- Read each call's result and decide the next step from it; calls that depend on each other go one at a time.
+- When the task is done, say "{finish}"."""
+
+_ACEBENCH_USER = """You play a user who talks to an agent. Your instruction:
+{instruction}
+
+How to play:
+- Write one line per message, as a user would.
+- Give the agent only what the current step needs, and all of it (for a reminder: its title, description and \
+time); do not reveal the whole instruction at once.
+- Never invent what the instruction does not say; when asked for something you do not have, say so.
+- When the agent asks for a confirmation, answer as the instruction says.
+- Say things in your own words, and keep the personality the instruction gives you.
+- When asked whether you need anything else, check that every task of the instruction is done; if not, ask for \
+the next one. Never offer the agent help, and answer its questions only as the instruction allows.
+- The names in the instruction are full names. When the agent asks which message to delete, follow the \
+instruction.{travel}
+- When every task is done, write a line that says only '{stop}'."""
+
+_ACEBENCH_TRAVEL = """
+- When the instruction is to book a round trip, say at the very start that you want to book a round-trip flight."""
+
+
+def acebench_agent_system_prompt(environment: Environment, finish_phrase: str) -> str:
+    """The agent's system prompt under the ``acebench`` rules: the instructions, then the domain prompt."""
+    instructions = _ACEBENCH_AGENT.format(finish=finish_phrase)
+    domain = environment.introduction.strip()
+    return f"{instructions}\n\n{domain}" if domain else instructions
+
+
+def acebench_user_system_prompt(instruction: str, travel: bool, stop: str) -> str:
+    """The simulated user's system prompt under the ``acebench`` rules (upstream picks the travel variant when
+    the task involves the Travel class and not BaseApi)."""
+    return _ACEBENCH_USER.format(instruction=instruction.strip(), travel=_ACEBENCH_TRAVEL if travel else "", stop=stop)
+
+
+def rules_user_system_prompt(
+    system_prompts: str, scenario_text: str, *, tags: tuple[str, ...] | list[str] = (), stop: str = ""
+) -> str | None:
+    """The simulated user's system prompt of the rules' ``system_prompts`` when they have their own (τ², τ-bench,
+    ACEBench, which also reads the scenario's tags and the rules' stop token); None: the project's, built from the
+    scenario's user profile."""
     if system_prompts == "tau2":
         return tau2_user_system_prompt(scenario_text)
     if system_prompts in ("taubench", "taubench-react"):
         return taubench_user_system_prompt(scenario_text, react=system_prompts == "taubench-react")
+    if system_prompts == "acebench":
+        return acebench_user_system_prompt(scenario_text, "acebench-travel" in tags, stop)
     return None
 
 
 def rules_agent_system_prompt(
-    environment: Environment, mode: Mode, system_prompts: str, version: str = DEFAULT_PROMPT_VERSION
+    environment: Environment,
+    mode: Mode,
+    system_prompts: str,
+    version: str = DEFAULT_PROMPT_VERSION,
+    finish_phrase: str = "finish conversation",
 ) -> str:
     """The agent's system prompt of the rules' ``system_prompts`` (``EpisodeRules.system_prompts``)."""
+    if system_prompts == "acebench":
+        return acebench_agent_system_prompt(environment, finish_phrase)
     if system_prompts == "envscaler":
         return envscaler_agent_system_prompt(environment, mode)
     if system_prompts == "tau2":

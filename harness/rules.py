@@ -5,7 +5,9 @@ against the tool's schema, a raising tool is an error observation the agent can 
 off at the step limit is still scored). ``envscaler`` reproduces upstream EnvScaler's runtime rule by rule, so
 that a trainer or a leaderboard gets the reward of the paper; ``tau2`` reproduces τ²-bench 26.3's orchestrator and
 evaluator for its imported airline and retail tasks; ``taubench`` (and ``taubench-react``, its ReAct-user preset)
-reproduces τ-bench's tool-calling agent loop and reward. ``docs/episode-rules.md`` lists every difference.
+reproduces τ-bench's tool-calling agent loop and reward; ``acebench`` (and ``acebench-envscaler``, EnvScaler's
+setting) reproduces ACEBench-Agent's loop and its end-to-end and process accuracy. ``docs/episode-rules.md`` lists
+every difference.
 
 A trajectory records the profile it ran under (in its run's manifest and in its episode id when it is not the
 default), so two profiles' results are never mixed.
@@ -20,11 +22,19 @@ from pydantic import BaseModel, ConfigDict, Field
 from harness.protocols import OUT_OF_SCOPE, STOP, TRANSFER, AgentPolicyError, UserTurn
 from harness.schema import TerminationReason
 
-RulesName = Literal["harness", "envscaler", "tau2", "taubench", "taubench-react"]
+RulesName = Literal["harness", "envscaler", "tau2", "taubench", "taubench-react", "acebench", "acebench-envscaler"]
 DEFAULT_RULES: RulesName = "harness"
-RULES_NAMES: tuple[RulesName, ...] = ("harness", "envscaler", "tau2", "taubench", "taubench-react")
+RULES_NAMES: tuple[RulesName, ...] = (
+    "harness",
+    "envscaler",
+    "tau2",
+    "taubench",
+    "taubench-react",
+    "acebench",
+    "acebench-envscaler",
+)
 EnvironmentFailureOutcome = Literal["scored_failed", "not_scored"]
-SystemPrompts = Literal["harness", "envscaler", "tau2", "taubench", "taubench-react"]
+SystemPrompts = Literal["harness", "envscaler", "tau2", "taubench", "taubench-react", "acebench"]
 StepUnit = Literal["agent_turn", "message"]
 
 
@@ -150,6 +160,21 @@ class EpisodeRules(BaseModel):
         "to the agent (a message with a stop token is the bare stop; one without the marker, or with it twice, "
         "fails the user). None: the whole message goes to the agent.",
     )
+    reward_check: str | None = Field(
+        default=None,
+        description="The reward is 1 when the check with this id holds and 0 otherwise (ACEBench's end-to-end "
+        "accuracy); the other checks are reported and do not count. None: every check counts.",
+    )
+    process_check: str | None = Field(
+        default=None,
+        description="The check with this id returns a fraction (True: 1.0), recorded as the reward's "
+        "process_accuracy beside the scalar; 1.0 when the reward check holds (ACEBench's process accuracy).",
+    )
+    agent_stop_phrases: tuple[str, ...] = Field(
+        default=(),
+        description="An agent text reply containing one of these ends the episode (agent_done) in a conversation "
+        "too; the first is the phrase the agent's system prompt asks for.",
+    )
 
 
 HARNESS_RULES = EpisodeRules(
@@ -257,12 +282,49 @@ TAUBENCH_REACT_RULES = TAUBENCH_RULES.model_copy(
     update={"name": "taubench-react", "system_prompts": "taubench-react", "user_reply_marker": "User Response:"}
 )
 
+# ACEBench's agent category (chenchen0103/ACEBench): model_inference/apimodel_inference.py (the loop, 40 messages,
+# "finish conversation"), model_inference/multi_turn/APIModel_user.py, eval_main.py (agent_eval,
+# agent_eval_process). docs/episode-rules.md gives each field's upstream source.
+ACEBENCH_STOP = "finish conversation"
+ACEBENCH_USER_OPENING = "Is there anything you need help with today?"
+ACEBENCH_RULES = EpisodeRules(
+    name="acebench",
+    first_call_only=False,
+    # The imported environment's dispatcher hands the arguments to upstream's methods unchecked, as upstream does.
+    pass_arguments_through=False,
+    raising_tool_ends_episode=False,
+    truncation_scores=True,
+    empty_turn_is_parse_error=False,
+    parse_error_limit=False,
+    reward_decimals=None,
+    composite_reward=False,
+    tool_result_format="text",
+    errors_as_user_messages=False,
+    stop_tokens=(ACEBENCH_STOP,),
+    reply_tool=None,
+    environment_failure="scored_failed",
+    system_prompts="acebench",
+    step_unit="message",
+    default_max_steps=40,
+    required_source="acebench",
+    reward_check="acebench-end-to-end",
+    process_check="acebench-process",
+    agent_stop_phrases=(ACEBENCH_STOP,),
+    user_opening=ACEBENCH_USER_OPENING,
+)
+# EnvScaler's evaluation of ACEBench-Agent: native function calling, and the agent ends with "Task Completed".
+ACEBENCH_ENVSCALER_RULES = ACEBENCH_RULES.model_copy(
+    update={"name": "acebench-envscaler", "agent_stop_phrases": ("Task Completed", ACEBENCH_STOP)}
+)
+
 PROFILES: dict[str, EpisodeRules] = {
     "harness": HARNESS_RULES,
     "envscaler": ENVSCALER_RULES,
     "tau2": TAU2_RULES,
     "taubench": TAUBENCH_RULES,
     "taubench-react": TAUBENCH_REACT_RULES,
+    "acebench": ACEBENCH_RULES,
+    "acebench-envscaler": ACEBENCH_ENVSCALER_RULES,
 }
 
 # Upstream's wording of the messages its runtime sends back (short status strings, not prose).

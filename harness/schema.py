@@ -327,6 +327,9 @@ class RewardBreakdown(Record):
     length_penalty: float | None = None
     gold_state_match: bool | None = None
     composite: float | None = None
+    process_accuracy: float | None = Field(
+        default=None, description="ACEBench's process accuracy (milestones found in order), beside the reward."
+    )
 
 
 class TerminationReason(StrEnum):

@@ -64,7 +64,9 @@ async def episode_verdict(
         transcript=check_transcript(ended.messages),
         rules=ended.rules,
     )
-    if ended.rules.composite_reward:
+    if ended.rules.reward_check is not None:
+        reward = reward_of_check(reward, check_results, ended.rules)
+    elif ended.rules.composite_reward:
         reward = composite(scenario, ended.calls, reward, final_state, ended.weights)
     elif ended.rules.all_or_nothing_reward:
         whole = 1.0 if reward.success else 0.0
@@ -72,3 +74,23 @@ async def episode_verdict(
     else:
         reward = reward.model_copy(update={"composite": reward.state_reward})
     return check_results, reward
+
+
+def reward_of_check(reward: RewardBreakdown, results: list[CheckResult], rules: EpisodeRules) -> RewardBreakdown:
+    """The reward of the rules' one reward check (1 or 0), with the process check's fraction beside it."""
+    by_id = {result.check_id: result for result in results}
+    held = rules.reward_check in by_id and by_id[str(rules.reward_check)].passed
+    whole = 1.0 if held else 0.0
+    process: float | None = None
+    if rules.process_check is not None and rules.process_check in by_id:
+        result = by_id[rules.process_check]
+        process = 1.0 if held or result.passed else _fraction(result.value)
+    update = {"state_reward": whole, "composite": whole, "success": held, "process_accuracy": process}
+    return reward.model_copy(update=update)
+
+
+def _fraction(value: str | None) -> float:
+    try:
+        return float(value) if value is not None else 0.0
+    except ValueError:
+        return 0.0

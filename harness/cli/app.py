@@ -50,6 +50,7 @@ def register_commands() -> None:
     """Every command group of ``harness``, in the order ``harness --help`` lists them. A new group is a module
     of this package with a ``register(app)`` function, called here."""
     from harness.cli import (
+        acebench,
         doctor,
         export,
         interop,
@@ -75,6 +76,7 @@ def register_commands() -> None:
     serve.register(app)
     tau2.register(interop.import_app)
     taubench.register(interop.import_app, interop.export_app)
+    acebench.register(interop.import_app, interop.export_app)
     export.register(interop.export_app)
     interop.register(app)
     train.register(app)

@@ -1,0 +1,102 @@
+"""A run on an imported ACEBench library, written as ACEBench's inference writes its results, so that its
+evaluator (``eval_main.py``) can read them.
+
+Layout (``generate.py``, ``base_inference.py``): ``result_all/result_<lang>/<model>/data_agent_<category>_result.json``,
+one JSON object per line, ``{"id": "agent_<category>_<n>", "result": [...], "process": [...]}``, sorted by ``n``.
+``process`` is each agent message that called tools, rendered as upstream's prompt-mode agent writes calls
+(:func:`~harness.benchmarks.acebench.evaluation.render_calls`); ``result`` is the saved attributes of every
+involved class after the episode, which the export gets by replaying the episode's calls in the jail on the
+scenario's initial state (the scenario classes are deterministic), empty when upstream would have recorded none.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.benchmarks.acebench.evaluation import transcript_process
+from harness.dispatch import DispatchSession, open_tool_session
+from harness.library import Library
+from harness.protocols import parse_arguments
+from harness.sandbox import SandboxPool
+from harness.schema import Environment, Scenario, ToolCall, Trajectory
+
+
+class AceBenchExportError(ValueError):
+    """The run cannot be exported as ACEBench results."""
+
+
+@dataclass
+class ExportedFile:
+    path: Path
+    entries: int
+
+
+def model_folder(trajectories: list[Trajectory]) -> str:
+    """The model's name as a folder (upstream names the folder after ``--model``)."""
+    names = sorted({t.agent.model.model for t in trajectories})
+    name = names[0] if len(names) == 1 else "mixed"
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "model"
+
+
+def episode_calls(trajectory: Trajectory) -> list[ToolCall]:
+    calls = []
+    for message in trajectory.messages:
+        if message.get("role") != "assistant" or not isinstance(message.get("tool_calls"), list):
+            continue
+        for raw in message["tool_calls"]:
+            if not isinstance(raw, dict):
+                continue
+            function = raw.get("function")
+            function = function if isinstance(function, dict) else {}
+            arguments = parse_arguments(function.get("arguments"))
+            calls.append(ToolCall(id=str(raw.get("id")), name=str(function.get("name")), arguments=arguments or {}))
+    return calls
+
+
+async def final_result(
+    pool: SandboxPool, environment: Environment, scenario: Scenario, trajectory: Trajectory
+) -> list[Any]:
+    session = await open_tool_session(pool, environment, scenario.initial_state, record_diffs=False)
+    try:
+        assert isinstance(session, DispatchSession)
+        for call in episode_calls(trajectory):
+            await session.call_raw(call)
+        state = await session.state()
+    finally:
+        await session.close()
+    result = state.get("result") if state.get("recorded") else []
+    return list(result) if isinstance(result, list) else []
+
+
+async def export_run(
+    trajectories: list[Trajectory], library: Library, pool: SandboxPool, out: Path
+) -> list[ExportedFile]:
+    scenarios = {s.id: s for s in library.scenarios}
+    environments = library.environments
+    groups: dict[tuple[str, str], list[tuple[int, dict[str, Any]]]] = {}
+    for trajectory in trajectories:
+        scenario = scenarios.get(trajectory.scenario_id)
+        if scenario is None or scenario.provenance.source != "acebench":
+            raise AceBenchExportError(f"episode {trajectory.episode_id} is not of an imported ACEBench scenario")
+        if trajectory.trial:
+            continue  # upstream writes one result per task: the first trial's
+        details = scenario.provenance.details
+        category, language = str(details["category"]), str(details["language"])
+        upstream_id = str(scenario.provenance.upstream_id)
+        result = await final_result(pool, environments[scenario.environment_id], scenario, trajectory)
+        process = transcript_process([dict(m) for m in trajectory.messages])
+        entry = {"id": upstream_id, "result": result, "process": process}
+        groups.setdefault((language, category), []).append((int(upstream_id.rsplit("_", 1)[-1]), entry))
+    folder = model_folder(trajectories)
+    written = []
+    for (language, category), entries in sorted(groups.items()):
+        path = out / f"result_all/result_{language}/{folder}/data_agent_{category}_result.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lines = [json.dumps(entry, ensure_ascii=False) for _, entry in sorted(entries, key=lambda item: item[0])]
+        path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        written.append(ExportedFile(path=path, entries=len(lines)))
+    return written
