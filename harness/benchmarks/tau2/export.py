@@ -251,7 +251,7 @@ def reward_info(trajectory: Trajectory, termination: Tau2Termination, task: dict
     return Tau2RewardInfo(
         reward=reward,
         db_check=Tau2DBCheck(db_match=db_passed, db_reward=factors["DB"]),
-        communicate_checks=communicate,
+        communicate_checks=communicate or None,
         reward_basis=basis,
         reward_breakdown=breakdown,
         info={"scored_by": "envharness", "checks": {r.check_id: r.passed for r in trajectory.check_results}},
