@@ -182,6 +182,8 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.1)
     parser.add_argument("--turns", type=int, default=3)
     parser.add_argument("--tasks", type=int, default=0, help="Only the first N tasks of the split (0: all).")
+    parser.add_argument("--runners", default="harness,tau2", help="Which runners to measure.")
+    parser.add_argument("--keep", type=Path, default=None, help="Keep the libraries and runs in this folder.")
     parser.add_argument("--skip-import", action="store_true", help="Import retail only once, untimed.")
     arguments = parser.parse_args()
     levels = [int(level) for level in arguments.levels.split(",")]
@@ -203,7 +205,8 @@ def main() -> None:
         f"{requests_per_episode} requests per conversation; each runner scores with its own evaluator"
     )
     with tempfile.TemporaryDirectory() as scratch:
-        root = Path(scratch)
+        root = arguments.keep or Path(scratch)
+        root.mkdir(parents=True, exist_ok=True)
         if arguments.skip_import:
             import_library(wheel, root / "library", ("retail",))
         else:
@@ -221,7 +224,7 @@ def main() -> None:
         rows: list[tuple[str, int, int, dict[str, int], Measured, dict[str, int]]] = []
         try:
             for level in levels:
-                for runner in ("harness", "tau2"):
+                for runner in arguments.runners.split(","):
                     folder = root / f"{runner}-{level}"
                     folder.mkdir()
                     commands.put("count")
