@@ -11,31 +11,17 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
-import time
 import tomllib
-from dataclasses import dataclass
 from pathlib import Path
 
+from tests.support.cached_venv import CachedVenv, cached_venv
+
 REPO = Path(__file__).resolve().parents[2]
-CACHE = Path(os.environ.get("ENVHARNESS_CACHE", Path.home() / ".cache" / "envharness"))
 
 
-@dataclass
-class VerlVenv:
-    root: Path
-    build_seconds: float | None
-    """How long this process took to build it (None: it was in the cache)."""
-
-    @property
-    def python(self) -> Path:
-        return self.root / "bin" / "python"
-
-    def size_bytes(self) -> int:
-        return sum(path.stat().st_size for path in self.root.rglob("*") if path.is_file() and not path.is_symlink())
-
+class VerlVenv(CachedVenv):
     def run(self, script: Path, *args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
         pythonpath = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         env = {**os.environ, "PYTHONPATH": pythonpath, "TOKENIZERS_PARALLELISM": "false"}
@@ -59,32 +45,13 @@ def _requirements() -> tuple[str, list[str], str]:
     return torch, others, hashlib.sha256(key.encode()).hexdigest()[:12]
 
 
-def _pip(python: Path, *args: str) -> None:
-    subprocess.run([str(python), "-m", "pip", "install", "--quiet", *args], check=True, timeout=3600)
-
-
 def verl_venv() -> VerlVenv:
-    """The cached venv, built when missing (the key follows the project's dependencies and the extra's pins)."""
+    """The cached venv, built when missing (the key follows the project's dependencies and the extra's pins).
+    The requirements go in, not the project itself: installing it would build in the checkout (build/,
+    *.egg-info)."""
     torch, others, key = _requirements()
-    root = CACHE / f"verl-0.9.1-{key}"
-    if (root / "ready").exists():
-        return VerlVenv(root, None)
-    shutil.rmtree(root, ignore_errors=True)
-    started = time.monotonic()
-    building = root.with_name(root.name + ".building")
-    shutil.rmtree(building, ignore_errors=True)
-    building.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run([sys.executable, "-m", "venv", str(building)], check=True)
-    python = building / "bin" / "python"
-    _pip(python, torch)
-    # The requirements, not the project itself: installing it would build in the checkout (build/, *.egg-info).
-    _pip(python, *others)
-    # Built under another name and renamed when complete, so an interrupted build is never taken for a ready one
-    # (the venv's console scripts keep the old path in their shebang: call its python, as VerlVenv.run does).
-    building.rename(root)
-    seconds = time.monotonic() - started
-    (root / "ready").write_text(json.dumps({"build_seconds": round(seconds, 1)}), encoding="utf-8")
-    return VerlVenv(root, seconds)
+    venv = cached_venv(f"verl-0.9.1-{key}", [[torch], others])
+    return VerlVenv(venv.root, venv.build_seconds)
 
 
 if __name__ == "__main__":

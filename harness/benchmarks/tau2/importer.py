@@ -249,6 +249,8 @@ async def import_tau2(
                         "env_assertions": list(criteria.get("env_assertions") or []),
                         "gold_actions": list(criteria.get("actions") or []),
                         "source_license": source.license,
+                        # Upstream's task as released: `harness export tau2` hands it to upstream's evaluator.
+                        "upstream_task": task,
                     },
                 ),
             )

