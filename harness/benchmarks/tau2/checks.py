@@ -44,6 +44,40 @@ def dual_db_check(expected: str) -> Check:
     )
 
 
+def env_assertions_check(domain_code: str, assertions: list[dict[str, Any]]) -> Check:
+    """``domain_code`` defines ``load_telecom_state(state)`` (:meth:`~harness.benchmarks.tau2.telecom_code.TelecomCode.check_code`)."""
+    calls = [
+        {
+            "env_type": a.get("env_type", "assistant"),
+            "func_name": a["func_name"],
+            "arguments": a.get("arguments") or {},
+            "assert_value": a.get("assert_value", True),
+        }
+        for a in assertions
+    ]
+    source = (
+        domain_code
+        + "\n\nASSERTIONS = json.loads("
+        + repr(json.dumps(calls))
+        + ")\n\n\n"
+        + "def check(initial, final):\n"
+        + "    env = load_telecom_state(final)\n"
+        + "    for assertion in ASSERTIONS:\n"
+        + "        result = env.run_env_function_call(assertion)\n"
+        + "        if not isinstance(result, bool):\n"
+        + "            raise ValueError(f\"{assertion['func_name']} returned {type(result).__name__}, not bool\")\n"
+        + "        if result != assertion['assert_value']:\n"
+        + "            return False\n"
+        + "    return True\n"
+    )
+    names = ", ".join(f"{c['func_name']}={c['assert_value']}" for c in calls)
+    return Check(
+        id="tau2-env-assertions",
+        description=f"Upstream's environment assertions hold on the final state ({names}).",
+        source=source,
+    )
+
+
 def action_check(index: int, action: dict[str, Any]) -> Check:
     name = str(action["name"])
     arguments = action.get("arguments") or {}

@@ -7,9 +7,8 @@ task's initialization data and actions of both sides, applied when the session o
 by requestor: the agent's are the scenario's ``reference_actions``, the user's its ``user_reference_actions`` (each
 placed after the agent actions that precede it). Before anything is written the gold is replayed in the jail,
 both sides in upstream's order, and the scenario's checks are run on the state it reaches in the check process:
-every one must hold, or the task is reported as a problem. The gold's replay also runs upstream's environment
-assertions on the state it reaches, in the jail (an import-time proof that the gold reaches upstream's expected
-state; they are not a check of episodes, see :func:`telecom_checks`).
+every one must hold, or the task is reported as a problem.
+For telecom's environment assertions that proves the gold reaches upstream's expected state.
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from harness.benchmarks.tau2.checks import action_check, dual_db_check, state_hash
+from harness.benchmarks.tau2.checks import action_check, dual_db_check, env_assertions_check, state_hash
 from harness.benchmarks.tau2.code import DISPATCHER, ERROR_PREFIX
 from harness.benchmarks.tau2.importer import Tau2Import, communicate_check, user_instructions
 from harness.benchmarks.tau2.source import SOURCE_LICENSE_NOTE, Tau2Source, Tau2SourceError
@@ -186,25 +185,20 @@ async def replay_telecom_gold(
             if observation.content.startswith(ERROR_PREFIX):
                 raised.append(f"gold action {index} ({action['name']}) raises: {observation.content[:160]}")
         state = await session.state()
-        assertions = list((scenario.provenance.details.get("env_assertions") or []))
-        if assertions:
-            call = ToolCall(id="assertions", name="assertions", arguments={"assertions": assertions})
-            observation = await session.call_raw(call, "evaluator")
-            held = orjson.loads(observation.content) if isinstance(observation.content, str) else None
-            if held is None or not all(held):
-                return None, [f"the gold does not reach upstream's expected state (assertions held: {held})"]
     finally:
         await session.close()
     return state, raised
 
 
-def telecom_checks(criteria: dict[str, Any], basis: list[str], gold_state: dict[str, Any]) -> list[Check]:
-    """The DB check over both states, then the ACTION and COMMUNICATE checks when the basis has them.
-
-    The DB check stands in for ``ENV_ASSERTION``, which is not reproduced: upstream's assertion functions need its
-    pydantic models, and pydantic cannot build a model in the check process (it reads the caller's frame, which
-    the check guard refuses). docs/episode-rules.md gives the difference."""
-    checks = [dual_db_check(state_hash([gold_state["tools"]["db"], gold_state["user_tools"]["db"]]))]
+def telecom_checks(
+    code: TelecomCode, criteria: dict[str, Any], basis: list[str], gold_state: dict[str, Any]
+) -> list[Check]:
+    """One check per factor of the task's reward basis (``tau2/evaluator/evaluator.py``)."""
+    checks: list[Check] = []
+    if "DB" in basis:
+        checks.append(dual_db_check(state_hash([gold_state["tools"]["db"], gold_state["user_tools"]["db"]])))
+    if "ENV_ASSERTION" in basis:
+        checks.append(env_assertions_check(code.check_code(), list(criteria.get("env_assertions") or [])))
     if "ACTION" in basis:
         checks.extend(action_check(i, a) for i, a in enumerate(criteria.get("actions") or []))
     if "COMMUNICATE" in basis:
@@ -280,7 +274,7 @@ async def import_telecom(source: Tau2Source, split: str, pool: SandboxPool, *, c
             if state is None:
                 result.problems.append(f"{scenario.id}: {raised[0]}")
                 return
-            checks = telecom_checks(criteria, scenario.provenance.details["reward_basis"], state)
+            checks = telecom_checks(code, criteria, scenario.provenance.details["reward_basis"], state)
             outcomes = await pool.run_checks(prepared_checks(checks), state, state, transcript=gold_transcript(gold))
         failed = [f"{o.check_id} ({o.error or o.value})" for o in outcomes if not o.passed]
         if failed:

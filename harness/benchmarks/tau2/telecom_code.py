@@ -11,8 +11,8 @@ the caller (``requestor``: the agent's ``assistant`` or the ``user``), runs it o
 and answers as upstream's ``Environment.get_response`` does.
 
 The instance's state is ``tools`` (the agent's database ``db`` and the id counter) and ``user_tools`` (the user's
-database ``db``). The importer alone calls with requestor ``evaluator``: the task's environment assertions, run as
-upstream's ``run_env_assertion`` does, to prove at import time that the gold reaches upstream's expected state.
+database ``db``). :meth:`TelecomCode.check_code` is the same code for the check process, where the
+environment-assertion check rebuilds an instance from a recorded state.
 """
 
 from __future__ import annotations
@@ -178,12 +178,6 @@ class {cls}:
         return result
 
     def execute_call(self, name, arguments, requestor="assistant"):
-        if requestor == "evaluator":
-            results = []
-            for assertion in arguments["assertions"]:
-                result = self.run_env_function_call(assertion)
-                results.append(isinstance(result, bool) and result == assertion.get("assert_value", True))
-            return json.dumps(results)
         try:
             kit = self.user_tools if requestor == "user" else self.tools
             resp = kit.use_tool(name, **arguments)
@@ -192,6 +186,18 @@ class {cls}:
             resp = f"Error: {{e}}"
         return to_json_str(resp)
 '''
+
+STATE_LOADER = """
+
+def load_telecom_state(state):
+    \"\"\"An environment whose two toolkits hold the databases of a recorded state (its initialisation is not
+    re-run; the sync it opens with changes nothing in a state that was synced after its last call).\"\"\"
+    return {cls}({{"db": state["tools"]["db"], "user_db": state["user_tools"]["db"]}})
+"""
+
+FRAMELESS = "__pydantic_reset_parent_namespace__=False"
+"""Keeps pydantic from reading the defining frame when it builds a model class (``sys._getframe``, which the check
+process refuses); the models are all defined at module level, where that frame adds nothing to the namespace."""
 
 PROBE = """
 
@@ -223,8 +229,32 @@ class TelecomCode:
     def environment_code(self) -> str:
         return self.body + ENVIRONMENT.format(cls=TELECOM_CLASS, sync_tools=self.sync_tools)
 
+    def check_code(self) -> str:
+        """The environment for a check process: its model classes built without reading the caller's frame, and
+        a loader from a recorded state (for the environment-assertion check)."""
+        return frameless_models(self.environment_code()) + STATE_LOADER.format(cls=TELECOM_CLASS)
+
     def schema_probe_code(self) -> str:
         return self.body + self.parameters + PROBE.format(probe=TELECOM_PROBE_CLASS)
+
+
+def frameless_models(source: str) -> str:
+    """``source`` with :data:`FRAMELESS` added to the header of every class derived from a pydantic model."""
+    models = {"BaseModel"}
+    inserts: list[tuple[int, int]] = []
+    for node in ast.parse(source).body:
+        if not isinstance(node, ast.ClassDef):
+            continue
+        if any(isinstance(base, ast.Name) and base.id in models for base in node.bases):
+            models.add(node.name)
+            last = [*node.bases, *node.keywords][-1]
+            assert last.end_lineno is not None and last.end_col_offset is not None
+            inserts.append((last.end_lineno, last.end_col_offset))
+    lines = source.split("\n")
+    for line, column in reversed(inserts):
+        text = lines[line - 1].encode()
+        lines[line - 1] = (text[:column] + f", {FRAMELESS}".encode() + text[column:]).decode()
+    return "\n".join(lines)
 
 
 def _function_source(source: str, name: str, label: str, *, in_class: str | None = None) -> str:
