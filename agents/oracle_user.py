@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from harness.protocols import STOP, UserTurn
+from harness.run.config import ORACLE_USER_MODEL
 from harness.schema import AgentSettings, ModelSettings, ReferenceAction, Scenario, ToolCall
 
 PASS_TEXT = "Done; what next?"
@@ -65,11 +66,11 @@ def next_call(schedule: list[list[ReferenceAction]], hold: int, calls_made: int)
 
 
 class OracleUser:
-    """Bound to one scenario with user reference actions; stateless between calls."""
+    """Bound to one scenario (with or without user reference actions); stateless between calls."""
 
     def __init__(self, scenario: Scenario, *, role: str = "user") -> None:
         self.scenario = scenario
-        self.settings = AgentSettings(kind="oracle_user", role=role, model=ModelSettings(model="oracle"))
+        self.settings = AgentSettings(kind="oracle_user", role=role, model=ModelSettings(model=ORACLE_USER_MODEL))
 
     async def respond(self, messages: list[dict[str, Any]]) -> UserTurn:
         return await self.respond_with_tools(messages, [])

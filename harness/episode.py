@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from harness.blame import classify_failure, environment_failure
 from harness.dispatch import open_tool_session
+from harness.dual_control import UserToolSession, user_call_messages, user_round
 from harness.llm import LLMError
 from harness.message_limits import MessageLimits
 from harness.prompts import (
@@ -47,10 +48,8 @@ from harness.protocols import (
     ToolSession,
     ToolUsingUserPolicy,
     UserPolicy,
-    UserTurn,
     openai_tool_call,
 )
-from harness.dual_control import UserToolSession, user_call_messages, user_round
 from harness.reward import CompositeWeights
 from harness.rules import (
     DEFAULT_RULES,

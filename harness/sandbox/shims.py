@@ -122,7 +122,6 @@ class FrozenDateTime(_datetime.datetime):
     def today(cls) -> FrozenDateTime:
         return cls.now()
 
-
     @classmethod
     def __get_pydantic_core_schema__(cls, _source: Any, _handler: Any) -> Any:
         return _pydantic_schema("datetime_schema")

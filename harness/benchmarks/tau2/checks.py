@@ -45,7 +45,7 @@ def dual_db_check(expected: str) -> Check:
 
 
 def env_assertions_check(domain_code: str, assertions: list[dict[str, Any]]) -> Check:
-    """``domain_code`` defines ``load_telecom_state(state)`` (:meth:`~harness.benchmarks.tau2.telecom_code.TelecomCode.check_code`)."""
+    """``domain_code`` defines ``load_telecom_state(state)`` (``TelecomCode.check_code``)."""
     calls = [
         {
             "env_type": a.get("env_type", "assistant"),
@@ -103,7 +103,8 @@ def action_check(index: int, action: dict[str, Any]) -> Check:
         "            keys = list(given) if compare is None else compare\n"
         "            if not keys:\n"
         "                return True\n"
-        "            if {k: v for k, v in given.items() if k in keys} == {k: v for k, v in wanted.items() if k in keys}:\n"
+        "            mine = {k: v for k, v in given.items() if k in keys}\n"
+        "            if mine == {k: v for k, v in wanted.items() if k in keys}:\n"
         "                return True\n"
         "    return False\n"
     )

@@ -1,4 +1,5 @@
-"""Import one τ²-bench domain (airline, retail; telecom in :mod:`harness.benchmarks.tau2.telecom`) into an environment and one scenario per task of a split.
+"""Import one τ²-bench domain (airline, retail) into an environment and one scenario per task of a split
+(telecom, with its user's tools and state: :mod:`harness.benchmarks.tau2.telecom`).
 
 The environment embeds upstream's domain code (:mod:`harness.benchmarks.tau2.code`); its tool schemas are the
 ones pydantic makes in the jail from upstream's signatures, in upstream's order. Each scenario's initial state is
@@ -38,7 +39,7 @@ from harness.schema import (
     ToolSpec,
 )
 
-SUPPORTED_DOMAINS: tuple[str, ...] = ("airline", "retail", "telecom")
+SUPPORTED_DOMAINS: tuple[str, ...] = ("airline", "retail")
 DEFAULT_REWARD_BASIS: tuple[str, ...] = ("DB", "COMMUNICATE")
 """Upstream's default (``EvaluationCriteria.reward_basis``), every airline and retail task's basis."""
 
@@ -203,10 +204,6 @@ async def import_tau2(
     available = source.domains()
     if domain not in available:
         raise Tau2ImportError(f"no domain {domain!r} in {source.path}; it holds {', '.join(available) or 'none'}")
-    if domain == "telecom":
-        from harness.benchmarks.tau2.telecom import import_telecom
-
-        return await import_telecom(source, split, pool, concurrency=concurrency)
     if domain not in SUPPORTED_DOMAINS:
         raise Tau2ImportError(f"domain {domain!r} is not imported yet; choose {', '.join(SUPPORTED_DOMAINS)}")
     folder = f"data/tau2/domains/{domain}"

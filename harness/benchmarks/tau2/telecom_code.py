@@ -77,7 +77,7 @@ def is_tool(tool_type=ToolType.READ):
 
 
 class ToolKitType(type):
-    """Each toolkit class gets ``TOOL_TYPES``: its tools (and its bases') by name, as upstream's metaclass finds them."""
+    """Each toolkit class gets ``TOOL_TYPES``: its tools and its bases' by name, as upstream's metaclass finds them."""
 
     def __init__(cls, name, bases, attrs):
         found = {}
@@ -247,7 +247,7 @@ def frameless_models(source: str) -> str:
             continue
         if any(isinstance(base, ast.Name) and base.id in models for base in node.bases):
             models.add(node.name)
-            last = [*node.bases, *node.keywords][-1]
+            last = node.keywords[-1].value if node.keywords else node.bases[-1]
             assert last.end_lineno is not None and last.end_col_offset is not None
             inserts.append((last.end_lineno, last.end_col_offset))
     lines = source.split("\n")
@@ -282,9 +282,7 @@ def build_telecom_code(source: Tau2Source) -> TelecomCode:
     utils = source.read_text(f"{folder}/utils.py")
     environment = source.read_text(f"{folder}/environment.py")
     try:
-        helpers = "\n\n" + "\n\n".join(
-            _function_source(utils, name, f"{folder}/utils.py") for name in ("get_today",)
-        )
+        helpers = "\n\n" + "\n\n".join(_function_source(utils, name, f"{folder}/utils.py") for name in ("get_today",))
         sync = _function_source(environment, "sync_tools", f"{folder}/environment.py", in_class="TelecomEnvironment")
         parameters = tool_parameters_source(tools, "TelecomTools") + tool_parameters_source(
             user_tools, "TelecomUserTools"
