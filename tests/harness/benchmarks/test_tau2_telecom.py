@@ -17,12 +17,13 @@ from agents.oracle import OracleAgent
 from agents.oracle_user import OracleUser
 from harness.episode import EpisodeConfig, run_episode
 from harness.library import load_library
-from harness.protocols import UserTurn
+from harness.protocols import STOP, UserTurn
 from harness.sandbox import SandboxPool
 from harness.schema import Environment, Scenario, Trajectory
 from harness.scoring import prepared_checks
+from tests.doubles.mock_openai import MockOpenAIServer, ReplayPolicy
 from tests.harness.benchmarks.test_tau2_import import tau2_wheel, wheel_json  # noqa: F401  (fixture)
-from tests.support.cli_process import harness_cli
+from tests.support.cli_process import harness, harness_cli
 
 SKIP_TRANSFER = "contract_end_suspension"  # ACTION basis: the agent must call transfer_to_human_agents
 DUAL_TASK = "[mobile_data_issue]data_usage_exceeded|user_abroad_roaming_enabled_off[PERSONA:Easy]"
@@ -225,3 +226,33 @@ async def test_a_phone_left_broken_gets_zero_through_env_assertion(telecom_libra
     refuelled = "Successfully added 2.0 GB"  # the agent's tool result: in its transcript, not in the user's view
     assert any(m["role"] == "tool" and refuelled in str(m["content"]) for m in trajectory.messages)
     assert not any(refuelled in str(m.get("content")) for m in last_view)
+
+
+USER_ONLY_TASK = "[mobile_data_issue]airplane_mode_on|data_mode_off[PERSONA:None]"
+"""Gold: the user turns airplane mode off and mobile data on; the agent has nothing to call."""
+
+
+def test_a_model_user_calls_its_own_tools_through_the_cli(telecom_library: Path, tmp_path: Path) -> None:
+    """The simulated user is a model (the mock server): it is sent the user's tools, its calls run on the phone,
+    their results come back to it, and neither reaches the agent's transcript."""
+    (environment,) = load_library(telecom_library).environments.values()
+    with MockOpenAIServer().running_in_thread() as server:
+        server.set_policy(
+            "user", ReplayPolicy(actions=[{"name": "toggle_airplane_mode"}, {"name": "toggle_data"}], final_text=STOP)
+        )
+        models = tmp_path / "models.toml"
+        models.write_text(f'[aliases.mock-user]\nmodel = "hosted_vllm/user"\napi_base = "{server.base_url}"\n')
+        out = tmp_path / "run"
+        command = ["run", "--envs", str(telecom_library), "--out", str(out), "--rules", "tau2", "--mode", "conv"]
+        command += ["--agent", "oracle", "--user-model", "mock-user", "--scenario", f"tau2-telecom-{USER_ONLY_TASK}"]
+        finished = harness(command, {"HARNESS_MODELS_FILE": str(models)})
+        assert finished.code == 0, finished.stderr
+        requests = [r.body for r in server.chat_requests("user") if r.body]
+    (record,) = [orjson.loads(line) for line in (out / "results.jsonl").read_bytes().splitlines()]
+    assert record["reward"]["success"] and record["termination"] == "user_stop"
+    assert [s["call"]["name"] for s in record["user_steps"]] == ["toggle_airplane_mode", "toggle_data"]
+    assert all(not m.get("tool_calls") and m["role"] != "tool" for m in record["messages"])
+    user_tools = [t.function.name for t in environment.user_tools]
+    assert requests and all([t["function"]["name"] for t in body["tools"]] == user_tools for body in requests)
+    last = requests[-1]["messages"]
+    assert [m["role"] for m in last].count("tool") == 2  # its own two results, and nothing of the agent's
