@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agents.oracle_user import PASS_TEXT, gold_schedule, hand_overs, next_call
 from harness.protocols import AgentTurn, openai_tool_call
 from harness.schema import AgentSettings, ModelSettings, Scenario, ToolCall
 
@@ -23,6 +24,8 @@ class OracleAgent:
     async def act(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> AgentTurn:
         if self.scenario.turns:
             return self._act_in_turn(messages)
+        if self.scenario.user_reference_actions:
+            return self._act_in_run(messages)
         done = sum(1 for m in messages if m.get("role") == "assistant" and m.get("tool_calls"))
         actions = self.scenario.reference_actions
         if done >= len(actions):
@@ -56,3 +59,19 @@ class OracleAgent:
         ]
         message = {"role": "assistant", "content": None, "tool_calls": [openai_tool_call(call) for call in calls]}
         return AgentTurn(message=message, tool_calls=calls)
+
+    def _act_in_run(self, messages: list[dict[str, Any]]) -> AgentTurn:
+        """Dual control: the agent's part of the gold, handing the turn to the user between its runs
+        (:mod:`agents.oracle_user`)."""
+        schedule = gold_schedule(self.scenario)
+        hold = hand_overs([m for m in messages if m.get("role") != "system"])
+        made = sum(len(m.get("tool_calls") or []) for m in messages if m.get("role") == "assistant")
+        action = next_call(schedule, hold, made)
+        if action is not None:
+            turn = sum(1 for m in messages if m.get("role") == "assistant")
+            call = ToolCall(id=f"call_{turn}_0", name=action.name, arguments=dict(action.arguments))
+            message = {"role": "assistant", "content": None, "tool_calls": [openai_tool_call(call)]}
+            return AgentTurn(message=message, tool_calls=[call])
+        last = hold + 1 >= len(schedule)
+        reply = self.scenario.reference_reply if last and self.scenario.reference_reply else PASS_TEXT
+        return AgentTurn(message={"role": "assistant", "content": reply})

@@ -2,14 +2,16 @@
 
 The loop gives it its own view of the conversation (its system prompt, built from the profile by
 :func:`harness.prompts.user_system_prompt`; its past messages as ``assistant``; the agent's text replies as
-``user``), so it never sees tool calls. It ends the conversation with a stop token.
+``user``), so it never sees the agent's tool calls. It ends the conversation with a stop token. Under dual control
+(:mod:`harness.dual_control`) it is also given the user's own tools, and its view holds its own calls and their
+results.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from harness.protocols import AgentPolicyError, UserTurn, find_stop_token, split_reasoning
+from harness.protocols import AgentPolicyError, UserTurn, find_stop_token, split_reasoning, tool_calls_from_message
 from harness.schema import AgentSettings, ModelSettings, Usage
 
 if TYPE_CHECKING:
@@ -37,10 +39,17 @@ class UserSimulator:
         )
 
     async def respond(self, messages: list[dict[str, Any]]) -> UserTurn:
+        return await self.respond_with_tools(messages, [])
+
+    async def respond_with_tools(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> UserTurn:
+        """Dual control: with ``tools`` (the user's own), a reply may call them instead of writing to the agent."""
         usage = Usage()
         for _ in range(self.attempts):
-            result = await self.client.chat(self.model_settings, messages, tools=None, role=self.role)
+            result = await self.client.chat(self.model_settings, messages, tools=tools or None, role=self.role)
             usage.add(result.usage)
+            calls = tool_calls_from_message(result.message) if tools else []
+            if calls:
+                return UserTurn(text="", usage=usage, tool_calls=calls)
             text, _reasoning = split_reasoning(result.message.get("content") or "")
             text = text.strip()
             if text:

@@ -33,7 +33,11 @@ def dispatcher_environment(environment: Environment) -> Environment:
             description="Runs one tool call.",
             parameters={
                 "type": "object",
-                "properties": {"name": {"type": "string"}, "arguments": {"type": "object"}},
+                "properties": {
+                    "name": {"type": "string"},
+                    "arguments": {"type": "object"},
+                    "requestor": {"type": "string"},
+                },
                 "required": ["name", "arguments"],
             },
         )
@@ -52,11 +56,22 @@ class DispatchSession:
         self.inner = inner
         self.dispatcher = dispatcher
 
-    async def call_raw(self, call: ToolCall) -> Observation:
-        """Run ``call`` and return the dispatcher's own result (or the sandbox's error observation)."""
-        wrapped = ToolCall(id=call.id, name=self.dispatcher, arguments={"name": call.name, "arguments": call.arguments})
-        observation, _ = await self.inner.call(wrapped)
+    async def call_raw(self, call: ToolCall, requestor: str | None = None) -> Observation:
+        """Run ``call`` and return the dispatcher's own result (or the sandbox's error observation). A
+        ``requestor`` (dual control: ``user``) is passed to the dispatcher, which runs the call on that side."""
+        arguments: dict[str, Any] = {"name": call.name, "arguments": call.arguments}
+        if requestor is not None:
+            arguments["requestor"] = requestor
+        observation, _ = await self.inner.call(ToolCall(id=call.id, name=self.dispatcher, arguments=arguments))
         return observation.model_copy(update={"name": call.name})
+
+    async def call_as_user(self, call: ToolCall) -> tuple[Observation, list[DiffEntry]]:
+        """A call of the simulated user's (dual control): its result as the dispatcher wrote it, and its diff."""
+        if call.arguments is None:
+            return await self.call(call)
+        arguments = {"name": call.name, "arguments": call.arguments, "requestor": "user"}
+        observation, diff = await self.inner.call(ToolCall(id=call.id, name=self.dispatcher, arguments=arguments))
+        return observation.model_copy(update={"name": call.name}), diff
 
     async def call(self, call: ToolCall) -> tuple[Observation, list[DiffEntry]]:
         if call.arguments is None:

@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from harness.blame import classify_failure, environment_failure
 from harness.dispatch import open_tool_session
+from harness.dual_control import UserToolSession, user_call_messages, user_round
 from harness.llm import LLMError
 from harness.message_limits import MessageLimits
 from harness.prompts import (
@@ -45,8 +46,8 @@ from harness.protocols import (
     AgentPolicyError,
     AgentTurn,
     ToolSession,
+    ToolUsingUserPolicy,
     UserPolicy,
-    UserTurn,
     openai_tool_call,
 )
 from harness.reward import CompositeWeights
@@ -180,6 +181,8 @@ class Episode:
             self.tools = self.scripted.tools(environment.tools)
         self.messages: list[dict[str, Any]] = []
         self.user_view: list[dict[str, Any]] = []
+        self.user_tools: list[dict[str, Any]] = [tool.model_dump(mode="json") for tool in environment.user_tools]
+        self.user_steps: list[Step] = []
         self.steps: list[Step] = []
         self.turns = 0
         self.usage: dict[str, Usage] = {"agent": Usage()}
@@ -454,6 +457,7 @@ class Episode:
             usage=self.usage,
             timings=self.timings,
             errors=self.errors,
+            user_steps=self.user_steps,
         )
 
     def _ended(self) -> EndedEpisode:
@@ -465,6 +469,7 @@ class Episode:
             termination=self.termination,
             messages=self.messages,
             calls=[step.call for step in self.steps],
+            user_calls=user_call_messages(self.user_steps),
             seed=self.config.seed,
             scripted=self.scripted is not None,
             weights=self.config.reward_weights,
@@ -564,10 +569,21 @@ class Episode:
         assert self.user is not None
         self.phase = "user"
         started = time.perf_counter()
+        reached = None
         try:
-            reply: UserTurn = await self.user.respond(self.user_view)
+            user, session = self.user, self._session
+            if self.rules.user_tool_calls and self.user_tools and isinstance(user, ToolUsingUserPolicy):
+                assert isinstance(session, UserToolSession), "dual control needs a dispatching session"
+                round_ = await user_round(user, session, self.user_view, self.user_tools, self.user_steps, self.limits)
+                reply, reached = round_.reply, round_.reached
+                self.usage["user"].add(round_.usage)
+            else:
+                reply = await self.user.respond(self.user_view)
         finally:
             self.timings.model_seconds += time.perf_counter() - started
+        if reached is not None:
+            self.end(*reached)
+            return
         self.usage["user"].add(reply.usage)
         self.user_view.append({"role": "assistant", "content": reply.text})
         self.messages.append({"role": "user", "content": user_reply(reply, self.rules)})

@@ -69,6 +69,8 @@ class UserTurn:
     text: str
     usage: Usage = field(default_factory=Usage)
     stop_token: str | None = None
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    """Dual control: calls of the user's own tools (the message then has no text for the agent)."""
 
 
 @runtime_checkable
@@ -88,6 +90,20 @@ class UserPolicy(Protocol):
     settings: AgentSettings
 
     async def respond(self, messages: list[dict[str, Any]]) -> UserTurn: ...
+
+
+@runtime_checkable
+class ToolUsingUserPolicy(Protocol):
+    """A user that can call tools of its own (dual control, :mod:`harness.dual_control`). ``messages`` is its view
+    with its own calls (``assistant`` messages with ``tool_calls``) and their results (``tool`` messages);
+    ``tools`` are the user's tools in OpenAI form. A reply with tool calls goes to the environment, never to the
+    agent."""
+
+    settings: AgentSettings
+
+    async def respond(self, messages: list[dict[str, Any]]) -> UserTurn: ...
+
+    async def respond_with_tools(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> UserTurn: ...
 
 
 def find_stop_token(text: str) -> str | None:

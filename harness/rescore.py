@@ -226,6 +226,8 @@ async def rescore_episode(pool: SandboxPool, plan: RescorePlan, trajectory: Traj
     update: dict[str, Any] = {"versions": versions, "rescored_from": trajectory.run_id, "run_id": plan_run_id(plan)}
     if trajectory.termination in FAILED_ENDINGS:
         return "kept", trajectory.model_copy(update=update)
+    if trajectory.user_steps:
+        raise EpisodeRefused("the simulated user called tools (dual control): the replay would leave out its calls")
     try:
         start_state, final_state = await replay_final_state(pool, plan, trajectory, environment, scenario)
         ended = EndedEpisode(

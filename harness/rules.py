@@ -134,6 +134,11 @@ class EpisodeRules(BaseModel):
         description="The rules run only environments imported from this source (their provenance.source); None: "
         "any environment.",
     )
+    user_tool_calls: bool = Field(
+        default=False,
+        description="Dual control: a simulated user that can call tools gets the environment's user tools, and its "
+        "calls run on the session on the user's side, unseen by the agent (τ²'s telecom; harness.dual_control).",
+    )
     all_or_nothing_reward: bool = Field(
         default=False,
         description="The reward is 1 when every check holds and 0 otherwise (τ²'s product of its DB and "
@@ -244,6 +249,7 @@ TAU2_RULES = EpisodeRules(
     scored_endings=(TerminationReason.USER_STOP,),
     all_or_nothing_reward=True,
     required_source="tau2",
+    user_tool_calls=True,
 )
 
 # τ-bench (sierra-research/tau-bench): tau_bench/envs/base.py, tau_bench/envs/user.py,

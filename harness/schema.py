@@ -98,6 +98,19 @@ class Environment(Record):
         description="A method that receives every tool call unvalidated as (name, arguments) and returns the "
         "tool's result; None when each tool is its own method, called after its arguments are checked.",
     )
+    user_tools: list[ToolSpec] = Field(
+        default_factory=list,
+        description="Tools of the simulated user (dual control, τ² telecom): the user's calls run in the same "
+        "session through the dispatcher with requestor 'user'; the agent never gets these tools nor sees their calls.",
+    )
+
+    @model_serializer(mode="wrap")
+    def _omit_absent_user_tools(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Environments without a user's tools dump exactly as before the field existed.
+        data: dict[str, Any] = handler(self)
+        if not data.get("user_tools", ...):
+            data.pop("user_tools", None)
+        return data
 
     def tool(self, name: str) -> ToolSpec | None:
         for tool in self.tools:
@@ -185,6 +198,13 @@ class ReferenceAction(Record):
     masked_arguments: list[str] = Field(default_factory=list)
 
 
+class UserReferenceAction(ReferenceAction):
+    """One call of the simulated user's part of a reference solution (dual control): it comes after the first
+    ``after_agent_actions`` of the scenario's ``reference_actions``."""
+
+    after_agent_actions: int = Field(default=0, ge=0)
+
+
 class ScriptedTurn(Record):
     """One user turn of a scripted conversation: what the user says, the tools that appear from this turn on,
     and the reference calls that complete it (none when the turn cannot or need not be acted on)."""
@@ -223,6 +243,19 @@ class Scenario(Record):
     max_steps_per_turn: int | None = Field(
         default=None, ge=1, description="Tool-calling agent turns allowed within one user turn; more fails it."
     )
+    user_reference_actions: list[UserReferenceAction] = Field(
+        default_factory=list,
+        description="The simulated user's calls of the reference solution (dual control), each placed among the "
+        "agent's; what the oracle's user plays.",
+    )
+
+    @model_serializer(mode="wrap")
+    def _omit_absent_user_actions(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Scenarios without the user's reference calls dump exactly as before the field existed.
+        data: dict[str, Any] = handler(self)
+        if not data.get("user_reference_actions", ...):
+            data.pop("user_reference_actions", None)
+        return data
 
     @model_validator(mode="before")
     @classmethod
@@ -525,13 +558,20 @@ class Trajectory(Record):
     policy_tokens: PolicyTokens | None = Field(
         default=None, description="Token ids and log-probabilities of a trainer's rollout; absent otherwise."
     )
+    user_steps: list[Step] = Field(
+        default_factory=list,
+        description="The simulated user's own tool calls (dual control), never shown to the agent; absent otherwise.",
+    )
 
     @model_serializer(mode="wrap")
     def _omit_absent_tokens(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # Records without policy tokens dump exactly as before the field existed (Hub tables, stored runs).
+        # Records without policy tokens or user steps dump exactly as before those fields existed (Hub tables,
+        # stored runs).
         data: dict[str, Any] = handler(self)
         if data.get("policy_tokens", ...) is None:
             del data["policy_tokens"]
+        if not data.get("user_steps", ...):
+            data.pop("user_steps", None)
         return data
 
     @property

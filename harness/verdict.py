@@ -8,7 +8,7 @@ pass rate, or all-or-nothing (τ²).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from harness.bfcl import score_turns
@@ -33,6 +33,8 @@ class EndedEpisode:
     scripted: bool
     """The episode played the scenario's scripted turns with a user (a benchmark's conversation)."""
     weights: CompositeWeights
+    user_calls: list[dict[str, Any]] = field(default_factory=list)
+    """Dual control: the simulated user's calls as messages, added to what the checks read of the transcript."""
 
 
 def rules_give_zero(rules: EpisodeRules, termination: TerminationReason) -> bool:
@@ -61,7 +63,7 @@ async def episode_verdict(
         scenario,
         final_state,
         initial_state=start_state,
-        transcript=check_transcript(ended.messages),
+        transcript=check_transcript(ended.messages) + ended.user_calls,
         rules=ended.rules,
     )
     if ended.rules.reward_check is not None:

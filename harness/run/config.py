@@ -32,6 +32,9 @@ RESULT_SETTINGS = (
 # Agent kinds that call no model: their runs need no model endpoint (the reference-actions replayer and the
 # do-nothing baseline).
 MODEL_FREE_AGENT_KINDS = frozenset({"oracle", "do_nothing"})
+ORACLE_USER_MODEL = "oracle-user"
+"""``--user-model oracle-user``: no model; the user is the oracle's (``agents.oracle_user``), which plays the user's
+reference actions (dual control) and hands the turn over to the agent between its runs."""
 IN_PROCESS_PROVIDERS = frozenset({LOCAL_PROVIDER, PYTHON_PROVIDER})
 
 
@@ -157,6 +160,6 @@ def models_in_use(config: RunConfig) -> list[str]:
     models = []
     if config.agent_kind not in MODEL_FREE_AGENT_KINDS:
         models.append(config.model)
-    if config.mode in ("conv", "both"):
+    if config.mode in ("conv", "both") and config.user_model != ORACLE_USER_MODEL:
         models.append(config.user_model or config.model)
     return list(dict.fromkeys(models))

@@ -28,7 +28,7 @@ import orjson
 
 from harness.sandbox.check_isolation import IMPORT_EVENT
 from harness.sandbox.policy import ALLOWED_MODULES, OPTIONAL_MODULES, REMOVED_BUILTINS, is_forbidden_attribute
-from harness.sandbox.shims import CONTEXT, SHIM_MODULES, Clock
+from harness.sandbox.shims import CONTEXT, SHIM_MODULES, Clock, FrozenDate, FrozenDateTime
 from harness.statediff import diff_values
 
 
@@ -111,6 +111,9 @@ def _on_alarm(_signum: int, _frame: Any) -> None:
 def _json_default(value: Any) -> Any:
     if isinstance(value, set | frozenset):
         return sorted(value, key=repr)
+    if isinstance(value, FrozenDate | FrozenDateTime):
+        # The sandbox's own date classes (orjson writes only the real ones): as orjson writes those.
+        return value.isoformat()
     if hasattr(value, "__dict__"):
         return {k: v for k, v in vars(value).items() if not k.startswith("_")}
     return str(value)

@@ -122,12 +122,29 @@ class FrozenDateTime(_datetime.datetime):
     def today(cls) -> FrozenDateTime:
         return cls.now()
 
+    @classmethod
+    def __get_pydantic_core_schema__(cls, _source: Any, _handler: Any) -> Any:
+        return _pydantic_schema("datetime_schema")
+
 
 class FrozenDate(_datetime.date):
     @classmethod
     def today(cls) -> FrozenDate:
         moment = _datetime.datetime.fromtimestamp(_now(), _datetime.UTC)
         return cls(moment.year, moment.month, moment.day)
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, _source: Any, _handler: Any) -> Any:
+        return _pydantic_schema("date_schema")
+
+
+def _pydantic_schema(kind: str) -> Any:
+    """A pydantic model annotated with the sandbox's ``datetime.date``/``datetime.datetime`` (these classes)
+    validates and dumps as with the real ones (τ²'s telecom models are annotated with ``datetime.date``). Only
+    pydantic calls this, so pydantic_core is loaded already."""
+    import pydantic_core.core_schema
+
+    return getattr(pydantic_core.core_schema, kind)()
 
 
 def _make_datetime() -> types.ModuleType:

@@ -1,4 +1,5 @@
-"""Import one τ²-bench domain (airline, retail) into an environment and one scenario per task of a split.
+"""Import one τ²-bench domain (airline, retail) into an environment and one scenario per task of a split
+(telecom, with its user's tools and state: :mod:`harness.benchmarks.tau2.telecom`).
 
 The environment embeds upstream's domain code (:mod:`harness.benchmarks.tau2.code`); its tool schemas are the
 ones pydantic makes in the jail from upstream's signatures, in upstream's order. Each scenario's initial state is
@@ -146,7 +147,7 @@ def _initial_state(db: Any, task: dict[str, Any]) -> dict[str, Any]:
     return state
 
 
-def _user_instructions(task: dict[str, Any]) -> str:
+def user_instructions(task: dict[str, Any]) -> str:
     scenario = task.get("user_scenario") or {}
     instructions = scenario.get("instructions")
     if isinstance(instructions, str):
@@ -234,7 +235,7 @@ async def import_tau2(
                 id=f"tau2-{domain}-{task_id}",
                 environment_id=environment.id,
                 initial_state=_initial_state(db, task),
-                task=_user_instructions(task),
+                task=user_instructions(task),
                 reference_actions=actions,
                 reference_reply=" ".join(communicate) or None,
                 tags=["tau2", domain, split],
