@@ -311,7 +311,14 @@ def _domain(environments: dict[str, Environment], trajectories: list[Trajectory]
         )
     if len(used) != 1:
         raise Tau2ExportError(f"{run_dir} ran several τ² domains ({', '.join(used)}); a Results file holds one")
-    return environments[used[0]]
+    environment = environments[used[0]]
+    if environment.user_tools:
+        # The breakdown written here covers DB and COMMUNICATE; a dual-control domain (telecom) also scores ACTION
+        # and ENV_ASSERTION and records the user's calls, which this file does not carry yet.
+        raise Tau2ExportError(
+            f"{run_dir} is a run of {environment.id}, a dual-control domain: the export covers airline and retail only"
+        )
+    return environment
 
 
 def build_results(
