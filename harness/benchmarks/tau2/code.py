@@ -25,17 +25,8 @@ ERROR_PREFIX = "Error: "
 _DROPPED_IMPORT_ROOTS = ("tau2", "loguru")
 _DROPPED_FUNCTIONS = ("get_db",)
 
-BASE_SOURCE = '''
-import hashlib
-import json
-from copy import deepcopy
-from datetime import date, datetime
-from enum import Enum
-from typing import Annotated, Any, Callable, Dict, List, Literal, Optional, Union
-
-from pydantic import BaseModel, ConfigDict, Field, create_model
-
-
+# What upstream's domain code takes from tau2's own modules (logging, the database base, tool types), in the jail.
+UPSTREAM_BASE_CLASSES = '''\
 class _QuietLogger:
     def debug(self, *args, **kwargs):
         return None
@@ -59,7 +50,23 @@ class ToolType(str, Enum):
     WRITE = "write"
     THINK = "think"
     GENERIC = "generic"
+'''
 
+BASE_SOURCE = (
+    """
+import hashlib
+import json
+from copy import deepcopy
+from datetime import date, datetime
+from enum import Enum
+from typing import Annotated, Any, Callable, Dict, List, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+
+"""
+    + UPSTREAM_BASE_CLASSES
+    + """
 
 TOOL_TYPES = {}
 
@@ -76,7 +83,8 @@ class ToolKitBase:
     def __init__(self, db=None):
         self.db = db
 
-'''
+"""
+)
 BASE_SOURCE += ARITHMETIC_SOURCE
 
 ENVIRONMENT_SOURCE = '''

@@ -20,7 +20,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from harness.benchmarks.tau2.code import strip_module
+from harness.benchmarks.tau2.code import UPSTREAM_BASE_CLASSES, strip_module
 from harness.benchmarks.tau2.source import Tau2Source, Tau2SourceError
 from harness.benchmarks.tau2.tool_docs import tool_parameters_source
 
@@ -28,7 +28,8 @@ TELECOM_CLASS = "Tau2TelecomEnvironment"
 TELECOM_PROBE_CLASS = "Tau2TelecomSchemaProbe"
 DOMAIN = "telecom"
 
-BASE = '''
+BASE = (
+    """
 import datetime as _datetime_module
 import hashlib
 import json
@@ -40,30 +41,9 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 
-class _QuietLogger:
-    def debug(self, *args, **kwargs):
-        return None
-
-    info = warning = error = debug
-
-
-logger = _QuietLogger()
-
-
-class BaseModelNoExtra(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class DB(BaseModelNoExtra):
-    """Domain database."""
-
-
-class ToolType(str, Enum):
-    READ = "read"
-    WRITE = "write"
-    THINK = "think"
-    GENERIC = "generic"
-
+"""
+    + UPSTREAM_BASE_CLASSES
+    + '''
 
 _MARKED_TOOLS = {}
 
@@ -120,6 +100,7 @@ class ToolKitBase(metaclass=ToolKitType):
             raise ValueError("Database has not been initialized.")
         self.db = update_pydantic_model_with_dict(self.db, update_data)
 '''
+)
 
 ENVIRONMENT = '''
 
