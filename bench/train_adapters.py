@@ -20,9 +20,10 @@ every ``calls / resets`` calls (the episode's step limit is 30). Targets: overhe
 machine.
 
 ``--batch N`` (0: skip) then serves a generation batch of N environments at once, the way a trainer's does: N
-objects from one TRL ``environment_factory`` (one shared jail), each reset and called ``--batch-calls`` times from
-its own thread, all released together; and N concurrent OpenEnv sessions of one server (``--max-sessions N``), each
-its own ``MCPToolClient`` in one asyncio loop of the client process. Printed: the batch's wall time (from the
+objects from one TRL ``environment_factory`` (one shared jail), each reset, called ``--batch-calls`` times and
+scored (``get_reward``) from its own thread, all released together; and N concurrent OpenEnv sessions of one server
+(``--max-sessions N``), each its own ``MCPToolClient`` in one asyncio loop of the client process, reset, called
+``--batch-calls`` times over ``/ws`` and ended by ``finish`` (scored). Printed: the batch's wall time (from the
 release to the last rollout's end), ``reset`` and per-call p50 / p90 under that concurrency, and the failures
 (an exception, a rollout that ended early, an error answer), which must be 0.
 """
