@@ -27,6 +27,7 @@ logger = logging.getLogger(__name__)
 OPENENV_VERSION = "0.10.0"
 CLIENT_VENV = Path.home() / ".cache" / "envharness" / f"openenv-{OPENENV_VERSION}"
 DRIVER = Path(__file__).with_name("openenv_driver.py")
+SESSIONS_DRIVER = Path(__file__).with_name("openenv_sessions.py")
 
 
 def client_python() -> Path:
@@ -69,6 +70,19 @@ class ServedEnvironment:
         )
         assert ran.returncode == 0, ran.stderr
         report: list[Any] = json.loads(ran.stdout.strip().splitlines()[-1])
+        return report
+
+    def drive_concurrently(self, programs: list[list[dict[str, Any]]]) -> dict[str, Any]:
+        """Run one program per session, all sessions at once over ``/ws`` (``openenv_sessions.py``)."""
+        ran = subprocess.run(
+            [str(self.python), str(SESSIONS_DRIVER), self.base_url],
+            input=json.dumps(programs),
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        assert ran.returncode == 0, ran.stderr
+        report: dict[str, Any] = json.loads(ran.stdout.strip().splitlines()[-1])
         return report
 
     @property

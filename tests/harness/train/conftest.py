@@ -1,11 +1,13 @@
-"""The verl venv fixture the verl test modules share."""
+"""The fixtures the trainer test modules share: the verl venv and OpenEnv's client venv."""
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 
+from tests.support.openenv_client import client_python
 from tests.support.verl_venv import VerlVenv, verl_venv
 
 
@@ -16,3 +18,9 @@ def verl_environment() -> VerlVenv:
     built = "from the cache" if venv.build_seconds is None else f"built in {venv.build_seconds:.0f} s"
     print(f"verl venv {venv.root} ({built}, {venv.size_bytes() / 2**30:.2f} GiB)", file=sys.stderr)
     return venv
+
+
+@pytest.fixture(scope="session")
+def openenv_python() -> Path:
+    """The python of the cached venv with OpenEnv 0.10's client (built here when missing: the first run reaches PyPI)."""
+    return client_python()

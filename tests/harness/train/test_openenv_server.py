@@ -17,17 +17,12 @@ from websockets.sync.client import connect
 from harness.library import load_library
 from tests.support.cli_process import REPO, harness
 from tests.support.jail_library import hostile_scenario, write_hostile_library
-from tests.support.openenv_client import ServedEnvironment, client_python, serve_openenv
+from tests.support.openenv_client import ServedEnvironment, serve_openenv
 
 SEED = REPO / "datasets" / "seed"
 ENV_ID = "banking"
 SCENARIO_ID = "banking-001"
 ORACLE_REPLY = "I have completed your request."
-
-
-@pytest.fixture(scope="session")
-def openenv_python() -> Path:
-    return client_python()
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,8 @@ import itertools
 import json
 import os
 import tempfile
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -242,6 +244,34 @@ def test_bad_input_ends_only_its_own_rollout_with_a_reason_and_zero_reward(libra
         getattr(environment, action.name)(**action.arguments)
     outcome = finish_rollout(environment, "Done.")
     assert outcome.reason == "agent_done" and environment.get_reward() == 1.0
+
+
+def test_a_generation_batch_of_64_environments_called_from_64_threads_keeps_64_states(
+    library: Library, jail: JailThread
+) -> None:
+    factory = environment_factory(library, environments=["banking"], jail=jail)
+    assert callable(factory)
+    environments = [factory() for _ in range(64)]
+    scenario = next(s for s in library.scenarios_for("banking") if s.id == "banking-001")
+    release = threading.Barrier(64)
+
+    def rollout(environment: Any) -> tuple[str | None, float, Any]:
+        release.wait()  # every thread resets and calls while the other 63 do
+        task = environment.reset(scenario_id=scenario.id)
+        for action in scenario.reference_actions:
+            getattr(environment, action.name)(**action.arguments)
+        balance = json.loads(environment.get_account(account_id="AC-1002"))["data"]["balance"]
+        return task, balance, finish_rollout(environment, "Done.")
+
+    with ThreadPoolExecutor(max_workers=64) as threads:
+        results = list(threads.map(rollout, environments))
+
+    for task, balance, outcome in results:
+        assert task == scenario.task
+        # One transfer of 500 from 12000 in each: 64 rollouts sharing a state would have drained the account.
+        assert balance == pytest.approx(11500.0)
+        assert outcome.reason == "agent_done" and outcome.reward is not None
+        assert outcome.reward.checks_passed == outcome.reward.checks_total > 0
 
 
 def test_train_dataset_command_writes_a_loadable_prompt_dataset(tmp_path: Path) -> None:
