@@ -62,4 +62,19 @@ def tuned_for_throughput() -> Iterator[None]:
                 gc.unfreeze()
 
 
-__all__ = ["OLDER_THRESHOLDS", "YOUNG_THRESHOLD", "tune_for_throughput", "tuned_for_throughput"]
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """No cyclic collection while the block runs (reading a library: parsing creates millions of objects that
+    all live on, and each collection on the way would walk all those made so far; a library of 114 τ² scenarios,
+    each carrying its 1.2 MB database, read in 16 s with collections and in 4 s without). Parsed records hold
+    no reference cycles, so nothing is left for the collector that reference counting does not free."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+__all__ = ["OLDER_THRESHOLDS", "YOUNG_THRESHOLD", "collector_paused", "tune_for_throughput", "tuned_for_throughput"]

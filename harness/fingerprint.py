@@ -9,6 +9,7 @@ import hashlib
 
 import orjson
 
+from harness.scenario_json import scenario_json
 from harness.schema import Environment, Scenario
 
 
@@ -20,7 +21,5 @@ def fingerprint(environments: dict[str, Environment], scenarios: list[Scenario])
         env = environments[env_id]
         digest.update(orjson.dumps([env.id, env.code, env.introduction, env.rules], option=orjson.OPT_SORT_KEYS))
     for scenario in sorted(scenarios, key=lambda s: s.id):
-        digest.update(
-            orjson.dumps(scenario.model_dump(mode="json", exclude={"provenance"}), option=orjson.OPT_SORT_KEYS)
-        )
+        digest.update(scenario_json(scenario, {"provenance"}, sort_keys=True))
     return digest.hexdigest()[:16]

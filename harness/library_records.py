@@ -14,11 +14,13 @@ from pathlib import Path
 
 import orjson
 
+from harness.collector import collector_paused
 from harness.containment import OutsideLibrary, require_inside
 from harness.errors import BadInput
 from harness.fingerprint import fingerprint
 from harness.names import require_safe_id
 from harness.sandbox.policy import optional_modules_named_in
+from harness.scenario_json import scenario_json
 from harness.schema import DatasetRef, Environment, Provenance, Scenario
 from harness.toolspec import derive_tools
 
@@ -122,7 +124,8 @@ def read_library_source(source: str | Path | None, readers: HubReaders) -> Libra
     Raises :class:`LibraryError` (one line naming the source) when the source cannot be read at all; records
     that do not load are listed in ``Library.problems``."""
     try:
-        library = _read(source, readers)
+        with collector_paused():
+            library = _read(source, readers)
     except (LibraryError, OutsideLibrary):
         raise
     except Exception as exc:  # Hub, network, file and format errors of every kind: one line naming the source
@@ -170,5 +173,5 @@ def write_seed_layout(environments: list[Environment], scenarios: list[Scenario]
     for scenario in scenarios:
         by_environment.setdefault(scenario.environment_id, []).append(scenario)
     for env_id, items in by_environment.items():
-        lines = [orjson.dumps(s.model_dump(mode="json")) for s in items]
+        lines = [scenario_json(s) for s in items]
         (out / "scenarios" / f"{env_id}.jsonl").write_bytes(b"\n".join(lines) + b"\n")

@@ -14,6 +14,7 @@ import orjson
 from pydantic import BaseModel, Field
 
 from harness import __version__
+from harness.scenario_json import scenario_json
 from harness.schema import Environment, RecordVersions, Scenario, Trajectory
 
 HASH_DIGITS = 16
@@ -42,7 +43,7 @@ def environment_hash(environment: Environment) -> str:
 def scenario_hash(scenario: Scenario) -> str:
     """The scenario as an episode meets it: its id, environment, initial state, task, user, reference actions and
     scripted turns (everything but its checks and its provenance)."""
-    return content_hash(scenario.model_dump(mode="json", exclude=set(SCENARIO_EXCLUDED)))
+    return hashlib.sha256(scenario_json(scenario, SCENARIO_EXCLUDED, sort_keys=True)).hexdigest()[:HASH_DIGITS]
 
 
 def checks_hash(scenario: Scenario) -> str:

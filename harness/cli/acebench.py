@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 import tempfile
 from pathlib import Path
@@ -11,6 +10,7 @@ from typing import Annotated
 
 import typer
 
+from harness.cli.aio import run_to_end
 from harness.cli.errors import RefusingCommand
 from harness.console import console, err_console, labelled, outside
 from harness.schema import Environment, Scenario
@@ -58,7 +58,7 @@ def import_acebench_command(
             async with SandboxPool(workers=workers or None) as pool:
                 return await import_acebench(checkout, category, language, pool)
 
-        result = asyncio.run(run())
+        result = run_to_end(run())
     except (AceBenchSourceError, AceBenchImportError) as exc:
         if debug:
             raise
@@ -111,7 +111,7 @@ def export_acebench_command(
             async with SandboxPool(workers=1) as pool:
                 return [f.path for f in await export_run(trajectories, records, pool, out)]
 
-        written = asyncio.run(run())
+        written = run_to_end(run())
     except (FileNotFoundError, ValueError, AceBenchExportError) as error:
         raise BadInput(f"cannot export {run_dir}: {error}") from error
     for path in written:

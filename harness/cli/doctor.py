@@ -3,7 +3,6 @@ each one guarantees to the user running it."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sys
 from typing import Annotated
@@ -13,6 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from harness.cli.aio import run_to_end
 from harness.cli.errors import RefusingCommand
 from harness.console import console, markup_text, outside
 from harness.sandbox import SandboxError, SandboxPool
@@ -52,7 +52,7 @@ async def _layers() -> list[dict[str, object]]:
 def doctor_report(console: Console, *, json_output: bool = False) -> int:
     """Print the layer table; 0 when every layer is active, 1 when any is missing, 2 when no sandbox starts."""
     try:
-        layers = asyncio.run(_layers())
+        layers = run_to_end(_layers())
     except SandboxError as exc:
         console.print(f"[red]the sandbox does not start on this machine: {markup_text(exc)}[/red]", soft_wrap=True)
         return 2

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from pathlib import Path
 from typing import Annotated
@@ -10,6 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from harness.cli.aio import run_to_end
 from harness.cli.errors import RefusingCommand
 from harness.console import console, err_console, labelled, markup_text, outside
 
@@ -73,7 +73,7 @@ def import_bfcl_command(
                     verification = await verify_import(result, pool)
                 return verification.problems, verification.unavailable
 
-            problems, unavailable = asyncio.run(check())
+            problems, unavailable = run_to_end(check())
             if problems:
                 for problem in problems:
                     err_console.print(labelled("error", "red", problem), soft_wrap=True)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from harness.cli.aio import run_to_end
 from harness.cli.errors import RefusingCommand
 from harness.cli.options import AllowWeakSandbox, SandboxWorkers
 from harness.console import console, err_console, labelled, outside
@@ -48,7 +48,7 @@ def rescore(
             return await rescore_run(plan, pool, concurrency=concurrency)
 
     try:
-        report = asyncio.run(run())
+        report = run_to_end(run())
     except BaseException:
         discard_output(out)
         raise

@@ -6,7 +6,6 @@ The flags of ``harness run`` are generated from :class:`harness.run.config.RunCo
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -16,6 +15,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from harness.cli.aio import run_to_end
 from harness.cli.config_flags import ConfigFlags
 from harness.cli.errors import RefusingCommand
 from harness.cli.options import AllowWeakSandbox, RayAddress, SandboxWorkers
@@ -140,7 +140,7 @@ def run_baselines(config: RunConfig, run_dir: Path) -> dict[str, RunOutcome]:
                 "max_steps": None,
             }
         )
-        outcomes[label] = asyncio.run(
+        outcomes[label] = run_to_end(
             run_episodes(baseline, agent_factory=agent_factory, user_factory=user_factory, stop_on_signals=True)
         )
         if outcomes[label].stopped_by is not None:
@@ -161,7 +161,7 @@ def run_with_progress(config: RunConfig) -> RunOutcome:
         view.__enter__()
 
     try:
-        return asyncio.run(
+        return run_to_end(
             run_episodes(
                 config,
                 agent_factory=agent_factory,
@@ -207,7 +207,7 @@ def validate(
         ) as pool:
             return await validate_library(library, pool)
 
-    report = asyncio.run(check())
+    report = run_to_end(check())
     assert isinstance(report, ValidationReport)
     if json_output:
         payload = {

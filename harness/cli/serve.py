@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any
@@ -10,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 # stdout is the protocol channel of a stdio server: everything this command says goes to stderr.
+from harness.cli.aio import run_to_end
 from harness.cli.errors import RefusingCommand
 from harness.console import err_console, labelled
 from harness.errors import BadInput
@@ -141,7 +141,7 @@ def serve(
                     await server.serve_http(host, port, path=path)
 
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(run())
+        run_to_end(run())
 
 
 async def _serve_openenv(

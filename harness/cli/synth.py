@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
+from harness.cli.aio import run_to_end
 from harness.cli.errors import EXIT_COST_LIMIT, RefusingCommand
 from harness.cli.options import EmbeddingModel, ModelRpm, NoCache, PriceModel, RequestTimeout, SandboxWorkers
 from harness.console import console, outside
@@ -103,7 +103,7 @@ def envs_command(
                 await cluster.close()
 
     try:
-        result = asyncio.run(run())
+        result = run_to_end(run())
     except (TaskSourceError, UnknownPriceModel) as exc:
         raise BadInput(str(exc)) from exc
     print_envs_result(result, out)

@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -13,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
+from harness.cli.aio import run_to_end
 from harness.cli.errors import EXIT_COST_LIMIT, RefusingCommand
 from harness.cli.options import (
     AllowWeakSandbox,
@@ -206,7 +206,7 @@ def register(synth_app: typer.Typer) -> None:
                 if pool is not None:
                     await pool.close()
 
-        print_report(asyncio.run(run()), out, "scenarios")
+        print_report(run_to_end(run()), out, "scenarios")
 
     @synth_app.command("graph", cls=RefusingCommand)
     def graph_command(
@@ -263,7 +263,7 @@ def register(synth_app: typer.Typer) -> None:
                     await client.aclose()
 
         started = time.perf_counter()
-        graph, usage = asyncio.run(run())
+        graph, usage = run_to_end(run())
         graph.details["build_seconds"] = round(time.perf_counter() - started, 2)
         graph.save(out)
         details = graph.details
@@ -364,4 +364,4 @@ def register(synth_app: typer.Typer) -> None:
                 if pool is not None:
                     await pool.close()
 
-        print_report(asyncio.run(run()), out, "scenarios")
+        print_report(run_to_end(run()), out, "scenarios")

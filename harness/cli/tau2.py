@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 import tempfile
 from pathlib import Path
@@ -10,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from harness.cli.aio import run_to_end
 from harness.cli.errors import RefusingCommand
 from harness.console import console, err_console, labelled
 from harness.schema import Environment, Scenario
@@ -59,7 +59,7 @@ def import_tau2_command(
                         return await import_telecom(tau2, split, pool)
                     return await import_tau2(tau2, domain, split, pool)
 
-            result = asyncio.run(run())
+            result = run_to_end(run())
         finally:
             tau2.close()
     except (ArchiveRefused, Tau2SourceError, Tau2ImportError, TelecomImportError) as exc:

@@ -3,13 +3,13 @@ jail; ``harness export taubench``: a run in upstream's results format (a list of
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from harness.cli.aio import run_to_end
 from harness.cli.errors import RefusingCommand
 from harness.cli.tau2 import write_library
 from harness.console import console, err_console, labelled, outside
@@ -42,7 +42,7 @@ def import_taubench_command(
             async with SandboxPool(workers=workers or None) as pool:
                 return await import_taubench(checkout, domain, split, pool, concurrency=concurrency)
 
-        result = asyncio.run(run())
+        result = run_to_end(run())
     except (TauBenchSourceError, TauBenchImportError) as exc:
         if debug:
             raise

@@ -126,8 +126,8 @@ async def run(
         require_full_confinement=library.from_hub and not config.allow_weak_sandbox,
         optional_modules=library.optional_modules(scenarios),
     ) as pool:
-        scenarios, invalid = await drop_invalid(pool, library, scenarios, config)
         with tuned_for_throughput():
+            scenarios, invalid = await drop_invalid(pool, library, scenarios, config)
             specs = await checked_plan(config, library, scenarios, user_factory)
             run_dir = config.out or default_run_dir(config)
             check_folder_usable(run_dir, config.resume)
