@@ -3,7 +3,8 @@
 The gold is cut into runs of one side's consecutive calls. The two sides hand the turn over with a text message,
 the user first (the agent's greeting opens): whoever holds the turn makes its next run's calls (one per message)
 when that run is the next, then hands over; otherwise it hands over at once. Both read from the messages they are
-given how many hand-overs there were, so neither keeps state; the user stops once every run is done.
+given how many hand-overs there were, so neither keeps state; the user stops once every run is done and the agent
+has had its turn to give the reference reply.
 """
 
 from __future__ import annotations
@@ -36,12 +37,16 @@ def gold_runs(scenario: Scenario) -> list[tuple[str, list[ReferenceAction]]]:
 
 
 def gold_schedule(scenario: Scenario) -> list[list[ReferenceAction]]:
-    """The calls made in each hold of the turn: even holds are the user's, odd ones the agent's."""
+    """The calls made in each hold of the turn: even holds are the user's, odd ones the agent's. A scenario with a
+    reference reply ends on a hold of the agent's, so the agent says it before the user stops (a task whose gold
+    is only information to communicate has no calls at all)."""
     schedule: list[list[ReferenceAction]] = []
     for side, actions in gold_runs(scenario):
         while len(schedule) % 2 != (0 if side == "user" else 1):
             schedule.append([])
         schedule.append(actions)
+    while scenario.reference_reply and (not schedule or len(schedule) % 2 == 1):
+        schedule.append([])
     return schedule
 
 

@@ -333,6 +333,10 @@ PROFILES: dict[str, EpisodeRules] = {
     "acebench-envscaler": ACEBENCH_ENVSCALER_RULES,
 }
 
+# The sources whose scenarios are a released benchmark's tasks, kept as released and scored by its own rules:
+# validation reports what it finds in them (a task that doing nothing passes) but does not leave them out of a run.
+BENCHMARK_SOURCES: frozenset[str] = frozenset(p.required_source for p in PROFILES.values() if p.required_source)
+
 # Upstream's wording of the messages its runtime sends back (short status strings, not prose).
 INVALID_ACTION_TEXT = "Error: Invalid action"
 PARSE_ERROR_TEXT = "Error: Failed to parse response to action"

@@ -60,7 +60,12 @@ class SandboxError(RuntimeError):
 
 class EnvironmentLoadError(ValueError):
     """The environment code is refused by the static checks, or its class cannot be built from the state (its
-    constructor raises, loops past its budget or ends its process)."""
+    constructor raises, loops past its budget or ends its process). ``timed_out``: the load ran past its
+    wall-clock budget, which a busy machine can cause as well as the code."""
+
+    def __init__(self, message: str, *, timed_out: bool = False):
+        super().__init__(message)
+        self.timed_out = timed_out
 
 
 class EnvironmentFailed(SandboxError):
@@ -126,7 +131,8 @@ class EnvSession:
                 if self._starts == 1 and _ended_by_itself(lost.kind, lost.timed_out):
                     child.close()  # the first load (nothing to replay yet) ended the process: the code did that
                     raise EnvironmentLoadError(
-                        f"environment {self.environment.id!r} could not be loaded: {lost.reason}"
+                        f"environment {self.environment.id!r} could not be loaded: {lost.reason}",
+                        timed_out=lost.timed_out,
                     ) from lost
                 logger.warning("a sandbox process died while its session was being restored: %s", lost.reason)
                 continue

@@ -59,13 +59,18 @@ def airline_library(tau2_wheel: Path, tmp_path_factory: pytest.TempPathFactory) 
     return out
 
 
-def test_the_retail_import_keeps_every_base_task_upstreams_tools_and_the_license(
-    tau2_wheel: Path, tmp_path: Path
-) -> None:
-    out = tmp_path / "retail"
+@pytest.fixture(scope="module")
+def retail_library(tau2_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("tau2") / "retail"
     result = harness_cli("import", "tau2", "--source", str(tau2_wheel), "--domain", "retail", "--out", str(out))
     assert result.returncode == 0, result.stderr
-    library = load_library(out)
+    return out
+
+
+def test_the_retail_import_keeps_every_base_task_upstreams_tools_and_the_license(
+    tau2_wheel: Path, retail_library: Path
+) -> None:
+    library = load_library(retail_library)
     (environment,) = library.environments.values()
     scenarios = library.scenarios
     splits = wheel_json(tau2_wheel, "tau2/data/tau2/domains/retail/split_tasks.json")
@@ -93,12 +98,13 @@ def test_the_oracle_scores_every_airline_task_one(airline_library: Path, tmp_pat
         str(airline_library),
         "--out",
         str(run),
-        "--include-invalid",
         "--concurrency",
         "2",
     )
     assert result.returncode == 0, result.stderr
     rewards = [orjson.loads(line)["reward"] for line in (run / "results.jsonl").read_bytes().splitlines()]
+    # Every task is run without --include-invalid: the 19 whose right answer changes nothing (doing nothing
+    # passes upstream's DB check) are upstream's tasks as released, not invalid ones.
     assert len(rewards) == 50
     assert all(reward["success"] for reward in rewards)
     # Six airline tasks also score what the agent told the user (upstream's communicate_info).
@@ -202,3 +208,50 @@ def test_communicate_checks_follow_upstreams_rule(airline_library: Path) -> None
     assert results["told in capitals"] == [True] * len(infos)
     assert results["only the user said it"] == [False] * len(infos)
     assert results["only a tool result held it"] == [False] * len(infos)
+
+
+def test_a_task_whose_gold_is_only_information_is_said_before_the_oracles_user_stops(
+    retail_library: Path, tmp_path: Path
+) -> None:
+    """tau2-retail-24 has no gold actions, only information to communicate: the oracle's user hands the turn to
+    the agent once, so the agent says it (the reference reply) before the user stops."""
+    run = tmp_path / "run"
+    command = ["run", "--envs", str(retail_library), "--out", str(run), "--rules", "tau2", "--mode", "conv"]
+    command += ["--agent", "oracle", "--user-model", "oracle-user", "--scenario", "tau2-retail-24"]
+    result = harness_cli(*command)
+    assert result.returncode == 0, result.stderr
+    (episode,) = [orjson.loads(line) for line in (run / "results.jsonl").read_bytes().splitlines()]
+    assert episode["termination"] == "user_stop"
+    assert [c["check_id"] for c in episode["check_results"] if not c["passed"]] == []
+    assert episode["reward"]["success"] and episode["reward"]["checks_total"] > 1
+
+
+def test_validate_keeps_upstream_tasks_that_doing_nothing_passes_and_replays_gold_through_the_dispatcher(
+    airline_library: Path, tmp_path: Path
+) -> None:
+    """Validation replays each gold through the domain's dispatcher (the sandbox sees one tool) and proves it
+    reaches the gold database; a task whose right answer is a refusal is a warning, not an invalid scenario; a
+    gold that misses the database is invalid."""
+    lines = (airline_library / "scenarios" / "tau2-airline.jsonl").read_bytes().splitlines()
+    records = {record["id"]: record for record in map(orjson.loads, lines)}
+    refusal, write = records["tau2-airline-1"], records["tau2-airline-2"]
+    assert write["reference_actions"] and all(a["name"].startswith("get_") for a in refusal["reference_actions"])
+    wrong = {**write, "id": "tau2-airline-2-wrong", "reference_actions": write["reference_actions"][:-1]}
+    library = tmp_path / "airline"
+    (library / "environments").mkdir(parents=True)
+    for file in (airline_library / "environments").iterdir():
+        (library / "environments" / file.name).write_bytes(file.read_bytes())
+    (library / "scenarios").mkdir()
+    body = b"".join(orjson.dumps(record) + b"\n" for record in (refusal, write, wrong))
+    (library / "scenarios" / "tau2-airline.jsonl").write_bytes(body)
+    result = harness_cli("validate", str(library), "--json")
+    assert result.returncode == 1, result.stdout + result.stderr
+    reports = {r["id"]: r for r in orjson.loads(result.stdout)["records"]}
+    assert reports["tau2-airline"]["problems"] == []
+    assert reports["tau2-airline-1"]["problems"] == []
+    assert any(
+        "doing nothing would succeed" in w and "kept as released" in w for w in reports["tau2-airline-1"]["warnings"]
+    )
+    assert reports["tau2-airline-2"]["problems"] == []
+    assert reports["tau2-airline-2"]["details"]["reference_state_reward"] == 1.0
+    assert any("do not reach success" in p for p in reports["tau2-airline-2-wrong"]["problems"])

@@ -256,3 +256,42 @@ def test_a_model_user_calls_its_own_tools_through_the_cli(telecom_library: Path,
     assert requests and all([t["function"]["name"] for t in body["tools"]] == user_tools for body in requests)
     last = requests[-1]["messages"]
     assert [m["role"] for m in last].count("tool") == 2  # its own two results, and nothing of the agent's
+
+
+USER_ONLY_TASK = "[mobile_data_issue]airplane_mode_on|user_abroad_roaming_enabled_off[PERSONA:None]"
+"""Gold: only the user's calls (airplane mode off, then data roaming on); the agent has nothing to call."""
+
+
+def _sub_library(library: Path, out: Path, scenarios: list[dict[str, Any]]) -> Path:
+    (out / "environments").mkdir(parents=True)
+    for file in (library / "environments").iterdir():
+        (out / "environments" / file.name).write_bytes(file.read_bytes())
+    (out / "scenarios").mkdir()
+    (out / "scenarios" / "tau2-telecom.jsonl").write_bytes(b"".join(orjson.dumps(s) + b"\n" for s in scenarios))
+    return out
+
+
+def test_validate_replays_the_users_part_of_the_gold_through_the_dispatcher(
+    telecom_library: Path, tmp_path: Path
+) -> None:
+    """`harness validate` proves a dual-control task solvable only when the user's gold calls run on the user's
+    side among the agent's; without them the same task is reported unsolved."""
+    lines = (telecom_library / "scenarios" / "tau2-telecom.jsonl").read_bytes().splitlines()
+    records = {record["id"]: record for record in map(orjson.loads, lines)}
+    chosen = [records[f"tau2-telecom-{USER_ONLY_TASK}"], records[f"tau2-telecom-{DUAL_TASK}"]]
+    assert not chosen[0]["reference_actions"] and chosen[0]["user_reference_actions"]
+    assert chosen[1]["reference_actions"] and chosen[1]["user_reference_actions"]
+    sound = _sub_library(telecom_library, tmp_path / "sound", chosen)
+    result = harness_cli("validate", str(sound), "--json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = orjson.loads(result.stdout)
+    assert report["ok"] and [r["id"] for r in report["records"] if r["problems"]] == []
+    assert all(not r["warnings"] for r in report["records"] if r["kind"] == "scenario")
+    without_user = [{**record, "user_reference_actions": []} for record in chosen]
+    broken = _sub_library(telecom_library, tmp_path / "broken", without_user)
+    result = harness_cli("validate", str(broken), "--json")
+    assert result.returncode == 1, result.stdout + result.stderr
+    problems = {r["id"]: r["problems"] for r in orjson.loads(result.stdout)["records"] if r["kind"] == "scenario"}
+    # The user-only task now has nothing to replay (doing nothing fails its assertions: no proof either way); the
+    # dual task's agent part alone misses the environment assertions.
+    assert any("do not reach success" in p for p in problems[f"tau2-telecom-{DUAL_TASK}"])
