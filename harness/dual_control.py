@@ -51,13 +51,17 @@ async def user_round(
     tools: list[dict[str, Any]],
     steps: list[Step],
     limits: MessageLimits | None,
+    before_message: int,
 ) -> UserRound:
     """Ask the user until it writes for the agent, running its calls on the session; ``view`` and ``steps`` grow
-    with its calls and their results. The usage of every reply but the last is in the round's ``usage``."""
+    with its calls and their results, each step numbered with its reply (``turn``) and placed in the agent's
+    transcript (``before_message``: the round comes after that many messages). The usage of every reply but the
+    last is in the round's ``usage``."""
     usage = Usage()
     reply = await user.respond_with_tools(view, tools)
     while reply.tool_calls:
         usage.add(reply.usage)
+        reply_number = steps[-1].turn + 1 if steps else 0
         calls = [
             call if call.id else call.model_copy(update={"id": f"user_call_{len(steps)}_{i}"})
             for i, call in enumerate(reply.tool_calls)
@@ -72,11 +76,12 @@ async def user_round(
             steps.append(
                 Step(
                     index=len(steps),
-                    turn=len(steps),
+                    turn=reply_number,
                     call=call,
                     observation=observation,
                     state_diff=diff,
                     duration_ms=duration * 1000.0,
+                    before_message=before_message,
                 )
             )
             if limits is not None:

@@ -574,7 +574,9 @@ class Episode:
             user, session = self.user, self._session
             if self.rules.user_tool_calls and self.user_tools and isinstance(user, ToolUsingUserPolicy):
                 assert isinstance(session, UserToolSession), "dual control needs a dispatching session"
-                round_ = await user_round(user, session, self.user_view, self.user_tools, self.user_steps, self.limits)
+                round_ = await user_round(
+                    user, session, self.user_view, self.user_tools, self.user_steps, self.limits, len(self.messages)
+                )
                 reply, reached = round_.reply, round_.reached
                 self.usage["user"].add(round_.usage)
             else:

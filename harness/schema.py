@@ -330,7 +330,9 @@ class DiffEntry(Record):
 
 
 class Step(Record):
-    """One executed tool call with what it returned and what it changed."""
+    """One executed tool call with what it returned and what it changed. ``turn`` numbers the replies of the one
+    who called (the agent's turns; for the simulated user's calls, its replies that held calls): calls of one
+    reply share it."""
 
     index: int
     turn: int = 0
@@ -338,6 +340,19 @@ class Step(Record):
     observation: Observation
     state_diff: list[DiffEntry] = Field(default_factory=list)
     duration_ms: float = 0.0
+    before_message: int | None = Field(
+        default=None,
+        description="A call of the simulated user (dual control): how many messages of the agent's transcript "
+        "were written before the user's round that made it; None for the agent's calls.",
+    )
+
+    @model_serializer(mode="wrap")
+    def _omit_absent_position(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # The agent's steps dump exactly as before the field existed.
+        data: dict[str, Any] = handler(self)
+        if data.get("before_message", 0) is None:
+            del data["before_message"]
+        return data
 
 
 class CheckResult(Record):

@@ -18,6 +18,10 @@ from typing import Any
 
 from harness.schema import Check
 
+DB_CHECK_ID = "tau2-db"
+ENV_ASSERTIONS_CHECK_ID = "tau2-env-assertions"
+ACTION_CHECK_PREFIX = "tau2-action-"
+
 
 def state_hash(databases: list[Any]) -> str:
     """The hashes of the databases (upstream's ``get_dict_hash`` of each), joined."""
@@ -37,7 +41,7 @@ def dual_db_check(expected: str) -> Check:
         f"    return ','.join(parts) == {expected!r}\n"
     )
     return Check(
-        id="tau2-db",
+        id=DB_CHECK_ID,
         description="The agent's database and the user's both equal those the task's gold actions reach "
         "(τ²'s DB check).",
         source=source,
@@ -45,7 +49,9 @@ def dual_db_check(expected: str) -> Check:
 
 
 def env_assertions_check(domain_code: str, assertions: list[dict[str, Any]]) -> Check:
-    """``domain_code`` defines ``load_telecom_state(state)`` (``TelecomCode.check_code``)."""
+    """``domain_code`` defines ``load_telecom_state(state)`` (``TelecomCode.check_code``). Every assertion is run,
+    in order, as upstream's evaluator does; when one does not hold the check returns the list of which did
+    (:data:`ENV_ASSERTIONS_CHECK_ID`'s value, read back by the export)."""
     calls = [
         {
             "env_type": a.get("env_type", "assistant"),
@@ -62,17 +68,17 @@ def env_assertions_check(domain_code: str, assertions: list[dict[str, Any]]) -> 
         + ")\n\n\n"
         + "def check(initial, final):\n"
         + "    env = load_telecom_state(final)\n"
+        + "    met = []\n"
         + "    for assertion in ASSERTIONS:\n"
         + "        result = env.run_env_function_call(assertion)\n"
         + "        if not isinstance(result, bool):\n"
         + "            raise ValueError(f\"{assertion['func_name']} returned {type(result).__name__}, not bool\")\n"
-        + "        if result != assertion['assert_value']:\n"
-        + "            return False\n"
-        + "    return True\n"
+        + "        met.append(result == assertion['assert_value'])\n"
+        + "    return True if all(met) else met\n"
     )
     names = ", ".join(f"{c['func_name']}={c['assert_value']}" for c in calls)
     return Check(
-        id="tau2-env-assertions",
+        id=ENV_ASSERTIONS_CHECK_ID,
         description=f"Upstream's environment assertions hold on the final state ({names}).",
         source=source,
     )
@@ -111,7 +117,7 @@ def action_check(index: int, action: dict[str, Any]) -> Check:
     shown = ", ".join(f"{k}={v!r}" for k, v in arguments.items() if compare is None or k in compare)
     who = action.get("requestor", "assistant")
     return Check(
-        id=f"tau2-action-{index}",
+        id=f"{ACTION_CHECK_PREFIX}{index}",
         description=f"The {who} called {name}({shown}) (τ²'s action check).",
         source=source,
     )

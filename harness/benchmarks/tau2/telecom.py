@@ -259,6 +259,8 @@ async def import_telecom(source: Tau2Source, split: str, pool: SandboxPool, *, c
                     "env_assertions": list(criteria.get("env_assertions") or []),
                     "gold_actions": gold,
                     "source_license": source.license,
+                    # Upstream's task as released: `harness export tau2` hands it to upstream's evaluator.
+                    "upstream_task": task,
                 },
             ),
         )
