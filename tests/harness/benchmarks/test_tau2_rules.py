@@ -82,7 +82,7 @@ def test_the_oracle_scores_every_airline_task_one_under_tau2_rules(
     tmp_path: Path,
 ) -> None:
     out = tmp_path / "oracle"
-    finished = run_tau2(airline_library, out, server, "--include-invalid")
+    finished = run_tau2(airline_library, out, server)
     assert finished.code == 0, finished.stderr
     episodes = results(out)
     assert len(episodes) == 50

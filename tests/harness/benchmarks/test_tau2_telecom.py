@@ -258,10 +258,6 @@ def test_a_model_user_calls_its_own_tools_through_the_cli(telecom_library: Path,
     assert [m["role"] for m in last].count("tool") == 2  # its own two results, and nothing of the agent's
 
 
-USER_ONLY_TASK = "[mobile_data_issue]airplane_mode_on|user_abroad_roaming_enabled_off[PERSONA:None]"
-"""Gold: only the user's calls (airplane mode off, then data roaming on); the agent has nothing to call."""
-
-
 def _sub_library(library: Path, out: Path, scenarios: list[dict[str, Any]]) -> Path:
     (out / "environments").mkdir(parents=True)
     for file in (library / "environments").iterdir():

@@ -65,9 +65,9 @@ def run_taubench(
         lines += [f"[aliases.{alias}]", f'model = "hosted_vllm/{model}"', f'api_base = "{server.base_url}"']
     models.write_text("\n".join(lines) + "\n")
     command = ["run", "--envs", str(library), "--out", str(out), "--mode", "conv", "--concurrency", "2"]
-    # --include-invalid: a τ-bench task whose gold only reads is "solved at reset" by our validation, and upstream
-    # runs it all the same.
-    command += ["--model", "mock-agent", "--user-model", "mock-user", "--include-invalid", *args]
+    # No --include-invalid: a τ-bench task whose gold only reads passes its data check at reset, and is run all the
+    # same, as upstream runs it (validation keeps a released benchmark's tasks, with a warning).
+    command += ["--model", "mock-agent", "--user-model", "mock-user", *args]
     if "--rules" not in args:
         command += ["--rules", "taubench"]
     command += ["--agent", "oracle" if agent == "oracle" else "function_calling"]
