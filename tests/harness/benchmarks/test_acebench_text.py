@@ -240,6 +240,25 @@ def test_multi_step_text_calls_score_as_acebench_and_export_as_written(
         assert process_accuracy(entry["process"], answer["mile_stone"]) == (1.0 if correct else 0.0)
 
 
+def test_text_that_never_reads_runs_into_the_step_limit(
+    multi_step_library: Path,  # noqa: F811
+    server: MockOpenAIServer,
+    tmp_path: Path,
+) -> None:
+    server.set_policy("text-never", TextScript(["I cannot do that."], "execution result:"))
+    out = tmp_path / "never"
+    finished = run_text(
+        multi_step_library, out, server, "text-never", "--scenario", "acebench-multi-step-en-0", "--max-steps", "6"
+    )
+    assert finished.code == 0, finished.stderr
+    (episode,) = results(out)
+    # Each unreadable message and upstream's answer to it count two of the six messages.
+    assert episode["termination"] == "max_steps"
+    assert len(requests_of(server, "text-never")) == 3
+    assert episode["reward"]["state_reward"] == 0.0 and episode["reward"]["process_accuracy"] == 0.0
+    assert [m.get("content") for m in episode["messages"][2:]] == ["I cannot do that.", NOT_CALLS_REPLY] * 3
+
+
 def test_multi_turn_text_goes_to_the_user_or_to_execution_as_upstream_routes_it(
     multi_turn_library: Path,  # noqa: F811
     server: MockOpenAIServer,
