@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from agents.acebench_text import AceBenchTextAgent
 from agents.do_nothing import DoNothingAgent
 from agents.function_calling import FunctionCallingAgent
 from agents.oracle import OracleAgent
@@ -15,7 +16,7 @@ from harness.schema import AgentSettings, ModelSettings, Scenario
 if TYPE_CHECKING:
     from harness.llm import LLMClient
 
-AGENT_KINDS: tuple[str, ...] = ("function_calling", "prompted", "oracle", "do_nothing")
+AGENT_KINDS: tuple[str, ...] = ("function_calling", "prompted", "oracle", "do_nothing", "acebench-text")
 
 
 def build_agent(
@@ -28,7 +29,8 @@ def build_agent(
     system_prompt_version: str = "1",
 ) -> AgentPolicy:
     """An agent policy of ``kind``. Model-backed kinds need ``settings`` and ``client``; the oracle needs the
-    ``scenario`` whose reference actions it replays (build one per scenario)."""
+    ``scenario`` whose reference actions it replays, and ``acebench-text`` the imported ACEBench scenario it is
+    prompted from (build one per scenario)."""
     if kind == "oracle":
         if scenario is None:
             raise ValueError("the oracle agent replays a scenario's reference actions: pass scenario=")
@@ -39,6 +41,10 @@ def build_agent(
         raise ValueError(f"unknown agent kind {kind!r} (known: {', '.join(AGENT_KINDS)})")
     if settings is None or client is None:
         raise ValueError(f"a {kind} agent needs model settings and an LLM client")
+    if kind == "acebench-text":
+        if scenario is None:
+            raise ValueError("the acebench-text agent is prompted from its scenario: pass scenario=")
+        return AceBenchTextAgent(settings, client, scenario, role=role, system_prompt_version=system_prompt_version)
     if kind == "prompted":
         return PromptedAgent(settings, client, role=role, system_prompt_version=system_prompt_version)
     return FunctionCallingAgent(settings, client, role=role, system_prompt_version=system_prompt_version)

@@ -13,9 +13,9 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from agents.model_agent import ModelAgent
+from agents.text_calls import TextCallAgent
 from harness.prompts import prompted_parse_feedback, prompted_tools_prompt
-from harness.protocols import AgentTurn, openai_tool_call, parse_arguments, split_reasoning
+from harness.protocols import AgentTurn, openai_tool_call, parse_arguments
 from harness.schema import ToolCall
 
 if TYPE_CHECKING:
@@ -109,32 +109,26 @@ def render_for_text_model(
     return rendered
 
 
-class PromptedAgent(ModelAgent):
+class PromptedAgent(TextCallAgent):
     """Tool calling by text for any chat model. An unreadable reply executes nothing: the error goes back to
     the model as the next message (the loop ends the episode after several in a row)."""
 
     kind = "prompted"
 
-    async def act(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> AgentTurn:
-        prompt = render_for_text_model(messages, tools, self.settings.system_prompt_version)
-        result = await self.client.chat(self.model_settings, prompt, tools=None, role=self.role)
-        raw_text = result.message.get("content") or ""
-        text, reasoning = split_reasoning(raw_text)
-        if reasoning is None and result.message.get("reasoning_content"):
-            reasoning = result.message["reasoning_content"]
+    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return render_for_text_model(messages, tools, self.settings.system_prompt_version)
+
+    def read(self, text: str) -> AgentTurn:
         parsed = parse_tool_calls(text)
         if parsed.error is not None:
-            message: dict[str, Any] = {"role": "assistant", "content": text}
             feedback = {
                 "role": "user",
                 "content": prompted_parse_feedback(parsed.error, self.settings.system_prompt_version),
             }
-            turn = AgentTurn(message=message, usage=result.usage, parse_error=parsed.error, feedback=feedback)
-        else:
-            message = {"role": "assistant", "content": parsed.text or (None if parsed.calls else "")}
-            if parsed.calls:
-                message["tool_calls"] = [openai_tool_call(call) for call in parsed.calls]
-            turn = AgentTurn(message=message, tool_calls=parsed.calls, usage=result.usage)
-        if reasoning:
-            turn.message["reasoning_content"] = reasoning
-        return turn
+            return AgentTurn(
+                message={"role": "assistant", "content": text}, parse_error=parsed.error, feedback=feedback
+            )
+        message: dict[str, Any] = {"role": "assistant", "content": parsed.text or (None if parsed.calls else "")}
+        if parsed.calls:
+            message["tool_calls"] = [openai_tool_call(call) for call in parsed.calls]
+        return AgentTurn(message=message, tool_calls=parsed.calls)

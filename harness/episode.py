@@ -367,7 +367,9 @@ class Episode:
             self.messages.append({"role": "user", "content": PARSE_ERROR_TEXT})
         elif turn.feedback is not None:
             self.messages.append(turn.feedback)
-        if not self.rules.parse_error_limit:
+        # Rules that count messages count the unreadable message and the answer to it (ACEBench's multi_step).
+        self._count_messages(2 if self.rules.errors_as_user_messages or turn.feedback is not None else 1)
+        if self.done or not self.rules.parse_error_limit:
             return
         self._parse_errors_in_a_row += 1
         if self._parse_errors_in_a_row >= self.config.max_consecutive_parse_errors:
@@ -479,7 +481,12 @@ class Episode:
         version = self.agent_settings.system_prompt_version
         finish = next(iter(self.rules.agent_stop_phrases), "finish conversation")
         return rules_agent_system_prompt(
-            self.environment, self.config.mode, self.rules.system_prompts, version, finish_phrase=finish
+            self.environment,
+            self.config.mode,
+            self.rules.system_prompts,
+            version,
+            finish_phrase=finish,
+            scenario=self.scenario,
         )
 
     async def close(self) -> None:

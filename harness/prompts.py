@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.protocols import OUT_OF_SCOPE, STOP, TRANSFER
-from harness.schema import Environment, Mode, UserProfile
+from harness.schema import Environment, Mode, Scenario, UserProfile
 
 DEFAULT_PROMPT_VERSION = "1"
 
@@ -324,6 +324,19 @@ def acebench_agent_system_prompt(environment: Environment, finish_phrase: str) -
     return f"{instructions}\n\n{domain}" if domain else instructions
 
 
+def acebench_text_system_prompt(environment: Environment, scenario: Scenario | None) -> str:
+    """The agent's system prompt in ACEBench's text setting: upstream's instructions for the scenario's category
+    and language, read from the checkout at import, then the domain prompt, as upstream's agent sends them."""
+    prompts = scenario.provenance.details.get("text_prompts") if scenario is not None else None
+    system = prompts.get("system") if isinstance(prompts, dict) else None
+    if not isinstance(system, str):
+        name = scenario.id if scenario is not None else "this scenario"
+        raise ValueError(
+            f"{name} has no ACEBench text prompts: import it again with `harness import acebench` of this version"
+        )
+    return system + environment.introduction
+
+
 def acebench_user_system_prompt(instruction: str, travel: bool, stop: str) -> str:
     """The simulated user's system prompt under the ``acebench`` rules (upstream picks the travel variant when
     the task involves the Travel class and not BaseApi)."""
@@ -351,8 +364,12 @@ def rules_agent_system_prompt(
     system_prompts: str,
     version: str = DEFAULT_PROMPT_VERSION,
     finish_phrase: str = "finish conversation",
+    scenario: Scenario | None = None,
 ) -> str:
-    """The agent's system prompt of the rules' ``system_prompts`` (``EpisodeRules.system_prompts``)."""
+    """The agent's system prompt of the rules' ``system_prompts`` (``EpisodeRules.system_prompts``); ACEBench's
+    text setting reads it from the ``scenario``."""
+    if system_prompts == "acebench-text":
+        return acebench_text_system_prompt(environment, scenario)
     if system_prompts == "acebench":
         return acebench_agent_system_prompt(environment, finish_phrase)
     if system_prompts == "envscaler":

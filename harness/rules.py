@@ -5,9 +5,9 @@ against the tool's schema, a raising tool is an error observation the agent can 
 off at the step limit is still scored). ``envscaler`` reproduces upstream EnvScaler's runtime rule by rule, so
 that a trainer or a leaderboard gets the reward of the paper; ``tau2`` reproduces τ²-bench 26.3's orchestrator and
 evaluator for its imported airline and retail tasks; ``taubench`` (and ``taubench-react``, its ReAct-user preset)
-reproduces τ-bench's tool-calling agent loop and reward; ``acebench`` (and ``acebench-envscaler``, EnvScaler's
-setting) reproduces ACEBench-Agent's loop and its end-to-end and process accuracy. ``docs/episode-rules.md`` lists
-every difference.
+reproduces τ-bench's tool-calling agent loop and reward; ``acebench`` (with ``acebench-envscaler``, EnvScaler's
+setting, and ``acebench-text``, ACEBench's own text-call setting) reproduces ACEBench-Agent's loop and its
+end-to-end and process accuracy. ``docs/episode-rules.md`` lists every difference.
 
 A trajectory records the profile it ran under (in its run's manifest and in its episode id when it is not the
 default), so two profiles' results are never mixed.
@@ -22,7 +22,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from harness.protocols import OUT_OF_SCOPE, STOP, TRANSFER, AgentPolicyError, UserTurn
 from harness.schema import TerminationReason
 
-RulesName = Literal["harness", "envscaler", "tau2", "taubench", "taubench-react", "acebench", "acebench-envscaler"]
+RulesName = Literal[
+    "harness", "envscaler", "tau2", "taubench", "taubench-react", "acebench", "acebench-envscaler", "acebench-text"
+]
 DEFAULT_RULES: RulesName = "harness"
 RULES_NAMES: tuple[RulesName, ...] = (
     "harness",
@@ -32,9 +34,10 @@ RULES_NAMES: tuple[RulesName, ...] = (
     "taubench-react",
     "acebench",
     "acebench-envscaler",
+    "acebench-text",
 )
 EnvironmentFailureOutcome = Literal["scored_failed", "not_scored"]
-SystemPrompts = Literal["harness", "envscaler", "tau2", "taubench", "taubench-react", "acebench"]
+SystemPrompts = Literal["harness", "envscaler", "tau2", "taubench", "taubench-react", "acebench", "acebench-text"]
 StepUnit = Literal["agent_turn", "message"]
 
 
@@ -180,6 +183,12 @@ class EpisodeRules(BaseModel):
         description="An agent text reply containing one of these ends the episode (agent_done) in a conversation "
         "too; the first is the phrase the agent's system prompt asks for.",
     )
+    agent_kinds: tuple[str, ...] | None = Field(
+        default=None,
+        description="The model-backed agent kinds (--agent) these rules run, and the only rules that kind runs "
+        "under (the agent writes calls in the format the rules' system prompt asks for); agents that call no "
+        "model run too. None: any agent kind that no profile claims.",
+    )
 
 
 HARNESS_RULES = EpisodeRules(
@@ -323,6 +332,12 @@ ACEBENCH_ENVSCALER_RULES = ACEBENCH_RULES.model_copy(
     update={"name": "acebench-envscaler", "agent_stop_phrases": ("Task Completed", ACEBENCH_STOP)}
 )
 
+# ACEBench's own setting: the agent gets upstream's text prompt (tools listed in it) and writes its calls as text
+# (agents/acebench_text.py); the loop, the user, the ending and the scoring are ACEBENCH_RULES'.
+ACEBENCH_TEXT_RULES = ACEBENCH_RULES.model_copy(
+    update={"name": "acebench-text", "system_prompts": "acebench-text", "agent_kinds": ("acebench-text",)}
+)
+
 PROFILES: dict[str, EpisodeRules] = {
     "harness": HARNESS_RULES,
     "envscaler": ENVSCALER_RULES,
@@ -331,6 +346,7 @@ PROFILES: dict[str, EpisodeRules] = {
     "taubench-react": TAUBENCH_REACT_RULES,
     "acebench": ACEBENCH_RULES,
     "acebench-envscaler": ACEBENCH_ENVSCALER_RULES,
+    "acebench-text": ACEBENCH_TEXT_RULES,
 }
 
 # The sources whose scenarios are a released benchmark's tasks, kept as released and scored by its own rules:
@@ -354,6 +370,21 @@ def rules_profile(name: str | EpisodeRules | None = None) -> EpisodeRules:
     if profile is None:
         raise UnknownRules(f"unknown episode rules {name!r}; choose one of: {', '.join(RULES_NAMES)}")
     return profile
+
+
+def agent_kind_mismatch(rules: EpisodeRules, agent_kind: str, model_free: bool) -> str | None:
+    """Why ``agent_kind`` cannot run under ``rules`` (None when it can): a kind a profile claims runs only under
+    that profile, and a profile that claims kinds runs no other model-backed kind."""
+    if rules.agent_kinds is not None:
+        if model_free or agent_kind in rules.agent_kinds:
+            return None
+        return (
+            f"--rules {rules.name} runs the agent {' or '.join(rules.agent_kinds)}: use --agent {rules.agent_kinds[0]}"
+        )
+    owners = [p.name for p in PROFILES.values() if agent_kind in (p.agent_kinds or ())]
+    if owners:
+        return f"--agent {agent_kind} runs only under --rules {' or '.join(owners)}"
+    return None
 
 
 def round_reward(value: float, rules: EpisodeRules) -> float:

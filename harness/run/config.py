@@ -50,7 +50,8 @@ class RunConfig(BaseModel):
     )
     agent_kind: str = Field(
         default="function_calling",
-        description="function_calling, prompted, oracle (reference actions) or do_nothing.",
+        description="function_calling, prompted, oracle (reference actions), do_nothing, or acebench-text "
+        "(ACEBench's calls written as text; with --rules acebench-text).",
         json_schema_extra={"flag": "agent"},
     )
     envs: str | None = Field(

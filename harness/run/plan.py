@@ -11,12 +11,12 @@ from dataclasses import dataclass
 import orjson
 
 from harness.library import Library, LibraryError, load_library
-from harness.rules import DEFAULT_RULES, RulesName, rules_profile
+from harness.rules import DEFAULT_RULES, RulesName, agent_kind_mismatch, rules_profile
 from harness.sandbox import SandboxPool
 from harness.schema import AgentSettings, Mode, Scenario
 from harness.validate import invalid_scenarios
 
-from .config import RunConfig, RunRefused, agent_settings, user_settings
+from .config import MODEL_FREE_AGENT_KINDS, RunConfig, RunRefused, agent_settings, user_settings
 
 logger = logging.getLogger(__name__)
 
@@ -134,6 +134,9 @@ def rules_mismatch(config: RunConfig, library: Library, scenarios: list[Scenario
     profile = rules_profile(config.rules)
     if profile.conversation_only and config.mode != "conv":
         return f"--rules {profile.name} runs conversations only: use --mode conv (not {config.mode})"
+    agent_problem = agent_kind_mismatch(profile, config.agent_kind, config.agent_kind in MODEL_FREE_AGENT_KINDS)
+    if agent_problem is not None:
+        return agent_problem
     if profile.required_source is None:
         return None
     foreign = sorted(

@@ -148,6 +148,30 @@ MULTI_STEP: list[tuple[str, dict[str, Any], list[Any], list[dict[str, Any]]]] = 
 ]
 
 
+AGENT_PROMPTS = {
+    "multi_turn": (
+        "You act for the user. Write calls as [ApiName(key='value')] and nothing else; ask when unsure.\n",
+        "APIs:\n {functions}\n\nHistory:\n{history}",
+    ),
+    "multi_step": (
+        "You act alone. Write calls as [ApiName(key='value')]; say \"finish conversation\" when done.\n",
+        "APIs (JSON): {functions}. History: {history}\n",
+    ),
+}
+"""Made-up agent prompts of the text setting (upstream's MULTI_TURN_AGENT_PROMPT_{SYSTEM,USER}_<LANG>)."""
+
+
+def _agent_module(category: str) -> str:
+    system, user = AGENT_PROMPTS[category]
+    return (
+        "import re\n\n"
+        f"MULTI_TURN_AGENT_PROMPT_SYSTEM_EN = {system!r}\n"
+        f"MULTI_TURN_AGENT_PROMPT_USER_EN = {user!r}\n"
+        f"MULTI_TURN_AGENT_PROMPT_SYSTEM_ZH = {('中文。' + system)!r}\n"
+        f"MULTI_TURN_AGENT_PROMPT_USER_ZH = {user!r}\n"
+    )
+
+
 def _lines(values: list[Any]) -> str:
     return "".join(json.dumps(value, ensure_ascii=False) + "\n" for value in values)
 
@@ -167,6 +191,7 @@ def write_checkout(root: Path) -> Path:
     for category, tasks in (("multi_turn", MULTI_TURN), ("multi_step", MULTI_STEP)):
         package = f"model_inference.{category}.scenariosen.phone_platform"
         mapping = {"BaseApi": f"{package}.base_api", "NoteApi": f"{package}.notes"}
+        files[f"model_inference/{category}/APIModel_agent.py"] = _agent_module(category)
         files[f"model_inference/{category}/{category}_utils.py"] = (
             f"CLASS_FILE_PATH_MAPPING_EN = {mapping!r}\nCLASS_FILE_PATH_MAPPING_ZH = {{}}\n"
         )

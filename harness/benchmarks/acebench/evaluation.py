@@ -10,9 +10,10 @@ differs (extra keys of the result's dict are not looked at); anything else must 
 that no result entry matches by name is not compared.
 
 Process: each milestone (the exact text of an agent message that called tools) is looked for in the model's
-process in order, from just after the previous one found, comparing stripped text; the score is the fraction
-found (the best alternative, rounded to 3 decimals, when the milestones are alternatives); 1.0 when the
-end-to-end check holds.
+process (each agent message upstream sent to execution: in the text setting the text the agent wrote, kept in the
+message's ``call_text``; otherwise its tool calls rendered as that setting writes them) in order, from just after
+the previous one found, comparing stripped text; the score is the fraction found (the best alternative, rounded to
+3 decimals, when the milestones are alternatives); 1.0 when the end-to-end check holds.
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ import json
 from typing import Any
 
 END_TO_END_CHECK_ID = "acebench-end-to-end"
+CALL_TEXT_KEY = "call_text"
+"""An assistant message's key holding the text an agent wrote its calls in (ACEBench's text setting); such a
+message was sent to execution, whether or not calls could be read from it."""
 PROCESS_CHECK_ID = "acebench-process"
 
 
@@ -61,9 +65,12 @@ def render_calls(calls: list[tuple[str, dict[str, Any]]]) -> str:
 
 
 def transcript_process(messages: list[dict[str, Any]]) -> list[str]:
-    """The ``process`` of an episode: each assistant message that called tools, rendered."""
+    """The ``process`` of an episode: each assistant message sent to execution, as written or rendered."""
     process = []
     for message in messages:
+        if message.get("role") == "assistant" and isinstance(message.get(CALL_TEXT_KEY), str):
+            process.append(message[CALL_TEXT_KEY])
+            continue
         if message.get("role") != "assistant" or not message.get("tool_calls"):
             continue
         calls = []
@@ -135,6 +142,9 @@ def _render(calls):
 def _process(transcript):
     process = []
     for message in transcript:
+        if message.get("role") == "assistant" and isinstance(message.get({call_text!r}), str):
+            process.append(message[{call_text!r}])
+            continue
         if message.get("role") != "assistant" or not message.get("tool_calls"):
             continue
         calls = []
@@ -176,4 +186,4 @@ def end_to_end_source(ground_truth: Any) -> str:
 
 
 def process_source(milestones: Any) -> str:
-    return _PROCESS_SOURCE.format(milestones=json.dumps(milestones, ensure_ascii=False))
+    return _PROCESS_SOURCE.format(milestones=json.dumps(milestones, ensure_ascii=False), call_text=CALL_TEXT_KEY)

@@ -156,6 +156,7 @@ async def import_acebench(
     classes = source.class_modules(category, language)
     saved = source.saved_attributes()
     prompts = source.domain_prompts(language) if category == "multi_turn" else {}
+    text_prompts = source.text_prompts(category, language)
     records = source.read_lines(data_file(language, category))
     answers: dict[str, dict[str, Any]] = {}
     for _, entry in source.read_lines(answer_file(language, category)):
@@ -243,6 +244,9 @@ async def import_acebench(
                         "language": language,
                         "ground_truth": ground_truth,
                         "mile_stone": milestones,
+                        # What the text setting's agent is prompted with (--agent acebench-text).
+                        "functions": functions,
+                        "text_prompts": text_prompts,
                         "source_license": source.license,
                     },
                 ),

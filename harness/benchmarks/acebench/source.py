@@ -4,7 +4,9 @@ What the agent category uses of it: the task records and their possible answers 
 ``data_all/data_{en,zh}/``), the mapping from class names to scenario modules (``CLASS_FILE_PATH_MAPPING_{EN,ZH}``
 in ``model_inference/{multi_turn,multi_step}/{category}_utils.py``), the attributes inference saves of each class
 (``SAVED_CLASS`` in ``model_inference/apimodel_inference.py``), the domain prompts
-(``model_inference/prompt_{en,zh}.py``) and the scenario modules themselves. Python files are read with :mod:`ast`
+(``model_inference/prompt_{en,zh}.py``), the agent prompts of the text setting
+(``MULTI_TURN_AGENT_PROMPT_{SYSTEM,USER}_{EN,ZH}`` in ``model_inference/{category}/APIModel_agent.py``) and the
+scenario modules themselves. Python files are read with :mod:`ast`
 (literals only).
 """
 
@@ -117,4 +119,14 @@ class AceBenchSource:
         return {
             "BaseApi": str(self.literal(relative, f"BASE_PROMPT_{suffix}")),
             "Travel": str(self.literal(relative, f"TRAVEL_PROMPT_{suffix}")),
+        }
+
+    def text_prompts(self, category: str, language: str) -> dict[str, str]:
+        """The instructions (``system``) and the request template (``user``, with ``{functions}`` and ``{history}``)
+        upstream's agent of ``category`` gets when it writes its calls as text."""
+        relative = f"model_inference/{category}/APIModel_agent.py"
+        suffix = language.upper()
+        return {
+            "system": str(self.literal(relative, f"MULTI_TURN_AGENT_PROMPT_SYSTEM_{suffix}")),
+            "user": str(self.literal(relative, f"MULTI_TURN_AGENT_PROMPT_USER_{suffix}")),
         }
