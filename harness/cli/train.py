@@ -28,7 +28,12 @@ def dataset_command(
     out: Annotated[Path | None, typer.Option("--out", help="Write the Hub-format prompt dataset here.")] = None,
     repo: Annotated[str | None, typer.Option("--repo", help="Publish it to this Hub dataset id ORG/NAME.")] = None,
     mode: Annotated[str, typer.Option("--mode", help="nonconv, or conv (a simulated user speaks first).")] = "nonconv",
-    rules: Annotated[str, typer.Option("--rules", help="Episode rules: harness, envscaler or tau2.")] = "harness",
+    rules: Annotated[
+        str,
+        typer.Option(
+            "--rules", help="Episode rules the rollouts are scored with (a profile of `harness run --rules`)."
+        ),
+    ] = "harness",
     environment: Annotated[
         list[str] | None, typer.Option("--environment", "-e", help="Only these environments (repeatable).")
     ] = None,

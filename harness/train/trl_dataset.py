@@ -28,8 +28,16 @@ PROMPTS_CONFIG = "prompts"
 
 
 def system_prompt(environment: Environment, mode: Mode, rules: RulesName) -> str:
-    """The system prompt the episode gives the agent under ``rules`` (the one its rollouts are scored with)."""
-    return rules_agent_system_prompt(environment, mode, rules_profile(rules).system_prompts)
+    """The system prompt the episode gives the agent under ``rules`` (the one its rollouts are scored with).
+    Rules that run only their own text-call agent (``acebench-text``) are refused: the trainers' adapters read
+    native tool calls."""
+    profile = rules_profile(rules)
+    if profile.agent_kinds is not None:
+        raise ValueError(
+            f"--rules {profile.name} runs only the {' or '.join(profile.agent_kinds)} agent (calls written as text), "
+            "which the trainers' adapters do not parse: train under rules whose agent calls tools natively"
+        )
+    return rules_agent_system_prompt(environment, mode, profile.system_prompts)
 
 
 def prompt_row(environment: Environment, scenario: Scenario, mode: Mode, rules: RulesName) -> dict[str, Any]:

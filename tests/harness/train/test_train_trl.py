@@ -289,6 +289,15 @@ def test_train_dataset_command_writes_a_loadable_prompt_dataset(tmp_path: Path) 
     assert bad.code == 2 and len(bad.stderr.strip().splitlines()) == 1 and "Traceback" not in bad.stderr
     assert not (tmp_path / "x").exists()
 
+    # Rules whose agent writes its calls as text cannot be trained through adapters that read native tool calls.
+    for flag in ([], ["--format", "verl"]):
+        text = harness(
+            ["train", "dataset", "datasets/seed", "--out", str(tmp_path / "t"), "--rules", "acebench-text", *flag]
+        )
+        assert text.code == 2 and len(text.stderr.strip().splitlines()) == 1, text.stderr
+        assert "acebench-text" in text.stderr and "natively" in text.stderr and "Traceback" not in text.stderr
+        assert not (tmp_path / "t").exists()
+
 
 class FailingUser(LinesUser):
     """Opens with the task, then fails (a simulated user whose model is gone)."""
