@@ -3,8 +3,8 @@
 A scenario is invalid when its environment does not load from its initial state, a check cannot run at
 reset, every check already holds at reset on an empty transcript (doing nothing would succeed; only a warning for
 a released benchmark's task, which is kept as released), or its reference (actions, then reference reply) does not
-reach success. The cheap part, without the reference
-replay (:func:`invalid_scenarios`), runs before ``harness run``, ``sft``, ``serve`` and the gym.
+reach success. The cheap part, without the reference replay (:func:`invalid_scenarios`), runs before
+``harness run``, ``sft``, ``serve`` and the gym.
 """
 
 from __future__ import annotations
@@ -117,14 +117,13 @@ async def _replay(
     environment: Environment,
     scenario: Scenario,
     actions: list[ReferenceAction],
-    user_actions: list[UserReferenceAction] | None = None,
 ) -> Replay:
     """Final state, whether each agent call changed the state, error observations, every call's result, and the
     transcript of the replay. The user's reference calls (dual control) run on the user's side, each before the
     agent call it precedes in the reference; the checks see them as the user's calls, as in an episode."""
     session = await open_tool_session(pool, environment, scenario.initial_state, record_diffs=True)
     replay = Replay({}, [], [], [], [{"role": "user", "content": scenario.task}])
-    pending = list(scenario.user_reference_actions if user_actions is None else user_actions)
+    pending: list[UserReferenceAction] = list(scenario.user_reference_actions)
     user_steps: list[Step] = []
 
     async def play_user_calls(before: int) -> None:
