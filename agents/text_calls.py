@@ -3,21 +3,23 @@ chat prompt, the model is called without tools, its reasoning is set apart, and 
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import Any
 
 from agents.model_agent import ModelAgent
 from harness.protocols import AgentTurn, split_reasoning
 
 
-class TextCallAgent(ModelAgent):
+class TextCallAgent(ModelAgent, ABC):
     """A model-backed agent whose calls are text: subclasses say how the prompt is rendered and the text read."""
 
+    @abstractmethod
     def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        raise NotImplementedError
+        """The chat prompt the model is sent for this transcript (tools described in its text)."""
 
+    @abstractmethod
     def read(self, text: str) -> AgentTurn:
         """The turn the model's visible text makes (its usage and reasoning are added by :meth:`act`)."""
-        raise NotImplementedError
 
     async def act(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> AgentTurn:
         prompt = self.render(messages, tools)
