@@ -108,22 +108,33 @@ def run_official(venv: CachedVenv, *args: str) -> subprocess.CompletedProcess[st
     )
 
 
+def rescored_by_upstream(
+    venv: CachedVenv, exports: dict[str, tuple[Path, Path]], out: Path
+) -> list[tuple[str, dict[str, Any], dict[str, Any], dict[str, float]]]:
+    """Upstream's `tau2 evaluate-trajs` run on every export: per case, our file, upstream's re-scored file and the
+    rewards stored in our run, with the simulations matched one to one."""
+    files = [str(exported) for _, exported in exports.values()]
+    finished = run_official(venv, "-m", "tau2.cli", "evaluate-trajs", *files, "-o", str(out))
+    assert finished.returncode == 0, finished.stdout + finished.stderr
+    assert "All files processed successfully" in finished.stdout, finished.stdout
+    cases = []
+    for case, (run, exported) in exports.items():
+        ours = orjson.loads(exported.read_bytes())
+        theirs = orjson.loads((out / f"updated_{exported.name}").read_bytes())
+        stored = our_rewards(run)
+        assert len(theirs["simulations"]) == len(ours["simulations"]) == len(stored)
+        assert [m["id"] for m in ours["simulations"]] == [u["id"] for u in theirs["simulations"]]
+        cases.append((case, ours, theirs, stored))
+    return cases
+
+
 def test_tau2_evaluate_trajs_accepts_our_exports_and_computes_our_rewards(
     tau2_official: CachedVenv, exports: dict[str, tuple[Path, Path]], tmp_path: Path
 ) -> None:
-    files = [str(exported) for _, exported in exports.values()]
-    finished = run_official(tau2_official, "-m", "tau2.cli", "evaluate-trajs", *files, "-o", str(tmp_path))
-    assert finished.returncode == 0, finished.stdout + finished.stderr
-    assert "All files processed successfully" in finished.stdout, finished.stdout
     endings: dict[str, set[str]] = {}
     rewards: dict[str, list[float]] = {}
-    for case, (run, exported) in exports.items():
-        ours = orjson.loads(exported.read_bytes())
-        theirs = orjson.loads((tmp_path / f"updated_{exported.name}").read_bytes())
-        stored = our_rewards(run)
-        assert len(theirs["simulations"]) == len(ours["simulations"]) == len(stored)
+    for case, ours, theirs, stored in rescored_by_upstream(tau2_official, exports, tmp_path):
         for mine, upstream in zip(ours["simulations"], theirs["simulations"], strict=True):
-            assert mine["id"] == upstream["id"]
             assert upstream["reward_info"]["reward"] == mine["reward_info"]["reward"] == stored[mine["id"]], (
                 case,
                 mine["task_id"],
@@ -215,20 +226,12 @@ def tool_calls_in_order(simulation: dict[str, Any]) -> list[tuple[str, str]]:
 def test_tau2_evaluate_trajs_replays_the_users_calls_of_telecom_exports_and_computes_our_rewards(
     tau2_official: CachedVenv, telecom_exports: dict[str, tuple[Path, Path]], tmp_path: Path
 ) -> None:
-    files = [str(exported) for _, exported in telecom_exports.values()]
-    finished = run_official(tau2_official, "-m", "tau2.cli", "evaluate-trajs", *files, "-o", str(tmp_path))
-    assert finished.returncode == 0, finished.stdout + finished.stderr
-    assert "All files processed successfully" in finished.stdout, finished.stdout
     rewards: dict[str, list[float]] = {}
     factors: set[tuple[str, float]] = set()
-    for case, (run, exported) in telecom_exports.items():
-        ours = orjson.loads(exported.read_bytes())
-        theirs = orjson.loads((tmp_path / f"updated_{exported.name}").read_bytes())
+    for case, ours, theirs, stored in rescored_by_upstream(tau2_official, telecom_exports, tmp_path):
         tasks = {task["id"]: task for task in ours["tasks"]}
-        stored = our_rewards(run)
-        assert len(theirs["simulations"]) == len(ours["simulations"]) == len(stored) == len(TELECOM_TASKS)
+        assert len(ours["simulations"]) == len(TELECOM_TASKS)
         for mine, upstream in zip(ours["simulations"], theirs["simulations"], strict=True):
-            assert mine["id"] == upstream["id"]
             mine_info, their_info = mine["reward_info"], upstream["reward_info"]
             where = (case, mine["task_id"], their_info)
             assert their_info["reward"] == mine_info["reward"] == stored[mine["id"]], where
