@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from harness.llm import EndpointLimits, LLMClient, ModelSettings  # noqa: E402
-from harness.llm._litellm import litellm  # noqa: E402
+from harness.llm.litellm_setup import litellm_module  # noqa: E402
 from harness.llm.openai_http import ROUTE_VARIABLE  # noqa: E402
 from harness.llm.transport import DIRECT_ROUTE_VARIABLE  # noqa: E402
 
@@ -133,7 +133,9 @@ async def measure_overhead(base_url: str, calls: int, concurrency: int) -> None:
             orjson.loads(await response.read())
 
     async def bare_litellm() -> None:
-        await litellm.acompletion(model="hosted_vllm/echo", api_base=base_url, messages=MESSAGES, max_retries=0)
+        await litellm_module().acompletion(
+            model="hosted_vllm/echo", api_base=base_url, messages=MESSAGES, max_retries=0
+        )
 
     plain = ModelSettings(model="hosted_vllm/echo", extra={"api_base": base_url})
     with_tools = ModelSettings(model="hosted_vllm/bad-tool", extra={"api_base": base_url})

@@ -10,7 +10,7 @@ result = await client.chat(ModelSettings(model="qwen3-8b", temperature=0.0), mes
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from harness.llm import _litellm  # noqa: F401  (first: sets the offline cost map before litellm loads)
+from harness.llm import litellm_setup  # noqa: F401  (first: sets the offline cost map before litellm loads)
 from harness.llm.aliases import AliasTable, ResolvedModel, env_name, user_models_file
 from harness.llm.cache import ResponseCache, cache_key
 from harness.llm.client import ChatResult, LLMClient

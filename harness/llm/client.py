@@ -20,11 +20,11 @@ import orjson
 from pydantic import BaseModel, Field
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
 
-from harness.llm._litellm import litellm
 from harness.llm.aliases import AliasTable, ResolvedModel, deep_merge
 from harness.llm.cache import ResponseCache, cache_key
 from harness.llm.errors import EndpointUnreachable, LLMError, RetriesExhausted
 from harness.llm.limits import EndpointGate, EndpointLimits
+from harness.llm.litellm_setup import litellm_module
 from harness.llm.openai_http import DIRECT_PROVIDERS, direct_route_enabled, post_chat_completion
 from harness.llm.retry import RetryPolicy, RetryWait, TransientFailure, classify, exception_chain
 from harness.llm.transport import OPENAI_COMPATIBLE, OpenAIClientPool, api_key_for
@@ -380,7 +380,7 @@ class LLMClient:
                         endpoint=endpoint,
                     )
                 else:
-                    response = await litellm.acompletion(**request)
+                    response = await litellm_module().acompletion(**request)
             except Exception as exc:
                 failure = classify(exc, model=model, endpoint=endpoint, timeout=request.get("timeout"))
                 if isinstance(failure, LLMError):
@@ -402,7 +402,7 @@ class LLMClient:
             return prompt / 1e6, completion / 1e6
         if resolved.provider_model not in self._prices:
             try:
-                info = litellm.get_model_info(resolved.provider_model)
+                info = litellm_module().get_model_info(resolved.provider_model)
                 prompt_price, completion_price = info.get("input_cost_per_token"), info.get("output_cost_per_token")
                 known = prompt_price is not None and completion_price is not None
                 self._prices[resolved.provider_model] = (

@@ -104,9 +104,9 @@ def _pad_features(features: dict[str, Any], length: int, pad_token_id: int) -> d
 
 
 async def _embed_with_litellm(texts: list[str], model: str, params: dict[str, Any]) -> list[list[float]]:
-    from harness.llm._litellm import litellm  # configured once there: offline cost map, quiet, redacted logs
+    from harness.llm.litellm_setup import litellm_module  # configured once: offline cost map, quiet, redacted logs
 
-    response = await litellm.aembedding(model=model, input=texts, **params)
+    response = await litellm_module().aembedding(model=model, input=texts, **params)
     items = sorted(response.data, key=lambda item: _field(item, "index") or 0)
     return [[float(x) for x in _field(item, "embedding")] for item in items]
 

@@ -1,4 +1,4 @@
-"""Shared pieces of the in-process litellm providers: request unpacking and response building."""
+"""Shared pieces of the in-process models: request unpacking and message normalising (no litellm here)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import orjson
-from litellm.types.utils import ModelResponse
 
 # Parameters an in-process model is handed (besides messages and tools) when the caller set them.
 FORWARDED_PARAMETERS = ("temperature", "top_p", "max_tokens", "seed", "stop", "tool_choice", "extra_body")
@@ -41,22 +40,6 @@ def normalize_message(message: Mapping[str, Any]) -> dict[str, Any]:
     if message.get("reasoning_content"):
         normalized["reasoning_content"] = message["reasoning_content"]
     return normalized
-
-
-def build_model_response(
-    message: Mapping[str, Any], model: str, prompt_tokens: int, completion_tokens: int
-) -> ModelResponse:
-    normalized = normalize_message(message)
-    finish_reason = "tool_calls" if normalized.get("tool_calls") else "stop"
-    return ModelResponse(
-        model=model,
-        choices=[{"index": 0, "finish_reason": finish_reason, "message": normalized}],
-        usage={
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-        },
-    )
 
 
 def request_parameters(optional_params: Mapping[str, Any]) -> dict[str, Any]:

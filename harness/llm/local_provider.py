@@ -1,4 +1,5 @@
-"""The litellm custom provider behind the ``local`` alias: the embedded model, run in a worker thread.
+"""The embedded model behind the ``local`` alias, run in a worker thread (litellm's provider class is in
+:mod:`harness.llm.providers`).
 
 Generation is CPU-bound and the model holds one KV cache, so calls are serialized: an asyncio lock per event
 loop queues callers without occupying executor threads, and a thread lock guards the model across loops.
@@ -12,11 +13,7 @@ import threading
 import weakref
 from typing import Any
 
-from litellm import CustomLLM
-from litellm.types.utils import ModelResponse
-
 from harness.llm.errors import ContextWindowExceeded, ModelHandlerError
-from harness.llm.in_process import build_model_response
 
 LOCAL_PROVIDER = "harness_local"
 LOCAL_MODEL_STRING = f"{LOCAL_PROVIDER}/gemma-3-270m"
@@ -40,26 +37,22 @@ def _complete(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
         return get_local_model().complete(messages, tools, **options)
 
 
-class LocalModelProvider(CustomLLM):
-    """Answers ``harness_local/<anything>`` with the embedded model."""
-
-    async def acompletion(  # type: ignore[override]  # litellm calls it by keyword; we take what we use
-        self, model: str, messages: list[dict[str, Any]], *args: Any, optional_params: dict[str, Any], **kwargs: Any
-    ) -> ModelResponse:
-        options = {
-            name: optional_params[name]
-            for name in ("temperature", "max_tokens", "seed")
-            if optional_params.get(name) is not None
-        }
-        tools = optional_params.get("tools") or None
-        try:
-            async with _loop_lock():
-                completion = await asyncio.to_thread(_complete, messages, tools, options)
-        except Exception as exc:
-            raise _translate(exc) from exc
-        return build_model_response(
-            completion.message, LOCAL_MODEL_STRING, int(completion.prompt_tokens), int(completion.completion_tokens)
-        )
+async def local_model_reply(
+    messages: list[dict[str, Any]], optional_params: dict[str, Any]
+) -> tuple[dict[str, Any], int, int]:
+    """The embedded model's answer: its message, prompt tokens and completion tokens."""
+    options = {
+        name: optional_params[name]
+        for name in ("temperature", "max_tokens", "seed")
+        if optional_params.get(name) is not None
+    }
+    tools = optional_params.get("tools") or None
+    try:
+        async with _loop_lock():
+            completion = await asyncio.to_thread(_complete, messages, tools, options)
+    except Exception as exc:
+        raise _translate(exc) from exc
+    return completion.message, int(completion.prompt_tokens), int(completion.completion_tokens)
 
 
 def _translate(exc: Exception) -> Exception:

@@ -16,9 +16,9 @@ import os
 
 import aiohttp
 
-from harness.llm._litellm import litellm
 from harness.llm.aliases import AliasTable, ResolvedModel, env_name
 from harness.llm.errors import EndpointUnreachable, MissingCredentials, RequestRejected
+from harness.llm.litellm_setup import litellm_module
 from harness.llm.local_provider import LOCAL_PROVIDER
 from harness.llm.python_models import PYTHON_PROVIDER, registered_python_models
 from harness.llm.transport import OPENAI_COMPATIBLE, api_key_for
@@ -39,7 +39,7 @@ def route_problem(model: str, resolved: ResolvedModel, aliases: AliasTable) -> s
     if resolved.provider == LOCAL_PROVIDER:
         return None
     try:
-        litellm.get_llm_provider(resolved.provider_model, api_base=resolved.api_base)
+        litellm_module().get_llm_provider(resolved.provider_model, api_base=resolved.api_base)
     except Exception:  # litellm raises BadRequestError (and others) for a string it cannot route
         known = ", ".join(aliases.names)
         return (
@@ -127,7 +127,7 @@ def _check_credentials(model: str, resolved: ResolvedModel) -> None:
             )
         return
     try:
-        report = litellm.validate_environment(model=resolved.provider_model)
+        report = litellm_module().validate_environment(model=resolved.provider_model)
     except Exception as exc:  # litellm raises for providers it cannot introspect; the first request will tell
         logger.debug("could not check the credentials of %s: %s", model, exc)
         return
@@ -145,7 +145,8 @@ def provider_default_base(resolved: ResolvedModel) -> str | None:
     if resolved.provider == "openai":
         return os.environ.get("OPENAI_BASE_URL") or os.environ.get("OPENAI_API_BASE") or "https://api.openai.com/v1"
     try:
-        return litellm.get_llm_provider(resolved.provider_model)[3]
+        api_base: str | None = litellm_module().get_llm_provider(resolved.provider_model)[3]
+        return api_base
     except Exception:  # a string litellm cannot route was refused by route_problem already
         return None
 

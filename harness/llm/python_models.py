@@ -1,4 +1,5 @@
-"""``python/<name>``: models served in-process by a Python function, through litellm like any other model.
+"""``python/<name>``: models served in-process by a Python function, through litellm like any other model
+(litellm's provider class is in :mod:`harness.llm.providers`).
 
 ``register_python_model("scripted", handler)`` makes ``python/scripted`` answer with ``handler(request)``,
 where ``request`` holds ``model``, ``messages``, ``tools`` (None when no tools were offered) and the
@@ -16,12 +17,8 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import openai
-from litellm import CustomLLM
-from litellm.types.utils import ModelResponse
-
 from harness.llm.errors import LLMError, ModelHandlerError
-from harness.llm.in_process import build_model_response, estimate_tokens, request_parameters
+from harness.llm.in_process import estimate_tokens, request_parameters
 
 PYTHON_PROVIDER = "python"
 
@@ -50,47 +47,47 @@ def registered_python_models() -> list[str]:
         return sorted(_handlers)
 
 
-class PythonModelProvider(CustomLLM):
-    """litellm custom provider dispatching ``python/<name>`` to the registered handler."""
-
-    async def acompletion(  # type: ignore[override]  # litellm calls it by keyword; we take what we use
-        self, model: str, messages: list[dict[str, Any]], *args: Any, optional_params: dict[str, Any], **kwargs: Any
-    ) -> ModelResponse:
-        with _handlers_lock:
-            handler = _handlers.get(model)
-        if handler is None:
-            raise ModelHandlerError(
-                f"no python model is registered as {model!r} (use harness.llm.register_python_model)",
-                model=f"{PYTHON_PROVIDER}/{model}",
-                endpoint=PYTHON_PROVIDER,
-            )
-        request: dict[str, Any] = {
-            "model": model,
-            "messages": copy.deepcopy(messages),
-            "tools": copy.deepcopy(optional_params.get("tools")),
-            **request_parameters(optional_params),
-        }
-        try:
-            result = handler(request)
-            if inspect.isawaitable(result):
-                result = await result
-        except (LLMError, openai.OpenAIError):
-            raise  # deliberate failures (e.g. a scripted rate limit) are classified like real ones
-        except Exception as exc:
-            raise ModelHandlerError(
-                f"python model {model!r} raised {type(exc).__name__}: {exc}",
-                model=f"{PYTHON_PROVIDER}/{model}",
-                endpoint=PYTHON_PROVIDER,
-            ) from exc
-        if not isinstance(result, dict):
-            raise ModelHandlerError(
-                f"python model {model!r} returned {type(result).__name__}, expected a message dict",
-                model=f"{PYTHON_PROVIDER}/{model}",
-                endpoint=PYTHON_PROVIDER,
-            )
-        usage = result.get("usage") or {}
-        prompt_tokens = int(usage.get("prompt_tokens", estimate_tokens(messages)))
-        completion_tokens = int(
-            usage.get("completion_tokens", estimate_tokens([result.get("content"), result.get("tool_calls")]))
+async def python_model_reply(
+    model: str, messages: list[dict[str, Any]], optional_params: dict[str, Any]
+) -> tuple[dict[str, Any], int, int]:
+    """What the handler registered as ``model`` answers: its message, prompt tokens and completion tokens."""
+    with _handlers_lock:
+        handler = _handlers.get(model)
+    if handler is None:
+        raise ModelHandlerError(
+            f"no python model is registered as {model!r} (use harness.llm.register_python_model)",
+            model=f"{PYTHON_PROVIDER}/{model}",
+            endpoint=PYTHON_PROVIDER,
         )
-        return build_model_response(result, model, prompt_tokens, completion_tokens)
+    request: dict[str, Any] = {
+        "model": model,
+        "messages": copy.deepcopy(messages),
+        "tools": copy.deepcopy(optional_params.get("tools")),
+        **request_parameters(optional_params),
+    }
+    import openai  # already loaded: litellm, which calls this, imports it
+
+    try:
+        result = handler(request)
+        if inspect.isawaitable(result):
+            result = await result
+    except (LLMError, openai.OpenAIError):
+        raise  # deliberate failures (e.g. a scripted rate limit) are classified like real ones
+    except Exception as exc:
+        raise ModelHandlerError(
+            f"python model {model!r} raised {type(exc).__name__}: {exc}",
+            model=f"{PYTHON_PROVIDER}/{model}",
+            endpoint=PYTHON_PROVIDER,
+        ) from exc
+    if not isinstance(result, dict):
+        raise ModelHandlerError(
+            f"python model {model!r} returned {type(result).__name__}, expected a message dict",
+            model=f"{PYTHON_PROVIDER}/{model}",
+            endpoint=PYTHON_PROVIDER,
+        )
+    usage = result.get("usage") or {}
+    prompt_tokens = int(usage.get("prompt_tokens", estimate_tokens(messages)))
+    completion_tokens = int(
+        usage.get("completion_tokens", estimate_tokens([result.get("content"), result.get("tool_calls")]))
+    )
+    return result, prompt_tokens, completion_tokens

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import email.utils
 import random
+import sys
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -20,7 +21,6 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field
 from tenacity import RetryCallState
 
-from harness.llm._litellm import litellm
 from harness.llm.errors import ContextWindowExceeded, LLMError, ModelHandlerError, RequestRejected
 
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429}) | frozenset(range(500, 600))
@@ -149,9 +149,18 @@ def _is_connection_failure(exc: BaseException) -> bool:
     return False
 
 
+def _litellm_error(exc: BaseException, name: str) -> bool:
+    """Whether ``exc`` is litellm's exception class ``name``; never, when litellm was not loaded (then nothing
+    could have raised one, and classifying a failure is no reason to spend seconds importing it)."""
+    litellm = sys.modules.get("litellm")
+    return litellm is not None and isinstance(exc, getattr(litellm, name))
+
+
 def _is_timeout(exc: BaseException) -> bool:
     for link in exception_chain(exc):
-        if isinstance(link, TimeoutError | litellm.Timeout | httpx.TimeoutException | aiohttp.ServerTimeoutError):
+        if isinstance(link, TimeoutError | httpx.TimeoutException | aiohttp.ServerTimeoutError):
+            return True
+        if _litellm_error(link, "Timeout"):
             return True
         if type(link).__name__ in ("APITimeoutError", "Timeout", "ReadTimeout"):
             return True
@@ -167,7 +176,7 @@ def classify(
     for link in exception_chain(exc):
         if isinstance(link, LLMError):
             return link
-    if isinstance(exc, litellm.ContextWindowExceededError):
+    if _litellm_error(exc, "ContextWindowExceededError"):
         return ContextWindowExceeded(
             f"{model}: the conversation does not fit the context window ({_short(exc)})",
             model=model,
@@ -177,7 +186,7 @@ def classify(
     if _is_timeout(exc):
         reason = f"timed out after {timeout:g} s" if timeout is not None else "timed out"
         return TransientFailure(reason, _short(exc) or "no answer in time", timed_out=True)
-    if isinstance(exc, litellm.RateLimitError) or status == 429:
+    if _litellm_error(exc, "RateLimitError") or status == 429:
         return TransientFailure("rate limited (429)", _short(exc), retry_after=_retry_after_of(exc))
     if status is not None and status not in RETRYABLE_STATUS:
         return RequestRejected(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.llm._litellm import litellm
+from harness.llm.litellm_setup import litellm_module
 
 DEFAULT_MODEL = "gpt-4o"
 
@@ -22,6 +22,7 @@ def count_tokens(
 ) -> int:
     """Tokens of a chat (messages with their tool schemas) or of a plain text."""
     name = model or DEFAULT_MODEL
+    litellm = litellm_module()
     if text is not None:
         return int(litellm.token_counter(model=name, text=text))
     schemas: Any = tools or None  # OpenAI tool schemas; litellm types them as its TypedDict

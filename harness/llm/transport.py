@@ -6,7 +6,7 @@ keep-alive) is handed to litellm on every call, so litellm neither builds nor lo
 litellm 1.79.3 has two routes to an OpenAI-compatible endpoint: through the OpenAI SDK (its default), or
 through its own HTTP handler (``EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER=True``), which skips the SDK's
 per-request walk over every message and tool schema and costs about 40% less CPU per call. We take the
-direct route (set in :mod:`harness.llm._litellm`) unless ``HARNESS_LITELLM_OPENAI_SDK=1``; each route needs
+direct route (set in :mod:`harness.llm.litellm_setup`) unless ``HARNESS_LITELLM_OPENAI_SDK=1``; each route needs
 its own kind of client, built here. With the SDK route its own retries are switched off (ours own the schedule).
 """
 
@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+from typing import TYPE_CHECKING
 
 import aiohttp
 import httpx
-import openai
-from litellm.llms.custom_httpx.aiohttp_transport import LiteLLMAiohttpTransport
-from litellm.llms.custom_httpx.http_handler import AsyncHTTPHandler
-from litellm.secret_managers.main import get_secret_bool
+
+if TYPE_CHECKING:  # both load litellm or the OpenAI SDK, which only a call through litellm needs
+    import openai
+    from litellm.llms.custom_httpx.http_handler import AsyncHTTPHandler
 
 DIRECT_ROUTE_VARIABLE = "EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER"
 
@@ -33,6 +34,8 @@ OPENAI_COMPATIBLE: dict[str, tuple[tuple[str, ...], str | None]] = {
 
 
 def direct_route() -> bool:
+    from litellm.secret_managers.main import get_secret_bool
+
     return bool(get_secret_bool(DIRECT_ROUTE_VARIABLE))
 
 
@@ -79,12 +82,17 @@ class OpenAIClientPool:
     def client_for(self, api_base: str, api_key: str) -> AsyncHTTPHandler | openai.AsyncOpenAI:
         """The client to pass to ``litellm.acompletion(client=...)`` for this endpoint."""
         if direct_route():
+            from litellm.llms.custom_httpx.http_handler import AsyncHTTPHandler
+
             if self._handler is None:
                 self._handler = AsyncHTTPHandler(timeout=httpx.Timeout(None), shared_session=self._get_session())
             return self._handler
         key = (api_base, hashlib.sha256(api_key.encode()).hexdigest())
         client = self._sdk_clients.get(key)
         if client is None:
+            import openai
+            from litellm.llms.custom_httpx.aiohttp_transport import LiteLLMAiohttpTransport
+
             http_client = httpx.AsyncClient(
                 transport=LiteLLMAiohttpTransport(client=self._get_session()), timeout=httpx.Timeout(None)
             )

@@ -1,4 +1,7 @@
-"""The one place litellm is imported and configured.
+"""The one place litellm is imported and configured, on first use: :func:`litellm_module`.
+
+Importing litellm costs about two seconds of CPU, so the commands that never call a model through it (imports,
+validation, exports, reports, ``--help``) do not pay for it; this module itself only sets the variables below.
 
 - ``LITELLM_LOCAL_MODEL_COST_MAP=True`` is set before the import, or litellm fetches a cost map from the
   network when imported. OpenAI-compatible calls take litellm's direct HTTP route unless
@@ -16,7 +19,9 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Coroutine
+from types import ModuleType
 from typing import Any
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -24,15 +29,30 @@ if os.environ.get("HARNESS_LITELLM_OPENAI_SDK", "").lower() not in ("1", "true",
     # litellm's direct HTTP route to OpenAI-compatible endpoints (see harness.llm.transport).
     os.environ.setdefault("EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER", "True")
 
-import litellm
-from litellm.litellm_core_utils import logging_worker
-
 from harness.redact import RedactingFilter
 
 LITELLM_LOGGERS = ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy")
 
+_configured: ModuleType | None = None
+_configure_lock = threading.Lock()
+
+
+def litellm_module() -> ModuleType:
+    """litellm, imported and configured the first time it is asked for."""
+    global _configured
+    if _configured is None:
+        with _configure_lock:
+            if _configured is None:
+                import litellm
+
+                _configure()
+                _configured = litellm
+    return _configured
+
 
 def _quiet_logging() -> None:
+    import litellm
+
     litellm.suppress_debug_info = True
     litellm.set_verbose = False
     litellm.turn_off_message_logging = True
@@ -47,6 +67,8 @@ def _quiet_logging() -> None:
 
 
 def _has_async_callbacks() -> bool:
+    import litellm
+
     return bool(
         litellm.callbacks or litellm._async_success_callback or litellm.success_callback or litellm.input_callback
     )
@@ -70,28 +92,28 @@ class _CallbackFreeLoggingWorker:
 
 
 def _install_logging_worker() -> None:
+    from litellm.litellm_core_utils import logging_worker
+
     current = logging_worker.GLOBAL_LOGGING_WORKER
     if not isinstance(current, _CallbackFreeLoggingWorker):
         stand_in = _CallbackFreeLoggingWorker(current)
         logging_worker.GLOBAL_LOGGING_WORKER = stand_in  # type: ignore[assignment]  # a duck-typed LoggingWorker
 
 
-def register_custom_provider(provider: str, handler: Any) -> None:
+def _register_custom_provider(provider: str, handler: Any) -> None:
+    import litellm
+
     entries = [e for e in litellm.custom_provider_map if e.get("provider") != provider]
     entries.append({"provider": provider, "custom_handler": handler})
     litellm.custom_provider_map = entries
 
 
-def configure() -> None:
+def _configure() -> None:
     _quiet_logging()
     _install_logging_worker()
-    from harness.llm.local_provider import LOCAL_PROVIDER, LocalModelProvider
-    from harness.llm.python_models import PYTHON_PROVIDER, PythonModelProvider
+    from harness.llm.local_provider import LOCAL_PROVIDER
+    from harness.llm.providers import LocalModelProvider, PythonModelProvider
+    from harness.llm.python_models import PYTHON_PROVIDER
 
-    register_custom_provider(PYTHON_PROVIDER, PythonModelProvider())
-    register_custom_provider(LOCAL_PROVIDER, LocalModelProvider())
-
-
-configure()
-
-__all__ = ["litellm"]
+    _register_custom_provider(PYTHON_PROVIDER, PythonModelProvider())
+    _register_custom_provider(LOCAL_PROVIDER, LocalModelProvider())
