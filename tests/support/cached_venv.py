@@ -16,6 +16,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.support.cache_lock import exclusive
+
 CACHE = Path(os.environ.get("ENVHARNESS_CACHE", Path.home() / ".cache" / "envharness"))
 
 
@@ -38,8 +40,14 @@ def pip_install(python: Path, *args: str) -> None:
 
 
 def cached_venv(name: str, installs: list[list[str]]) -> CachedVenv:
-    """``CACHE/name``, built when missing by one ``pip install`` per item of ``installs``, in order."""
+    """``CACHE/name``, built when missing by one ``pip install`` per item of ``installs``, in order (by one test
+    process; the others wait for it)."""
     root = CACHE / name
+    with exclusive(root):
+        return _cached_venv(root, installs)
+
+
+def _cached_venv(root: Path, installs: list[list[str]]) -> CachedVenv:
     if (root / "ready").exists():
         return CachedVenv(root, None)
     shutil.rmtree(root, ignore_errors=True)

@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 
+from tests.support.cache_lock import exclusive
 from tests.support.cli_process import start_cli
 
 logger = logging.getLogger(__name__)
@@ -31,7 +32,13 @@ SESSIONS_DRIVER = Path(__file__).with_name("openenv_sessions.py")
 
 
 def client_python() -> Path:
-    """The client venv's python, building the venv first when it is missing (pip install from PyPI)."""
+    """The client venv's python, building the venv first when it is missing (pip install from PyPI; one test
+    process builds it, the others wait)."""
+    with exclusive(CLIENT_VENV):
+        return _client_python()
+
+
+def _client_python() -> Path:
     python = CLIENT_VENV / "bin" / "python"
     probe = [str(python), "-c", "import openenv.core.mcp_client"]
     if python.exists() and subprocess.run(probe, capture_output=True).returncode == 0:
