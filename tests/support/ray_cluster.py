@@ -36,8 +36,9 @@ def ray_cluster() -> Iterator[Any]:
 
 
 def cli(args: list[str], env: dict[str, str], **kwargs) -> subprocess.Popen:
-    """``harness ARGS`` as a user runs it, in its own process."""
-    environment = {**os.environ, "PYTHONPATH": str(ROOT), **env}
+    """``harness ARGS`` as a user runs it, in its own process, its output as wide as its longest line (the
+    assertions read whole lines)."""
+    environment = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200", **env}
     return subprocess.Popen(
         [sys.executable, "-m", "harness.cli", *args],
         env=environment,
