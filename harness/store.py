@@ -94,14 +94,25 @@ def storable(trajectory: Trajectory) -> tuple[Trajectory, bytes]:
 
 
 class ResultStore:
-    def __init__(self, path: Path, *, fsync: bool = False):
+    """``results.jsonl`` of one run, opened for appending. With ``keep_records`` it also holds every record the
+    file holds (read at opening, then each one appended), so the run's summary needs no second reading of it."""
+
+    def __init__(self, path: Path, *, fsync: bool = False, keep_records: bool = False):
         self.path = path
         self.fsync = fsync
         self.terminations: dict[str, str] = {}
         self.unretryable: set[str] = set()
         """Infrastructure errors whose record says a retry cannot help."""
         self._handle: IO[bytes] | None = None
+        self._records: dict[str, Trajectory] | None = {} if keep_records else None
         self._load()
+
+    def records(self) -> list[Trajectory]:
+        """What :func:`harness.metrics.read_results` would read from the file now: the last record per episode, in
+        the order of each episode's first line. Needs ``keep_records``."""
+        if self._records is None:
+            raise RuntimeError("this ResultStore was opened without keep_records")
+        return list(self._records.values())
 
     def _load(self) -> None:
         if not self.path.exists():
@@ -116,6 +127,8 @@ class ResultStore:
             self._note(trajectory)
 
     def _note(self, trajectory: Trajectory) -> None:
+        if self._records is not None:
+            self._records[trajectory.episode_id] = trajectory
         self.terminations[trajectory.episode_id] = trajectory.termination.value
         failure = trajectory.failure
         if failure is not None and failure.retryable is False:
@@ -137,13 +150,19 @@ class ResultStore:
 
     def append(self, trajectory: Trajectory) -> None:
         stored, line = storable(trajectory)
+        text = line.decode()
+        redacted = redact_known(text)
+        written = redacted.encode() if redacted is not text else line
         if self._handle is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._handle = self.path.open("ab")
-        self._handle.write(redact_known(line.decode()).encode() + b"\n")
+        self._handle.write(written + b"\n")
         self._handle.flush()
         if self.fsync:
             os.fsync(self._handle.fileno())
+        if self._records is not None and redacted != text:
+            # What the file holds (and a reader gets) is the redacted record, not the one in memory.
+            stored = decode_record(written, Trajectory)
         self._note(stored)
 
     def close(self) -> None:

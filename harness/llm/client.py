@@ -40,6 +40,11 @@ request costs minutes, not an hour, across the retry schedule."""
 # ModelSettings.extra keys that steer routing rather than go into the request.
 ROUTING_KEYS = ("api_base", "api_key_env")
 
+UNPRICED_PROVIDERS = frozenset({"hosted_vllm"})
+"""Providers litellm's cost map never prices: it has no entry of theirs, and its lookup only takes an entry of
+the model's own provider. Their models are unpriced unless their alias sets a price, known without importing
+litellm (two seconds of a run's start, when the model is otherwise reached without it)."""
+
 
 class ChatResult(BaseModel):
     """One assistant turn. ``message`` is an OpenAI assistant message dict."""
@@ -400,6 +405,8 @@ class LLMClient:
         if resolved.usd_per_million_tokens is not None:
             prompt, completion = resolved.usd_per_million_tokens
             return prompt / 1e6, completion / 1e6
+        if resolved.provider_model not in self._prices and resolved.provider in UNPRICED_PROVIDERS:
+            self._prices[resolved.provider_model] = None
         if resolved.provider_model not in self._prices:
             try:
                 info = litellm_module().get_model_info(resolved.provider_model)

@@ -20,6 +20,7 @@ from harness.llm.aliases import AliasTable, ResolvedModel, env_name
 from harness.llm.errors import EndpointUnreachable, MissingCredentials, RequestRejected
 from harness.llm.litellm_setup import litellm_module
 from harness.llm.local_provider import LOCAL_PROVIDER
+from harness.llm.openai_http import DIRECT_PROVIDERS, direct_route_enabled
 from harness.llm.python_models import PYTHON_PROVIDER, registered_python_models
 from harness.llm.transport import OPENAI_COMPATIBLE, api_key_for
 from harness.redact import redact
@@ -38,6 +39,8 @@ def route_problem(model: str, resolved: ResolvedModel, aliases: AliasTable) -> s
         return None
     if resolved.provider == LOCAL_PROVIDER:
         return None
+    if resolved.provider in DIRECT_PROVIDERS and resolved.api_base and direct_route_enabled():
+        return None  # posted by harness.llm.openai_http, not routed by litellm (asking it would cost its import)
     try:
         litellm_module().get_llm_provider(resolved.provider_model, api_base=resolved.api_base)
     except Exception:  # litellm raises BadRequestError (and others) for a string it cannot route

@@ -20,7 +20,7 @@ from typing import Any
 from harness.collector import tuned_for_throughput
 from harness.library import Library
 from harness.llm import EndpointLimits, EndpointUnreachable, LLMClient, RequestRejected
-from harness.metrics import RESULTS_FILE, read_results, summarize_run, write_summary
+from harness.metrics import RESULTS_FILE, summarize_run, write_summary
 from harness.sandbox import SandboxLimits, SandboxPool
 from harness.schema import RunManifest, Scenario, TerminationReason, Trajectory
 from harness.scoring import known_reset_results
@@ -194,14 +194,14 @@ async def run_planned(context: RunContext) -> RunOutcome:
     check_agent(config, specs[0].scenario, client, context.agent_factory)
     manifest = build_manifest(config, run_dir.name, context.library, client, len(specs), context.invalid)
     manifest = resumed_manifest(run_dir, manifest)
-    store = ResultStore(run_dir / RESULTS_FILE)
+    store = ResultStore(run_dir / RESULTS_FILE, keep_records=True)
     await check_models(config, client)
     covered = {spec.episode_id for spec in specs} | set(store.terminations)
     manifest = manifest.model_copy(update={"episodes_planned": len(covered)})
     if config.skip_bad_records and context.library.problems:
         manifest.config["skipped_records"] = list(context.library.problems)
     run_dir.mkdir(parents=True, exist_ok=True)
-    spend_limit = spend_limit_for(config, client, read_results(run_dir / RESULTS_FILE))
+    spend_limit = spend_limit_for(config, client, store.records())
     job = EpisodeJob(
         config,
         context.library,
@@ -251,7 +251,9 @@ async def run_planned(context: RunContext) -> RunOutcome:
     if context.on_progress is not None:
         context.on_progress(progress)
     skipped = len(specs) - len(todo)
-    outcome = summarize(context, manifest, progress, skipped=skipped, planned=len(covered), stopped_by=stopped_by)
+    outcome = summarize(
+        context, manifest, progress, store.records(), skipped=skipped, planned=len(covered), stopped_by=stopped_by
+    )
     if spend_limit is not None and spend_limit.not_started:
         outcome.cost_limit = CostLimitStop(spend_limit.limit_usd, spend_limit.spent_usd, spend_limit.not_started)
     return outcome
@@ -318,13 +320,14 @@ def summarize(
     context: RunContext,
     manifest: RunManifest,
     progress: RunProgress,
+    results: list[Trajectory],
     *,
     skipped: int,
     planned: int,
     stopped_by: int | None,
 ) -> RunOutcome:
-    """Write the summary of every result in the folder and say what this invocation did."""
-    results = read_results(context.run_dir / RESULTS_FILE)
+    """Write the summary of ``results``, every result in the folder (as the store holds them: reading the file
+    again would only validate each record a second time), and say what this invocation did."""
     summary = summarize_run(results, run_id=manifest.run_id)
     write_summary(context.run_dir, summary)
     return RunOutcome(

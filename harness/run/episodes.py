@@ -4,7 +4,7 @@ through its MCP server. The local backend and the Ray executors both run episode
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from harness.episode import EpisodeConfig, run_episode
 from harness.library import Library
@@ -12,7 +12,7 @@ from harness.llm import LLMClient
 from harness.protocols import AgentPolicy, UserPolicy
 from harness.rules import DEFAULT_RULES
 from harness.sandbox import SandboxPool
-from harness.schema import AgentSettings, Scenario, Trajectory
+from harness.schema import AgentSettings, RecordVersions, Scenario, Trajectory
 from harness.versions import record_versions
 
 from .config import RunConfig, agent_settings, user_settings
@@ -35,6 +35,18 @@ class EpisodeContext:
     run_id: str
     agent: AgentSettings
     user: AgentSettings
+    versions: dict[tuple[str, str], RecordVersions] = field(default_factory=dict, compare=False)
+    """What graded each scenario's episodes, by (environment, scenario) id: hashed once per scenario, not per
+    episode (the library does not change during a run)."""
+
+    def versions_of(self, scenario: Scenario) -> RecordVersions:
+        key = (scenario.environment_id, scenario.id)
+        versions = self.versions.get(key)
+        if versions is None:
+            environment = self.library.environments.get(scenario.environment_id)
+            rules = self.config.rules or DEFAULT_RULES
+            versions = self.versions[key] = record_versions(environment, scenario, rules)
+        return versions.model_copy()  # each trajectory its own: one may be changed without the others
 
     @classmethod
     def of(
@@ -64,9 +76,7 @@ async def run_one_episode(spec: EpisodeSpec, context: EpisodeContext) -> Traject
     """Run ``spec`` to its end; every failure of the episode is recorded in the trajectory it returns, and the
     versions of what graded it (:mod:`harness.versions`)."""
     trajectory = await _episode(spec, context)
-    environment = context.library.environments.get(spec.scenario.environment_id)
-    rules = context.config.rules or DEFAULT_RULES
-    return trajectory.model_copy(update={"versions": record_versions(environment, spec.scenario, rules)})
+    return trajectory.model_copy(update={"versions": context.versions_of(spec.scenario)})
 
 
 async def _episode(spec: EpisodeSpec, context: EpisodeContext) -> Trajectory:

@@ -29,3 +29,44 @@ def test_the_cli_does_not_import_litellm_and_the_first_use_configures_it() -> No
     before, providers = finished.stdout.split()
     assert before == "none"
     assert providers == "harness_local,python"
+
+
+SELF_HOSTED = """
+import sys
+from harness.llm import AliasTable, LLMClient
+from harness.llm.aliases import AliasEntry
+
+names = ["replay", "gpt-4o", "gpt-4o-mini", "Qwen/Qwen3-8B", "claude-3-5-sonnet-20240620"]
+entries = {name: AliasEntry(model=f"hosted_vllm/{name}", api_base="http://127.0.0.1:9/v1") for name in names}
+client = LLMClient(aliases=AliasTable(entries, environ={}))
+print(all(client.route_problem(name) is None for name in names))
+print(all(client.price_of(client.resolve(name)) is None for name in names))
+print("litellm" in sys.modules)
+from harness.llm.litellm_setup import litellm_module
+litellm = litellm_module()
+print(any(entry.get("litellm_provider") == "hosted_vllm" for entry in litellm.model_cost.values()))
+priced = []
+for name in names:
+    try:
+        litellm.get_model_info(f"hosted_vllm/{name}")
+        priced.append(name)
+    except Exception:
+        pass
+print(priced or "none")
+"""
+
+
+def test_a_self_hosted_model_is_routed_and_found_unpriced_without_importing_litellm() -> None:
+    """A vLLM server reached directly needs litellm neither for its route nor for its price, which litellm's cost
+    map never has (no entry of that provider; checked here against litellm itself, also for names it prices under
+    other providers)."""
+    finished = subprocess.run(
+        [sys.executable, "-c", SELF_HOSTED],
+        capture_output=True,
+        text=True,
+        env=cli_environment(),
+        cwd=REPO,
+        check=False,
+    )
+    assert finished.returncode == 0, finished.stderr
+    assert finished.stdout.split() == ["True", "True", "False", "False", "none"]
