@@ -202,7 +202,9 @@ class EnvSession:
                     )
                     return observation, []
                 self._log.append((call.name, arguments))
-                return read_call_reply(call, response, child.reply_bytes, child.reply_brackets, reply_limits)
+                return read_call_reply(
+                    call, response, child.reply_bytes, child.reply_brackets, child.reply_string_bound, reply_limits
+                )
 
     async def state(self) -> dict[str, Any]:
         """The session's state; :class:`SandboxError` with the reason when it cannot be read or is refused."""
@@ -216,7 +218,7 @@ class EnvSession:
                 except ChildLost:
                     continue
                 try:
-                    return read_state_reply(response, child.reply_bytes, reply_limits)
+                    return read_state_reply(response, child.reply_string_bound, reply_limits)
                 except ReplyRefused as refused:
                     raise SandboxError(f"reading the state failed: {refused}") from None
 
