@@ -24,7 +24,7 @@ import orjson
 
 from harness.errors import BadInput
 from harness.sandbox.arguments import CallRejected, validate_call
-from harness.sandbox.check_batches import SCENARIO_OF_CHECKS, CheckBatcher, EpisodeInputs
+from harness.sandbox.check_batches import SCENARIO_OF_CHECKS, CheckBatcher, EpisodeInputs, encode_inputs
 from harness.sandbox.children import Child, ChildLost, Zygote, ZygoteFailed
 from harness.sandbox.confine import DISABLE_VARIABLE, disabled_layers, seccomp_filter
 from harness.sandbox.limits import SandboxLimits
@@ -446,7 +446,7 @@ class SandboxPool:
                 runnable.append(index)
         if runnable:
             batch = [checks[i] for i in runnable]
-            inputs = orjson.dumps({"initial": initial_state, "final": final_state, "transcript": transcript or []})
+            inputs = encode_inputs(initial_state, final_state, transcript or [])
             if scenario is None:
                 answers = await self._score_alone(batch, inputs, True)
             else:
