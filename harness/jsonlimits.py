@@ -87,14 +87,16 @@ def check_json(value: object, limits: JSONLimits) -> None:
         level = deeper
 
 
-def check_decoded_json(value: object, limits: JSONLimits, encoded_bytes: int) -> None:
-    """:func:`check_json` for a value orjson decoded from ``encoded_bytes`` bytes, at a fraction of its cost.
+def check_decoded_json(value: object, limits: JSONLimits, string_bound: int) -> None:
+    """:func:`check_json` for a value orjson decoded, at a fraction of its cost.
 
-    orjson only decodes string keys, finite floats and 64-bit integers, and no string of such a value is longer
-    than its encoding; so unless that encoding is longer than a string may be, only the nesting and the count of
-    keys and items are left to check, and those only need the containers.
+    ``string_bound`` bounds the characters of every string and key of the value: the length of its encoding
+    always does (no string is longer than its encoding), and :func:`longest_string_bound` gives a tighter one.
+    orjson only decodes string keys, finite floats and 64-bit integers; so unless that bound is above the
+    string limit, only the nesting and the count of keys and items are left to check, and those only need the
+    containers.
     """
-    if limits.max_string_chars is not None and encoded_bytes > limits.max_string_chars:
+    if limits.max_string_chars is not None and string_bound > limits.max_string_chars:
         check_json(value, limits)
         return
     max_depth, max_items = limits.max_depth, limits.max_items
@@ -113,6 +115,37 @@ def check_decoded_json(value: object, limits: JSONLimits, encoded_bytes: int) ->
         if max_items is not None and items > max_items:
             raise UnsafeJSON(f"holds more than {max_items:,} keys and items")
         level = deeper
+
+
+QUOTE_STRIDE = 1 << 16
+"""Bytes of the stretches :func:`longest_string_bound` looks for a quote in."""
+
+
+def longest_string_bound(encoded: bytes, stride: int = QUOTE_STRIDE) -> int:
+    """A bound on the characters of any string or key decoded from the JSON text ``encoded``, in a few searches.
+
+    A decoded string has no more characters than bytes between its quotes (an escape or a multi-byte character
+    is several bytes for one character). Unless the text holds an escaped quote (the two bytes backslash and
+    quote; then the text's length is the bound), no string holds a quote byte, so each lies within a run of
+    bytes between two quote bytes. The text is cut into stretches of ``stride`` bytes: a run long enough to
+    cover a whole stretch (any run of 2·stride − 1 bytes does) is measured exactly from that stretch; every
+    other run is shorter than 2·stride − 1.
+    """
+    size = len(encoded)
+    if size < 2 * stride or (b"\\" in encoded and b'\\"' in encoded):  # one byte is found faster than two
+        return size
+    longest = 2 * stride - 2
+    start = 0
+    while start < size:
+        end = min(start + stride, size)
+        if encoded.find(b'"', start, end) >= 0:
+            start = end
+            continue
+        after = encoded.find(b'"', end)
+        after = size if after < 0 else after
+        longest = max(longest, after - encoded.rfind(b'"', 0, start) - 1)
+        start = after + 1
+    return longest
 
 
 def _check_scalar(node: object, max_string: int | None) -> None:

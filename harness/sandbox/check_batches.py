@@ -21,6 +21,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from harness.sandbox.children import Child, ChildLost
 from harness.schema import Check
 
@@ -31,10 +33,21 @@ MAX_BATCH_EPISODES = 8
 cap, and a batch that fails is scored again one episode at a time."""
 
 EpisodeInputs = bytes
-"""What the checks of one episode read, as the JSON object the check process receives: ``initial``, ``final`` and
-``transcript``. Encoded once, when the episode asks to be scored: its size decides which batch it fits."""
+"""What the checks of one episode read, as the JSON object the check process receives (see
+:func:`encode_inputs`). Encoded once, when the episode asks to be scored: its size decides which batch it fits."""
 Answers = list[dict[str, Any]]
 """One episode's answers, one per check, as the check process sent them."""
+
+
+def encode_inputs(initial: Any, final: Any, transcript: list[dict[str, Any]]) -> EpisodeInputs:
+    """One episode's inputs: ``initial_json``, ``final_json`` and ``transcript_json``, each the text of that part's
+    JSON. The check process decodes each part afresh for every check (each gets copies of its own); as texts, the
+    parts are not decoded a first time when it reads its request, which for a large state is most of its work."""
+    initial_text = orjson.dumps(initial).decode()
+    final_text = initial_text if final is initial else orjson.dumps(final).decode()
+    return orjson.dumps(
+        {"initial_json": initial_text, "final_json": final_text, "transcript_json": orjson.dumps(transcript).decode()}
+    )
 
 
 SCENARIO_OF_CHECKS: ContextVar[Hashable | None] = ContextVar("scenario_of_checks", default=None)
@@ -187,4 +200,12 @@ def _fail(waiting: _Waiting, exc: BaseException) -> None:
         waiting.answers.set_exception(exc)
 
 
-__all__ = ["MAX_BATCH_EPISODES", "SCENARIO_OF_CHECKS", "Answers", "CheckBatcher", "EpisodeInputs", "checks_of_scenario"]
+__all__ = [
+    "MAX_BATCH_EPISODES",
+    "SCENARIO_OF_CHECKS",
+    "Answers",
+    "CheckBatcher",
+    "EpisodeInputs",
+    "checks_of_scenario",
+    "encode_inputs",
+]

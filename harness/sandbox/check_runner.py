@@ -24,20 +24,18 @@ out before its first check runs."""
 def run_checks(request: dict[str, Any], settings: Settings, *, isolated: bool = False) -> dict[str, Any]:
     """Each check on fresh copies of (initial, final[, transcript]). Only an exact True passes.
 
-    A request holds one episode's inputs (``initial``, ``final``, ``transcript``) or, for a batch of episodes of one
-    scenario, an ``episodes`` list of them; the reply's ``results`` hold every check's result, episode after
-    episode. ``isolated`` (a check process's batch) installs the check guard and, after each check, puts back
-    the state the process's checks share (``harness.sandbox.check_isolation``): no check changes how another is
-    evaluated, whether the next one belongs to the same episode or to the next. The loop uses only locals bound
-    before the first check runs."""
+    A request holds one episode's inputs (``initial``, ``final``, ``transcript``, or the texts of their JSON as
+    ``initial_json``, ``final_json``, ``transcript_json``: ``check_batches.encode_inputs``) or, for a batch of
+    episodes of one scenario, an ``episodes`` list of them; the reply's ``results`` hold every check's result,
+    episode after episode. ``isolated`` (a check process's batch) installs the check guard and, after each check,
+    puts back the state the process's checks share (``harness.sandbox.check_isolation``): no check changes how
+    another is evaluated, whether the next one belongs to the same episode or to the next. The loop uses only
+    locals bound before the first check runs."""
     timeout = float(request.get("timeout", settings.call_timeout))
     batched = isinstance(request.get("episodes"), list)
     episodes: list[dict[str, Any]] = request["episodes"] if batched else [request]
     # Each check gets its own copy of the inputs (a check may mutate what it is given).
-    inputs = [
-        (orjson.dumps(e["initial"]), orjson.dumps(e["final"]), orjson.dumps(e.get("transcript") or []))
-        for e in episodes
-    ]
+    inputs = [_encoded_inputs(episode) for episode in episodes]
     episodes = []
     request.pop("episodes", None)  # the copies above are all the loop keeps
     checks = list(request["checks"])
@@ -88,8 +86,23 @@ def run_checks(request: dict[str, Any], settings: Settings, *, isolated: bool = 
     return {"ok": True, "results": [decode(answer) for answer in encoded]}
 
 
+def _encoded_inputs(episode: dict[str, Any]) -> tuple[bytes | str, bytes | str, bytes | str]:
+    """An episode's initial state, final state and transcript, each as the JSON text every check decodes afresh."""
+    texts = (episode.get("initial_json"), episode.get("final_json"), episode.get("transcript_json"))
+    initial, final, transcript = texts
+    if isinstance(initial, str) and isinstance(final, str) and isinstance(transcript, str):
+        return initial, final, transcript
+    encode = orjson.dumps
+    return encode(episode["initial"]), encode(episode["final"]), encode(episode.get("transcript") or [])
+
+
 def _run_check(
-    check: dict[str, Any], initial_json: bytes, final_json: bytes, transcript_json: bytes, timeout: float, index: int
+    check: dict[str, Any],
+    initial_json: bytes | str,
+    final_json: bytes | str,
+    transcript_json: bytes | str,
+    timeout: float,
+    index: int,
 ) -> tuple[dict[str, Any], BaseException | None]:
     """The check's result, and the exception it raised (whose traceback the caller locates)."""
     clock = Clock(index)

@@ -29,6 +29,8 @@ from typing import Any
 
 import orjson
 
+from harness.jsonlimits import longest_string_bound
+
 logger = logging.getLogger(__name__)
 
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
@@ -130,6 +132,8 @@ class Child:
         """The size of the last reply delivered."""
         self.reply_brackets = 0
         """How many ``[`` and ``{`` bytes the last reply held: a bound on how deep it can nest."""
+        self.reply_string_bound = 0
+        """A bound on the characters of any string or key of the last reply (``longest_string_bound``)."""
 
     async def connect(self, sock: socket.socket) -> None:
         loop = asyncio.get_running_loop()
@@ -175,6 +179,7 @@ class Child:
         self.pending = None
         self.reply_bytes = len(body)
         self.reply_brackets = body.count(b"[") + body.count(b"{")
+        self.reply_string_bound = longest_string_bound(body)
         future.set_result(answer)
 
     def violate(self, reason: str) -> None:

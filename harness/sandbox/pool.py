@@ -24,7 +24,7 @@ import orjson
 
 from harness.errors import BadInput
 from harness.sandbox.arguments import CallRejected, validate_call
-from harness.sandbox.check_batches import SCENARIO_OF_CHECKS, CheckBatcher, EpisodeInputs
+from harness.sandbox.check_batches import SCENARIO_OF_CHECKS, CheckBatcher, EpisodeInputs, encode_inputs
 from harness.sandbox.children import Child, ChildLost, Zygote, ZygoteFailed
 from harness.sandbox.confine import DISABLE_VARIABLE, disabled_layers, seccomp_filter
 from harness.sandbox.limits import SandboxLimits
@@ -202,7 +202,9 @@ class EnvSession:
                     )
                     return observation, []
                 self._log.append((call.name, arguments))
-                return read_call_reply(call, response, child.reply_bytes, child.reply_brackets, reply_limits)
+                return read_call_reply(
+                    call, response, child.reply_bytes, child.reply_brackets, child.reply_string_bound, reply_limits
+                )
 
     async def state(self) -> dict[str, Any]:
         """The session's state; :class:`SandboxError` with the reason when it cannot be read or is refused."""
@@ -216,7 +218,7 @@ class EnvSession:
                 except ChildLost:
                     continue
                 try:
-                    return read_state_reply(response, child.reply_bytes, reply_limits)
+                    return read_state_reply(response, child.reply_string_bound, reply_limits)
                 except ReplyRefused as refused:
                     raise SandboxError(f"reading the state failed: {refused}") from None
 
@@ -444,7 +446,7 @@ class SandboxPool:
                 runnable.append(index)
         if runnable:
             batch = [checks[i] for i in runnable]
-            inputs = orjson.dumps({"initial": initial_state, "final": final_state, "transcript": transcript or []})
+            inputs = encode_inputs(initial_state, final_state, transcript or [])
             if scenario is None:
                 answers = await self._score_alone(batch, inputs, True)
             else:

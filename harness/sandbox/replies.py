@@ -70,13 +70,18 @@ def error_text(value: object) -> str:
 
 
 def read_call_reply(
-    call: ToolCall, response: dict[str, Any], reply_bytes: int, reply_brackets: int, limits: ReplyLimits
+    call: ToolCall,
+    response: dict[str, Any],
+    reply_bytes: int,
+    reply_brackets: int,
+    string_bound: int,
+    limits: ReplyLimits,
 ) -> tuple[Observation, list[DiffEntry]]:
     """The observation and state diff of one tool call's reply (``reply_bytes`` long, with ``reply_brackets``
-    opening brackets); a reply out of bounds is a ``bad_result``."""
+    opening brackets and no string longer than ``string_bound``); a reply out of bounds is a ``bad_result``."""
     plain = reply_bytes <= limits.small_reply_bytes and reply_brackets <= limits.result.max_depth
     try:
-        diff = _read_diff(response.get("diff"), limits, plain, reply_bytes)
+        diff = _read_diff(response.get("diff"), limits, plain, string_bound)
     except ReplyRefused as exc:
         return _refused(call, f"its state change {exc}")
     if response.get("ok") is not True:
@@ -92,7 +97,7 @@ def read_call_reply(
             return _refused(call, f"the result has {size:,} bytes; the limit is {limits.max_result_bytes:,}")
     try:
         if not plain:
-            check_decoded_json(result, limits.result, reply_bytes)
+            check_decoded_json(result, limits.result, string_bound)
     except UnsafeJSON as exc:
         return _refused(call, f"the result {exc}")
     if isinstance(result, dict) and result.get("success") is False:
@@ -109,14 +114,14 @@ def _refused(call: ToolCall, reason: str) -> tuple[Observation, list[DiffEntry]]
     return Observation(tool_call_id=call.id, name=call.name, kind=ObservationKind.BAD_RESULT, error=error), []
 
 
-def _read_diff(diff: object, limits: ReplyLimits, plain: bool, reply_bytes: int) -> list[DiffEntry]:
+def _read_diff(diff: object, limits: ReplyLimits, plain: bool, string_bound: int) -> list[DiffEntry]:
     if diff is None:
         return []
     if not isinstance(diff, list):
         raise ReplyRefused("is not a list")
     try:
         if not plain:
-            check_decoded_json(diff, limits.diff, reply_bytes)
+            check_decoded_json(diff, limits.diff, string_bound)
         return [DiffEntry.model_validate(entry) for entry in diff]
     except UnsafeJSON as exc:
         raise ReplyRefused(str(exc)) from None
@@ -124,14 +129,14 @@ def _read_diff(diff: object, limits: ReplyLimits, plain: bool, reply_bytes: int)
         raise ReplyRefused(f"is not a list of diff entries ({exc.error_count()} problems)") from None
 
 
-def read_state_reply(response: dict[str, Any], reply_bytes: int, limits: ReplyLimits) -> dict[str, Any]:
-    """The state a state reply of ``reply_bytes`` holds; :class:`ReplyRefused` with the reason when it holds none
-    or one out of bounds."""
+def read_state_reply(response: dict[str, Any], string_bound: int, limits: ReplyLimits) -> dict[str, Any]:
+    """The state a state reply holds (``string_bound``: a bound on its strings' characters, see
+    ``Child.reply_string_bound``); :class:`ReplyRefused` with the reason when it holds none or one out of bounds."""
     state = response.get("state")
     if response.get("ok") is not True or not isinstance(state, dict):
         raise ReplyRefused(error_text(response.get("error") or "the reply holds no state"))
     try:
-        check_decoded_json(state, limits.state, reply_bytes)
+        check_decoded_json(state, limits.state, string_bound)
     except UnsafeJSON as exc:
         raise ReplyRefused(f"the state {exc}") from None
     return state

@@ -503,7 +503,13 @@ def warm_up(settings: Settings, run_checks: CheckBatchRunner) -> None:
         calls.append({"op": "call", "name": "add_item", "args": {"item_id": "a", "count": index}})
         calls.append({"op": "call", "name": "get_item", "args": {"item_id": "a" if index % 2 else "b"}})
     ending: list[dict[str, Any]] = [{"op": "call", "name": "fail", "args": {}}, {"op": "state"}, {"op": "close"}]
-    checks = {"checks": [{"source": _WARM_UP_CHECK}], "initial": {"items": {}}, "final": {"items": {"a": {"count": 1}}}}
+    # The inputs as the pool sends them (``check_batches.encode_inputs``): the texts of their JSON.
+    checks = {
+        "checks": [{"source": _WARM_UP_CHECK}],
+        "initial_json": '{"items":{}}',
+        "final_json": '{"items":{"a":{"count":1}}}',
+        "transcript_json": "[]",
+    }
     trusted_checks = partial(serve_checks, run_checks=run_checks, isolated=False)
     replies = _serve_locally(serve_session, [opening, *calls, *ending], settings)
     bytecode = replies[0].get("bytecode") if replies else None

@@ -15,6 +15,7 @@ import orjson
 import pytest
 
 from harness.sandbox import SandboxPool, find_problems
+from harness.sandbox.check_batches import encode_inputs
 from harness.schema import Check, Scenario
 from tests.support.cli_process import harness_cli
 from tests.support.jail_library import REPO, hostile_scenario, write_hostile_library
@@ -128,8 +129,10 @@ async def test_a_check_cannot_change_how_the_next_checks_of_its_batch_are_evalua
     assert results[2].value == "False"
 
 
-def test_run_checks_in_a_process_of_its_own_keeps_each_result_its_own():
-    """``run_checks`` called directly (the check process's entry point), every attack in one batch."""
+@pytest.mark.parametrize("encoded", [False, True], ids=["decoded-inputs", "encoded-inputs"])
+def test_run_checks_in_a_process_of_its_own_keeps_each_result_its_own(encoded: bool):
+    """``run_checks`` called directly (the check process's entry point), every attack in one batch, with the inputs
+    as values or as the texts the pool sends (``encode_inputs``)."""
     sources = [source for attack in ATTACKS.values() for source in (attack, TRUE_PROBE, FALSE_PROBE)]
     script = (
         "import orjson, sys\n"
@@ -141,6 +144,9 @@ def test_run_checks_in_a_process_of_its_own_keeps_each_result_its_own():
     )
     state = {"counter": 1, "loot": [], "flag": "honest"}
     request = {"checks": [{"source": s} for s in sources], "initial": state, "final": state}
+    if encoded:
+        request = {"checks": request["checks"], **orjson.loads(encode_inputs(state, state, []))}
+        assert set(request) == {"checks", "initial_json", "final_json", "transcript_json"}
     done = subprocess.run(
         [sys.executable, "-c", script],
         input=orjson.dumps(request),

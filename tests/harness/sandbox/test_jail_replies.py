@@ -199,6 +199,34 @@ async def test_a_state_500_levels_deep_is_a_failed_state_read_with_the_reason():
         await session.close()
 
 
+def large_state(extra: str) -> str:
+    """A state reply of about 1.4 MB: 20,000 short strings, then ``extra`` (JSON) deep inside."""
+    rows = ",".join(f'{{"name":"user {n}"}}' for n in range(20_000))
+    return '{"ok":true,"state":{"rows":[' + rows + '],"deep":{"notes":[[' + extra + "]]}}}"
+
+
+async def test_a_long_string_deep_in_a_large_state_is_refused_and_escaped_quotes_cannot_hide_one():
+    # Within the limit: the state is read whole. One character more, directly or split by escaped quotes into
+    # runs shorter than the limit, is refused.
+    within = large_state('"' + "s" * 1_000_000 + '"')
+    beyond = large_state('"' + "s" * 1_000_001 + '"')
+    hidden = large_state('"' + "s" * 600_000 + '\\"' + "s" * 400_000 + '"')
+    async with SandboxPool() as pool:
+        session = await pool.open_session(forger(), {"counter": 0}, record_diffs=False)
+        await session.call(call("forge_state", body=within))
+        state = await session.state()
+        refused = []
+        for body in (beyond, hidden):
+            await session.call(call("forge_state", body=body))
+            with pytest.raises(SandboxError, match="reading the state failed") as failure:
+                await session.state()
+            refused.append(str(failure.value))
+        await session.close()
+    assert len(state["rows"]) == 20_000 and len(state["deep"]["notes"][0][0]) == 1_000_000
+    assert "holds a string of 1,000,001 characters; the limit is 1,000,000" in refused[0]
+    assert "holds a string of 1,000,001 characters; the limit is 1,000,000" in refused[1]
+
+
 @pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity", "1e400"])
 async def test_numbers_json_cannot_carry_are_refused_in_a_result_and_in_a_state(number: str):
     async with SandboxPool() as pool:
