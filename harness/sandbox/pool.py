@@ -28,6 +28,7 @@ from harness.sandbox.check_batches import SCENARIO_OF_CHECKS, CheckBatcher, Epis
 from harness.sandbox.children import Child, ChildLost, Zygote, ZygoteFailed
 from harness.sandbox.confine import DISABLE_VARIABLE, disabled_layers, seccomp_filter
 from harness.sandbox.limits import SandboxLimits
+from harness.sandbox.load_gate import LoadGate
 from harness.sandbox.replies import (
     OBSERVATION_KINDS,
     ReplyLimits,
@@ -162,7 +163,8 @@ class EnvSession:
         )
         if response.get("ok") is not True:
             raise EnvironmentLoadError(
-                f"environment {self.environment.id!r} could not be instantiated: {error_text(response.get('error'))}"
+                f"environment {self.environment.id!r} could not be instantiated: {error_text(response.get('error'))}",
+                timed_out=response.get("kind") == "timeout",  # the child's own wall-clock alarm
             )
         self.pool._remember_bytecode(code_key, response.get("bytecode"), len(self.environment.code))
         for name, arguments in self._log:
@@ -272,6 +274,7 @@ class SandboxPool:
         self._next = itertools.count()
         self._checked: dict[str, list[str]] = {}
         self._bytecode: OrderedDict[str, str] = OrderedDict()
+        self._loads = LoadGate()
         self._started = False
         self._start_lock: asyncio.Lock | None = None
         self.layers: list[dict[str, Any]] = []
@@ -411,7 +414,22 @@ class SandboxPool:
         if problems:
             raise EnvironmentLoadError(f"environment {environment.id!r} fails the static checks: {problems}")
         session = EnvSession(self, environment, initial_state, seed, record_diffs)
-        await session.start()
+        try:
+            async with self._loads.load():
+                await session.start()
+        except EnvironmentLoadError as exc:
+            code_key = hashlib.sha256(environment.code.encode("utf-8", "surrogatepass")).hexdigest()
+            if not exc.timed_out or code_key in self._loads.slow:
+                raise
+            logger.info("environment %s: its load ran out of time among others; trying it alone", environment.id)
+            session = EnvSession(self, environment, initial_state, seed, record_diffs)
+            async with self._loads.alone():
+                try:
+                    await session.start()
+                except EnvironmentLoadError as again:
+                    if again.timed_out:
+                        self._loads.slow.add(code_key)
+                    raise
         return session
 
     async def run_checks(
