@@ -10,7 +10,6 @@ reach success. The cheap part, without the reference replay (:func:`invalid_scen
 from __future__ import annotations
 
 import asyncio
-import logging
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -27,8 +26,6 @@ from harness.scoring import check_transcript, checks_at_reset, prepared_checks, 
 from harness.tool_messages import tool_message
 from harness.toolspec import ToolDerivationError, derive_tools
 
-logger = logging.getLogger(__name__)
-
 
 class RecordReport(BaseModel):
     kind: Literal["environment", "scenario"]
@@ -36,8 +33,6 @@ class RecordReport(BaseModel):
     problems: list[str] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
     details: dict[str, Any] = Field(default_factory=dict)
-    ran_out_of_time: bool = Field(default=False, exclude=True)
-    """A sandbox process ran past its wall-clock budget: on a busy machine, validating again alone may pass."""
 
     @property
     def ok(self) -> bool:
@@ -95,7 +90,6 @@ async def validate_environment(
         await session.close()
     except EnvironmentLoadError as exc:
         report.problems.append(str(exc))
-        report.ran_out_of_time = exc.timed_out
     return report
 
 
@@ -203,7 +197,6 @@ async def screen_scenario(
         snapshot = await initial_snapshot(pool, environment, scenario)
     except EnvironmentLoadError as exc:
         report.problems.append(f"initial state does not load: {exc}")
-        report.ran_out_of_time = exc.timed_out
         return report, None, []
     if not scenario.checks:
         if scenario.turns:
@@ -303,16 +296,13 @@ async def validate_library(library: Library, pool: SandboxPool, concurrency: int
         for p in library.problems
     ]
 
-    async def guarded(
-        kind: Literal["environment", "scenario"], record_id: str, work: Any, gate: asyncio.Semaphore = limit
-    ) -> RecordReport:
-        async with gate:
+    async def guarded(kind: Literal["environment", "scenario"], record_id: str, work: Any) -> RecordReport:
+        async with limit:
             try:
                 result: RecordReport = await work
                 return result
             except (SandboxError, EnvironmentLoadError) as exc:
-                timed_out = isinstance(exc, EnvironmentLoadError) and exc.timed_out
-                return RecordReport(kind=kind, id=record_id, problems=[f"sandbox: {exc}"], ran_out_of_time=timed_out)
+                return RecordReport(kind=kind, id=record_id, problems=[f"sandbox: {exc}"])
 
     samples: dict[str, dict[str, Any]] = {}
     for scenario in library.scenarios:
@@ -325,20 +315,7 @@ async def validate_library(library: Library, pool: SandboxPool, concurrency: int
         guarded("scenario", s.id, validate_scenario(pool, s, library.environments.get(s.environment_id)))
         for s in library.scenarios
     ]
-    checked = list(await asyncio.gather(*jobs))
-    # A load that ran out of wall-clock time among many (large states on few cores) is validated again alone, so
-    # a busy machine does not make a sound scenario invalid; one that runs out of time alone is reported.
-    alone = asyncio.Semaphore(1)
-    for index, record in enumerate(checked):
-        if not record.ran_out_of_time:
-            continue
-        logger.info("validating %s %s again alone: it ran out of time among others", record.kind, record.id)
-        if record.kind == "environment":
-            environment = library.environments[record.id]
-            work = validate_environment(pool, environment, samples.get(environment.id, {}))
-        else:
-            scenario = next(s for s in library.scenarios if s.id == record.id)
-            work = validate_scenario(pool, scenario, library.environments.get(scenario.environment_id))
-        checked[index] = await guarded(record.kind, record.id, work, alone)
-    records.extend(checked)
+    # A load that runs out of time among many (large states on few cores) is tried again alone by the pool
+    # (harness.sandbox.load_gate), so a busy machine does not make a sound scenario invalid.
+    records.extend(await asyncio.gather(*jobs))
     return ValidationReport(source=library.source.source, records=records)

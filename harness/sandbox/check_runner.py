@@ -24,8 +24,8 @@ out before its first check runs."""
 def run_checks(request: dict[str, Any], settings: Settings, *, isolated: bool = False) -> dict[str, Any]:
     """Each check on fresh copies of (initial, final[, transcript]). Only an exact True passes.
 
-    A request holds one episode's inputs (``initial``, ``final``, ``transcript``, or the texts of their JSON as
-    ``initial_json``, ``final_json``, ``transcript_json``: ``check_batches.encode_inputs``) or, for a batch of
+    A request holds one episode's inputs (the texts of their JSON, ``initial_json``, ``final_json`` and
+    ``transcript_json``, as ``check_batches.encode_inputs`` writes them) or, for a batch of
     episodes of one scenario, an ``episodes`` list of them; the reply's ``results`` hold every check's result,
     episode after episode. ``isolated`` (a check process's batch) installs the check guard and, after each check,
     puts back the state the process's checks share (``harness.sandbox.check_isolation``): no check changes how
@@ -35,7 +35,7 @@ def run_checks(request: dict[str, Any], settings: Settings, *, isolated: bool = 
     batched = isinstance(request.get("episodes"), list)
     episodes: list[dict[str, Any]] = request["episodes"] if batched else [request]
     # Each check gets its own copy of the inputs (a check may mutate what it is given).
-    inputs = [_encoded_inputs(episode) for episode in episodes]
+    inputs = [(e["initial_json"], e["final_json"], e["transcript_json"]) for e in episodes]
     episodes = []
     request.pop("episodes", None)  # the copies above are all the loop keeps
     checks = list(request["checks"])
@@ -86,21 +86,11 @@ def run_checks(request: dict[str, Any], settings: Settings, *, isolated: bool = 
     return {"ok": True, "results": [decode(answer) for answer in encoded]}
 
 
-def _encoded_inputs(episode: dict[str, Any]) -> tuple[bytes | str, bytes | str, bytes | str]:
-    """An episode's initial state, final state and transcript, each as the JSON text every check decodes afresh."""
-    texts = (episode.get("initial_json"), episode.get("final_json"), episode.get("transcript_json"))
-    initial, final, transcript = texts
-    if isinstance(initial, str) and isinstance(final, str) and isinstance(transcript, str):
-        return initial, final, transcript
-    encode = orjson.dumps
-    return encode(episode["initial"]), encode(episode["final"]), encode(episode.get("transcript") or [])
-
-
 def _run_check(
     check: dict[str, Any],
-    initial_json: bytes | str,
-    final_json: bytes | str,
-    transcript_json: bytes | str,
+    initial_json: str,
+    final_json: str,
+    transcript_json: str,
     timeout: float,
     index: int,
 ) -> tuple[dict[str, Any], BaseException | None]:

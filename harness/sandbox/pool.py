@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import itertools
 import logging
@@ -145,7 +146,7 @@ class EnvSession:
     async def _replay(self, child: Child) -> None:
         budget = self.pool._budget(self.pool.limits.call_timeout_s)
         call_reply_bytes = self.pool.reply_limits.call_reply_bytes(self.record_diffs)
-        code_key = hashlib.sha256(self.environment.code.encode("utf-8", "surrogatepass")).hexdigest()
+        code_key = source_key(self.environment.code)
         bytecode = self.pool._bytecode.get(code_key)
         response = await child.request(
             {
@@ -237,6 +238,12 @@ class EnvSession:
 
     async def __aexit__(self, *_exc: object) -> None:
         await self.close()
+
+
+@functools.lru_cache(maxsize=256)
+def source_key(code: str) -> str:
+    """An environment's source by its SHA-256 (computed once per source, not per session)."""
+    return hashlib.sha256(code.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _ended_by_itself(kind: str, timed_out: bool) -> bool:
@@ -418,7 +425,7 @@ class SandboxPool:
             async with self._loads.load():
                 await session.start()
         except EnvironmentLoadError as exc:
-            code_key = hashlib.sha256(environment.code.encode("utf-8", "surrogatepass")).hexdigest()
+            code_key = source_key(environment.code)
             if not exc.timed_out or code_key in self._loads.slow:
                 raise
             logger.info("environment %s: its load ran out of time among others; trying it alone", environment.id)
