@@ -87,8 +87,8 @@ class DispatchSession:
         observation, diff = await self.inner.call(wrapped)
         return observation.model_copy(update={"name": call.name, "content": _readable(observation.content)}), diff
 
-    async def state(self) -> dict[str, Any]:
-        return await self.inner.state()
+    async def state(self, *, shared: bool = False) -> dict[str, Any]:
+        return await self.inner.state(shared=shared)
 
     async def close(self) -> None:
         await self.inner.close()

@@ -232,7 +232,8 @@ class Episode:
             self._session = await open_tool_session(
                 self.pool, session_environment, self.scenario.initial_state, seed=self.config.seed
             )
-        self._start_state = await self._session.state()
+        # Read-only from here on (diffs and checks read it), so sessions that start alike share one object.
+        self._start_state = await self._session.state(shared=True)
         self._state_keys = set(self._start_state)
         self.timings.tool_seconds += time.perf_counter() - started
         if self.scripted is None:  # a scripted conversation (a benchmark's) is played verbatim, without ours
@@ -411,7 +412,8 @@ class Episode:
         if self.termination not in FAILED_ENDINGS and self._session is not None:
             self.phase = "sandbox"
             try:
-                final_state = await self._session.state()
+                # Read-only too: a final state equal to a state read lately (nothing changed it) is that object.
+                final_state = await self._session.state(shared=True)
                 if self._start_state is not None:
                     final_state_diff = [
                         DiffEntry.model_validate(entry) for entry in diff_values(self._start_state, final_state)

@@ -13,6 +13,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import orjson
 from pydantic import BaseModel, Field
 
 from harness.dispatch import open_tool_session
@@ -176,25 +177,50 @@ async def initial_snapshot(pool: SandboxPool, environment: Environment, scenario
     """The instance's state right after construction from the scenario's initial state (what checks see)."""
     session = await open_tool_session(pool, environment, scenario.initial_state)
     try:
-        return await session.state()
+        return await session.state(shared=True)
     finally:
         await session.close()
 
 
+class ResetSnapshots:
+    """The reset snapshots of one screening, one per environment and initial state: scenarios that start alike
+    (a benchmark domain's tasks mostly share one database) are screened on one session's snapshot instead of a
+    session each. A snapshot depends only on the environment's code, the initial state and the seed, which are
+    the same; and whether the state loads is the same answer for all of them."""
+
+    def __init__(self) -> None:
+        self._snapshots: dict[tuple[str, str, bytes], asyncio.Task[dict[str, Any]]] = {}
+
+    async def snapshot(self, pool: SandboxPool, environment: Environment, scenario: Scenario) -> dict[str, Any]:
+        key = (environment.id, environment.code, orjson.dumps(scenario.initial_state, option=orjson.OPT_SORT_KEYS))
+        task = self._snapshots.get(key)
+        if task is None:
+            task = asyncio.ensure_future(initial_snapshot(pool, environment, scenario))
+            self._snapshots[key] = task
+        return await asyncio.shield(task)
+
+
 async def screen_scenario(
-    pool: SandboxPool, scenario: Scenario, environment: Environment | None
+    pool: SandboxPool,
+    scenario: Scenario,
+    environment: Environment | None,
+    snapshots: ResetSnapshots | None = None,
 ) -> tuple[RecordReport, dict[str, Any] | None, list[CheckResult]]:
     """The cheap part of validation (no reference replay): the environment exists and loads from the initial
     state, every check runs at reset, and not every check already holds at reset on an empty transcript.
 
-    Returns the report, the reset snapshot and the checks' results at reset.
+    Returns the report, the reset snapshot and the checks' results at reset. With ``snapshots``, scenarios that
+    start alike share one snapshot (:class:`ResetSnapshots`).
     """
     report = RecordReport(kind="scenario", id=scenario.id)
     if environment is None:
         report.problems.append(f"environment {scenario.environment_id!r} is not in the library")
         return report, None, []
     try:
-        snapshot = await initial_snapshot(pool, environment, scenario)
+        if snapshots is not None:
+            snapshot = await snapshots.snapshot(pool, environment, scenario)
+        else:
+            snapshot = await initial_snapshot(pool, environment, scenario)
     except EnvironmentLoadError as exc:
         report.problems.append(f"initial state does not load: {exc}")
         return report, None, []
@@ -269,11 +295,13 @@ async def invalid_scenarios(
     Scenarios whose environment is not in the library are left to the caller (they may be served over MCP).
     """
     limit = asyncio.Semaphore(concurrency)
+    snapshots = ResetSnapshots()
 
     async def one(scenario: Scenario) -> tuple[str, list[str]]:
         async with limit:
             try:
-                report, _, _ = await screen_scenario(pool, scenario, library.environments[scenario.environment_id])
+                environment = library.environments[scenario.environment_id]
+                report, _, _ = await screen_scenario(pool, scenario, environment, snapshots)
             except (SandboxError, EnvironmentLoadError) as exc:
                 return scenario.id, [f"sandbox: {exc}"]
             return scenario.id, report.problems

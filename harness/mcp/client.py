@@ -293,8 +293,8 @@ class McpToolSession:
             raise McpAdminError(f"loading a state into {self.target} failed: {exc}") from exc
         self._last_state = None
 
-    async def state(self) -> dict[str, Any]:
-        """The instance's current state (for scoring)."""
+    async def state(self, *, shared: bool = False) -> dict[str, Any]:
+        """The instance's current state (for scoring); always a fresh object (``shared`` changes nothing)."""
         client = self._require_client()
         try:
             if self.admin == "tools":

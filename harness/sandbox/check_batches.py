@@ -23,6 +23,7 @@ from typing import Any
 
 import orjson
 
+from harness.sandbox.check_inputs import episode_inputs
 from harness.sandbox.children import Child, ChildLost
 from harness.schema import Check
 
@@ -33,21 +34,19 @@ MAX_BATCH_EPISODES = 8
 cap, and a batch that fails is scored again one episode at a time."""
 
 EpisodeInputs = bytes
-"""What the checks of one episode read, as the JSON object the check process receives (see
-:func:`encode_inputs`). Encoded once, when the episode asks to be scored: its size decides which batch it fits."""
+"""What the checks of one episode read, as a check request carries them (see :func:`encode_inputs`). Encoded
+once, when the episode asks to be scored: its size decides which batch it fits."""
 Answers = list[dict[str, Any]]
 """One episode's answers, one per check, as the check process sent them."""
 
 
 def encode_inputs(initial: Any, final: Any, transcript: list[dict[str, Any]]) -> EpisodeInputs:
-    """One episode's inputs: ``initial_json``, ``final_json`` and ``transcript_json``, each the text of that part's
-    JSON. The check process decodes each part afresh for every check (each gets copies of its own); as texts, the
-    parts are not decoded a first time when it reads its request, which for a large state is most of its work."""
-    initial_text = orjson.dumps(initial).decode()
-    final_text = initial_text if final is initial else orjson.dumps(final).decode()
-    return orjson.dumps(
-        {"initial_json": initial_text, "final_json": final_text, "transcript_json": orjson.dumps(transcript).decode()}
-    )
+    """One episode's inputs: the bytes of the initial state's, the final state's and the transcript's JSON
+    (``check_inputs.episode_inputs``). The check process decodes each part afresh for every check that reads it
+    (each gets copies of its own), never once on arrival, which for a large state would be most of its work."""
+    initial_bytes = orjson.dumps(initial)
+    final_bytes = initial_bytes if final is initial else orjson.dumps(final)
+    return episode_inputs(initial_bytes, final_bytes, orjson.dumps(transcript))
 
 
 SCENARIO_OF_CHECKS: ContextVar[Hashable | None] = ContextVar("scenario_of_checks", default=None)

@@ -3,13 +3,16 @@ is evaluated (``harness.sandbox.check_isolation``). Standard library and orjson 
 
 from __future__ import annotations
 
+import dis
 import gc
 import inspect
 import sys
+import types
 from typing import Any
 
 import orjson
 
+from harness.sandbox.check_inputs import EpisodeInputs
 from harness.sandbox.check_isolation import capture_shared_state, install_check_guard, traceback_locator
 from harness.sandbox.runtime import CallTimeout, Settings, guarded, load_module
 from harness.sandbox.shims import SHIM_MODULES, Clock
@@ -21,23 +24,17 @@ _PREPARED_RESTORE: list[Any] = []
 out before its first check runs."""
 
 
-def run_checks(request: dict[str, Any], settings: Settings, *, isolated: bool = False) -> dict[str, Any]:
-    """Each check on fresh copies of (initial, final[, transcript]). Only an exact True passes.
+def run_checks(
+    request: dict[str, Any], inputs: list[EpisodeInputs], settings: Settings, *, isolated: bool = False
+) -> dict[str, Any]:
+    """Each check on fresh copies of (initial, final[, transcript]) of each episode. Only an exact True passes.
 
-    A request holds one episode's inputs (the texts of their JSON, ``initial_json``, ``final_json`` and
-    ``transcript_json``, as ``check_batches.encode_inputs`` writes them) or, for a batch of
-    episodes of one scenario, an ``episodes`` list of them; the reply's ``results`` hold every check's result,
-    episode after episode. ``isolated`` (a check process's batch) installs the check guard and, after each check,
-    puts back the state the process's checks share (``harness.sandbox.check_isolation``): no check changes how
-    another is evaluated, whether the next one belongs to the same episode or to the next. The loop uses only
-    locals bound before the first check runs."""
+    ``inputs`` holds each episode's parts as the bytes of their JSON (``check_inputs``), the episodes of one
+    scenario; the reply's ``results`` hold every check's result, episode after episode. ``isolated`` (a check
+    process's batch) installs the check guard and, after each check, puts back the state the process's checks
+    share (``harness.sandbox.check_isolation``): no check changes how another is evaluated, whether the next one
+    belongs to the same episode or to the next. The loop uses only locals bound before the first check runs."""
     timeout = float(request.get("timeout", settings.call_timeout))
-    batched = isinstance(request.get("episodes"), list)
-    episodes: list[dict[str, Any]] = request["episodes"] if batched else [request]
-    # Each check gets its own copy of the inputs (a check may mutate what it is given).
-    inputs = [(e["initial_json"], e["final_json"], e["transcript_json"]) for e in episodes]
-    episodes = []
-    request.pop("episodes", None)  # the copies above are all the loop keeps
     checks = list(request["checks"])
     running: list[Any] = install_check_guard() if isolated else [None, False]
     restore = None
@@ -88,19 +85,20 @@ def run_checks(request: dict[str, Any], settings: Settings, *, isolated: bool = 
 
 def _run_check(
     check: dict[str, Any],
-    initial_json: str,
-    final_json: str,
-    transcript_json: str,
+    initial_json: memoryview,
+    final_json: memoryview,
+    transcript_json: memoryview,
     timeout: float,
     index: int,
 ) -> tuple[dict[str, Any], BaseException | None]:
     """The check's result, and the exception it raised (whose traceback the caller locates)."""
     clock = Clock(index)
-    initial, final = orjson.loads(initial_json), orjson.loads(final_json)
+    final = orjson.loads(final_json)
     try:
         namespace = guarded(clock, timeout, load_module, check["source"], f"check_{index}")
         function = namespace.get("check")
         if callable(function):
+            initial = orjson.loads(initial_json) if reads_parameter(function, 0) else None
             if _takes_transcript(function):
                 value = guarded(clock, timeout, function, initial, final, orjson.loads(transcript_json))
             else:
@@ -109,7 +107,7 @@ def _run_check(
             function = namespace.get("check_func")
             if not callable(function):
                 return {"passed": False, "value": None, "error": "defines neither check() nor check_func()"}, None
-            namespace["initial_state"] = initial
+            namespace["initial_state"] = orjson.loads(initial_json)
             value = guarded(clock, timeout, function, final)
     except CallTimeout:
         return {"passed": False, "value": None, "error": f"the check did not finish within {timeout:g} s"}, None
@@ -117,6 +115,31 @@ def _run_check(
         return {"passed": False, "value": None, "error": _name_and_text(exc)}, exc
     passed = value is True
     return {"passed": passed, "value": None if passed else _short_repr(value), "error": None}, None
+
+
+_LOCALS_READERS = frozenset({"locals", "vars", "eval", "exec", "getattr", "f_locals"})
+"""Names through which a function's code could read its own parameters without naming them."""
+
+
+def reads_parameter(function: Any, position: int) -> bool:
+    """Whether ``function`` can read its positional parameter at ``position``; False only when that is certain.
+
+    A large state is decoded for a check only when the check can read it: most state checks never read the
+    initial state, and decoding it is most of such a check's cost. Certain means: a plain function whose own code
+    never names the parameter (no load, store or delete of it, no inner function capturing it) and names none of
+    the ways to a frame's locals. Anything else (a callable object, a wrapper taking ``*args``) gets the value.
+    """
+    code = function.__code__ if type(function) is types.FunctionType else None
+    if code is None or position >= code.co_argcount:
+        return True
+    name = code.co_varnames[position]
+    if name in code.co_cellvars or not _LOCALS_READERS.isdisjoint(code.co_names):
+        return True
+    for instruction in dis.get_instructions(code):
+        value = instruction.argval
+        if value == name or (type(value) is tuple and name in value):
+            return True
+    return False
 
 
 def _takes_transcript(function: Any) -> bool:

@@ -46,6 +46,7 @@ ALLOWED_MODULES: frozenset[str] = OPTIONAL_MODULES | frozenset(
         "decimal",
         "fractions",
         "json",
+        "orjson",
         "copy",
         "collections",
         "itertools",

@@ -21,8 +21,6 @@ from collections.abc import Hashable, Iterable
 from types import TracebackType
 from typing import Any
 
-import orjson
-
 from harness.errors import BadInput
 from harness.sandbox.arguments import CallRejected, validate_call
 from harness.sandbox.check_batches import SCENARIO_OF_CHECKS, CheckBatcher, EpisodeInputs, encode_inputs
@@ -32,6 +30,7 @@ from harness.sandbox.limits import SandboxLimits
 from harness.sandbox.load_gate import LoadGate
 from harness.sandbox.replies import (
     OBSERVATION_KINDS,
+    KnownStates,
     ReplyLimits,
     ReplyRefused,
     check_result,
@@ -209,21 +208,31 @@ class EnvSession:
                     call, response, child.reply_bytes, child.reply_brackets, child.reply_string_bound, reply_limits
                 )
 
-    async def state(self) -> dict[str, Any]:
-        """The session's state; :class:`SandboxError` with the reason when it cannot be read or is refused."""
+    async def state(self, *, shared: bool = False) -> dict[str, Any]:
+        """The session's state; :class:`SandboxError` with the reason when it cannot be read or is refused. With
+        ``shared`` the caller promises not to change it: a state equal to one the pool read lately is then that
+        object, not decoded again (``KnownStates``)."""
         reply_limits = self.pool.reply_limits
         budget = self.pool._budget(self.pool.limits.call_timeout_s)
+        known = self.pool.known_states if shared else None
         async with self._lock:
             while True:
                 child = await self._ensure()
                 try:
-                    response = await child.request({"op": "state"}, budget, reply_limits.state_reply_bytes())
+                    response = await child.request({"op": "state"}, budget, reply_limits.state_reply_bytes(), known)
                 except ChildLost:
                     continue
+                if known is not None and child.reply_known:
+                    state: dict[str, Any] = response["state"]
+                    return state
                 try:
-                    return read_state_reply(response, child.reply_string_bound, reply_limits)
+                    state = read_state_reply(response, child.reply_string_bound, reply_limits)
                 except ReplyRefused as refused:
                     raise SandboxError(f"reading the state failed: {refused}") from None
+                if known is not None:
+                    known.remember(child.reply_body, state)
+                    child.reply_body = b""
+                return state
 
     async def close(self) -> None:
         if self._closed:
@@ -273,6 +282,8 @@ class SandboxPool:
     ):
         self.limits = limits or SandboxLimits()
         self.reply_limits = ReplyLimits(self.limits)
+        self.known_states = KnownStates()
+        """States read lately, shared by the readers that promise not to change them (``EnvSession.state``)."""
         self.size = max(1, workers or 1)
         self.require_full_confinement = require_full_confinement
         self.optional_modules = None if optional_modules is None else frozenset(optional_modules)
@@ -507,14 +518,10 @@ class SandboxPool:
         timeout = self.limits.check_timeout_s
         try:
             response = await child.request(
-                {
-                    "op": "checks",
-                    "checks": [{"id": c.id, "source": c.source} for c in checks],
-                    "episodes": [orjson.Fragment(inputs) for inputs in episodes],
-                    "timeout": timeout,
-                },
+                {"op": "checks", "checks": [{"id": c.id, "source": c.source} for c in checks], "timeout": timeout},
                 budget=self._budget((timeout * len(checks) + self.limits.call_timeout_s) * len(episodes)),
                 reply_limit=self.reply_limits.checks_reply_bytes(len(checks) * len(episodes)),
+                inputs=episodes,
             )
         finally:
             child.close()

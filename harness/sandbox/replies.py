@@ -10,6 +10,7 @@ observation, a failed state read or a failed check result with the reason, never
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any
 
 import orjson
@@ -140,6 +141,33 @@ def read_state_reply(response: dict[str, Any], string_bound: int, limits: ReplyL
     except UnsafeJSON as exc:
         raise ReplyRefused(f"the state {exc}") from None
     return state
+
+
+class KnownStates:
+    """The last few states a pool read and checked, by the exact bytes of their reply.
+
+    A state reply whose bytes equal one of these is not decoded or checked again: it is that state, and its
+    readers share one object, which none of them may change (``EnvSession.state(shared=True)``). Sessions of one
+    scenario start from the same state, and so do most scenarios of a benchmark domain; reading a large one
+    (τ² retail: 1.2 MB) costs a decode and a walk of its containers each time otherwise. Equal bytes are equal
+    states whatever process sent them, so nothing is taken on trust.
+    """
+
+    def __init__(self, capacity: int = 4):
+        self.capacity = capacity
+        self._states: OrderedDict[bytes, dict[str, Any]] = OrderedDict()
+
+    def get(self, body: bytes) -> dict[str, Any] | None:
+        state = self._states.get(body)
+        if state is not None:
+            self._states.move_to_end(body)
+        return state
+
+    def remember(self, body: bytes, state: dict[str, Any]) -> None:
+        self._states[body] = state
+        self._states.move_to_end(body)
+        while len(self._states) > self.capacity:
+            self._states.popitem(last=False)
 
 
 def read_check_answers(response: dict[str, Any], count: int) -> list[dict[str, Any]]:

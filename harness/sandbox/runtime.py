@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from harness.sandbox.check_inputs import EpisodeInputs, check_request, episode_inputs, read_check_request
 from harness.sandbox.check_isolation import IMPORT_EVENT
 from harness.sandbox.policy import ALLOWED_MODULES, OPTIONAL_MODULES, REMOVED_BUILTINS, is_forbidden_attribute
 from harness.sandbox.shims import CONTEXT, SHIM_MODULES, Clock, FrozenDate, FrozenDateTime
@@ -108,6 +109,14 @@ def _on_alarm(_signum: int, _frame: Any) -> None:
 
 
 def _json_default(value: Any) -> Any:
+    attributes = getattr(value, "__dict__", None)
+    if type(attributes) is dict and not isinstance(value, _NOT_BY_ATTRIBUTES):
+        # The common case first (orjson asks once per object of a class, thousands of times for a database of
+        # pydantic models): an object's own attributes, the dict itself when none of them is private.
+        for key in attributes:
+            if key.startswith("_"):
+                return {k: v for k, v in attributes.items() if not k.startswith("_")}
+        return attributes
     if isinstance(value, set | frozenset):
         return sorted(value, key=repr)
     if isinstance(value, FrozenDate | FrozenDateTime):
@@ -116,6 +125,10 @@ def _json_default(value: Any) -> Any:
     if hasattr(value, "__dict__"):
         return {k: v for k, v in vars(value).items() if not k.startswith("_")}
     return str(value)
+
+
+_NOT_BY_ATTRIBUTES = (set, frozenset, FrozenDate, FrozenDateTime)
+"""Types written otherwise than by their attributes, even when a subclass gives them some."""
 
 
 def exceeds(value: Any, budget: int) -> bool:
@@ -386,15 +399,22 @@ def _encode(response: dict[str, Any] | bytes) -> bytes:
         return orjson.dumps({"ok": False, "kind": "bad_result", "error": _describe(exc)})
 
 
-def _read_request(fd: int) -> tuple[int, dict[str, Any]] | None:
+def _read_frame(fd: int) -> tuple[int, bytes] | None:
     header = _read_exact(fd, 8)
     if header is None:
         return None
     body = _read_exact(fd, int.from_bytes(header[:4], "little"))
     if body is None:
         return None
-    request: dict[str, Any] = orjson.loads(body)
-    return int.from_bytes(header[4:], "little"), request
+    return int.from_bytes(header[4:], "little"), body
+
+
+def _read_request(fd: int) -> tuple[int, dict[str, Any]] | None:
+    received = _read_frame(fd)
+    if received is None:
+        return None
+    request: dict[str, Any] = orjson.loads(received[1])
+    return received[0], request
 
 
 def serve_session(fd: int, settings: Settings) -> None:
@@ -420,18 +440,21 @@ class CheckBatchRunner(Protocol):
     """What runs a batch of checks in a check process (``harness.sandbox.check_runner.run_checks``, which builds on
     this module and so is handed in by the zygote rather than imported here)."""
 
-    def __call__(self, request: dict[str, Any], settings: Settings, *, isolated: bool = ...) -> dict[str, Any]: ...
+    def __call__(
+        self, request: dict[str, Any], inputs: list[EpisodeInputs], settings: Settings, *, isolated: bool = ...
+    ) -> dict[str, Any]: ...
 
 
 def serve_checks(fd: int, settings: Settings, run_checks: CheckBatchRunner, *, isolated: bool = True) -> None:
     """Run one batch of checks and return (``isolated=False`` only for the trusted warm-up, which runs before the
     zygote forks and must not leave the check guard installed there)."""
-    received = _read_request(fd)
+    received = _read_frame(fd)
     if received is None:
         return
-    sequence, request = received
+    sequence, body = received
     try:
-        response: dict[str, Any] = run_checks(request, settings, isolated=isolated)
+        request, inputs = read_check_request(body)
+        response: dict[str, Any] = run_checks(request, inputs, settings, isolated=isolated)
     except MemoryError:
         response = {"ok": False, "kind": "resource_limit", "error": "the check process ran out of memory"}
     except BaseException as exc:
@@ -503,13 +526,11 @@ def warm_up(settings: Settings, run_checks: CheckBatchRunner) -> None:
         calls.append({"op": "call", "name": "add_item", "args": {"item_id": "a", "count": index}})
         calls.append({"op": "call", "name": "get_item", "args": {"item_id": "a" if index % 2 else "b"}})
     ending: list[dict[str, Any]] = [{"op": "call", "name": "fail", "args": {}}, {"op": "state"}, {"op": "close"}]
-    # The inputs as the pool sends them (``check_batches.encode_inputs``): the texts of their JSON.
-    checks = {
-        "checks": [{"source": _WARM_UP_CHECK}],
-        "initial_json": '{"items":{}}',
-        "final_json": '{"items":{"a":{"count":1}}}',
-        "transcript_json": "[]",
-    }
+    # A request as the pool sends it (``check_batches.encode_inputs``).
+    checks = check_request(
+        {"checks": [{"source": _WARM_UP_CHECK}]},
+        [episode_inputs(b'{"items":{}}', b'{"items":{"a":{"count":1}}}', b"[]")],
+    )
     trusted_checks = partial(serve_checks, run_checks=run_checks, isolated=False)
     replies = _serve_locally(serve_session, [opening, *calls, *ending], settings)
     bytecode = replies[0].get("bytecode") if replies else None
@@ -523,13 +544,15 @@ def warm_up(settings: Settings, run_checks: CheckBatchRunner) -> None:
     CONTEXT.current = Clock(0)
 
 
-def _serve_locally(serve: Any, requests: list[dict[str, Any]], settings: Settings) -> list[dict[str, Any]]:
-    """Run ``serve`` on a socket pair preloaded with ``requests``; the replies, decoded."""
+def _serve_locally(serve: Any, requests: list[dict[str, Any] | bytes], settings: Settings) -> list[dict[str, Any]]:
+    """Run ``serve`` on a socket pair preloaded with ``requests`` (messages, or bodies already encoded); the
+    replies, decoded."""
     import socket
 
+    bodies = [request if isinstance(request, bytes) else orjson.dumps(request) for request in requests]
     ours, theirs = socket.socketpair()
     with ours, theirs:
-        ours.sendall(b"".join(_frame(orjson.dumps(request), n) for n, request in enumerate(requests)))
+        ours.sendall(b"".join(_frame(body, n) for n, body in enumerate(bodies)))
         ours.shutdown(socket.SHUT_WR)
         serve(theirs.fileno(), settings)
         theirs.shutdown(socket.SHUT_WR)

@@ -11,13 +11,12 @@ reaches, which :func:`replay_gold` computes by replaying the gold in the jail be
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
+from harness.benchmarks.tau2.checks import DB_DIGEST, db_digest
 from harness.benchmarks.tau2.code import (
     DISPATCHER,
     ENVIRONMENT_CLASS,
@@ -61,17 +60,13 @@ class Tau2Import:
     version: str = "unknown"
 
 
-def db_hash(db: Any) -> str:
-    """Upstream's ``get_dict_hash`` of a database's ``model_dump()``."""
-    return hashlib.sha256(json.dumps(db, sort_keys=True, default=str).encode()).hexdigest()
-
-
 def db_check(expected_hash: str) -> Check:
+    """τ²'s DB check of one database: its :func:`~harness.benchmarks.tau2.checks.db_digest` is the gold's."""
     source = (
-        "import hashlib\nimport json\n\n\n"
+        "import hashlib\n\nimport orjson\n\n\n"
         "def check(initial, final):\n"
-        "    text = json.dumps(final['db'], sort_keys=True, default=str)\n"
-        f"    return hashlib.sha256(text.encode()).hexdigest() == {expected_hash!r}\n"
+        "    db = final['db']\n"
+        f"    return {DB_DIGEST} == {expected_hash!r}\n"
     )
     return Check(
         id="tau2-db",
@@ -195,7 +190,7 @@ async def replay_gold(pool: SandboxPool, environment: Environment, scenario: Sce
         state = await session.state()
     finally:
         await session.close()
-    return db_hash(state["db"]), raised
+    return db_digest(state["db"]), raised
 
 
 async def import_tau2(

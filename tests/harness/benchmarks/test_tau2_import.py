@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import hashlib
 import io
+import json
 import os
 import zipfile
 from pathlib import Path
@@ -13,8 +15,8 @@ from pathlib import Path
 import orjson
 import pytest
 
+from harness.benchmarks.tau2.checks import db_digest
 from harness.benchmarks.tau2.code import DISPATCHER
-from harness.benchmarks.tau2.importer import db_hash
 from harness.dispatch import DispatchSession, open_tool_session
 from harness.library import load_library
 from harness.sandbox import SandboxPool
@@ -136,12 +138,12 @@ def test_tools_answer_with_upstreams_texts_and_a_wrong_write_misses_the_gold_dat
                 observation = await session.call_raw(ToolCall(id="t", name=name, arguments=arguments))
                 assert isinstance(observation.content, str)
                 texts.append(observation.content)
-            before = db_hash((await session.state())["db"])
+            before = db_digest((await session.state())["db"])
             other = next(
                 r for r in scenario.initial_state["db"]["reservations"] if r != gold.arguments["reservation_id"]
             )
             await session.call_raw(ToolCall(id="w", name="cancel_reservation", arguments={"reservation_id": other}))
-            after = db_hash((await session.state())["db"])
+            after = db_digest((await session.state())["db"])
             await session.close()
         return texts, before, after
 
@@ -255,3 +257,28 @@ def test_validate_keeps_upstream_tasks_that_doing_nothing_passes_and_replays_gol
     assert reports["tau2-airline-2"]["problems"] == []
     assert reports["tau2-airline-2"]["details"]["reference_state_reward"] == 1.0
     assert any("do not reach success" in p for p in reports["tau2-airline-2-wrong"]["problems"])
+
+
+def test_the_db_checks_digest_agrees_with_upstreams_dict_hash() -> None:
+    def upstream_dict_hash(value: object) -> str:  # tau2/utils/utils.py get_dict_hash
+        return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
+
+    value = {"users": {"u1": {"name": "A", "orders": ["#1", "#2"], "balance": 10.5}}, "zeta": None, "n": 1}
+    variants = [
+        value,
+        {"n": 1, "zeta": None, "users": {"u1": {"balance": 10.5, "orders": ["#1", "#2"], "name": "A"}}},
+        {"n": 1.0, "zeta": None, "users": {"u1": {"balance": 10.5, "orders": ["#1", "#2"], "name": "A"}}},
+        {"n": 1, "zeta": None, "users": {"u1": {"balance": 10.5, "orders": ["#2", "#1"], "name": "A"}}},
+        {"n": 1, "zeta": None, "users": {"u1": {"balance": 10.50001, "orders": ["#1", "#2"], "name": "A"}}},
+        {"n": 1, "zeta": None, "users": {"u1": {"balance": 10.5, "orders": ["#1", "#2"], "name": "A "}}},
+        {"n": 1, "zeta": "", "users": {"u1": {"balance": 10.5, "orders": ["#1", "#2"], "name": "A"}}},
+        {"n": 1, "zeta": None, "users": {"u1": {"balance": 10.5, "orders": ["#1", "#2"], "name": "é"}}},
+        {"n": 1, "zeta": None, "users": {"u1": {"balance": -0.0, "orders": [], "name": "A"}}},
+        {"n": 1, "zeta": None, "users": {"u1": {"balance": 0.0, "orders": [], "name": "A"}}},
+        {"n": True, "zeta": None, "users": {}},
+        {"n": 1, "zeta": None, "users": {}},
+    ]
+    for left in variants:
+        for right in variants:
+            same_digest = db_digest(left) == db_digest(right)
+            assert same_digest == (upstream_dict_hash(left) == upstream_dict_hash(right)), (left, right)

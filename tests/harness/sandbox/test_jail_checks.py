@@ -16,6 +16,7 @@ import pytest
 
 from harness.sandbox import SandboxPool, find_problems
 from harness.sandbox.check_batches import encode_inputs
+from harness.sandbox.check_inputs import check_request
 from harness.schema import Check, Scenario
 from tests.support.cli_process import harness_cli
 from tests.support.jail_library import REPO, hostile_scenario, write_hostile_library
@@ -131,22 +132,22 @@ async def test_a_check_cannot_change_how_the_next_checks_of_its_batch_are_evalua
 
 def test_run_checks_in_a_process_of_its_own_keeps_each_result_its_own():
     """``run_checks`` called directly (the check process's entry point), every attack in one batch, with the inputs
-    as the texts the pool sends (``encode_inputs``)."""
+    as the pool sends them (``encode_inputs``, read back by ``read_check_request``)."""
     sources = [source for attack in ATTACKS.values() for source in (attack, TRUE_PROBE, FALSE_PROBE)]
     script = (
         "import orjson, sys\n"
-        "from harness.sandbox import check_runner, runtime\n"
+        "from harness.sandbox import check_inputs, check_runner, runtime\n"
         "runtime.prepare_interpreter()\n"
-        "request = orjson.loads(sys.stdin.buffer.read())\n"
-        "reply = check_runner.run_checks(request, runtime.Settings(5.0, 1 << 20, 1 << 24), isolated=True)\n"
+        "request, inputs = check_inputs.read_check_request(sys.stdin.buffer.read())\n"
+        "settings = runtime.Settings(5.0, 1 << 20, 1 << 24)\n"
+        "reply = check_runner.run_checks(request, inputs, settings, isolated=True)\n"
         "sys.stdout.buffer.write(orjson.dumps(reply))\n"
     )
     state = {"counter": 1, "loot": [], "flag": "honest"}
-    request = {"checks": [{"source": s} for s in sources], **orjson.loads(encode_inputs(state, state, []))}
-    assert set(request) == {"checks", "initial_json", "final_json", "transcript_json"}
+    body = check_request({"checks": [{"source": s} for s in sources]}, [encode_inputs(state, state, [])])
     done = subprocess.run(
         [sys.executable, "-c", script],
-        input=orjson.dumps(request),
+        input=body,
         capture_output=True,
         env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
         timeout=120,

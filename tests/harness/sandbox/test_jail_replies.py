@@ -436,3 +436,14 @@ def test_an_ordinary_user_run_refuses_oversized_and_deep_replies(shared_folder: 
     assert_refused_and_recorded(run_dir, ["huge", "deep"])
     shown = run_as_ordinary_user([*harness_command, "show", str(run_dir)], home)
     assert shown.returncode == 0 and "2 recorded of 2 planned" in shown.stdout, shown.stdout + shown.stderr
+
+
+async def test_a_refused_state_is_never_remembered_for_shared_readers():
+    deep_state = '{"ok":true,"state":{"counter":' + "[" * 500 + "]" * 500 + "}}"
+    async with SandboxPool() as pool:
+        session = await pool.open_session(forger(), {"counter": 0})
+        for _ in range(2):
+            await session.call(call("forge_state", body=deep_state))
+            with pytest.raises(SandboxError, match="reading the state failed: the state nests more than 96 levels"):
+                await session.state(shared=True)
+        await session.close()

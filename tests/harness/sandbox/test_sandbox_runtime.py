@@ -303,3 +303,102 @@ async def test_check_that_loops_forever_fails_alone(pool):
     results = await pool.run_checks([CHECKS[0], looping, CHECKS[2]], STATE, STATE)
     assert [r.passed for r in results] == [False, False, True]
     assert "did not finish" in results[1].error
+
+
+READING_THE_INITIAL_STATE = {
+    "named": "def check(initial, final):\n    return initial['accounts']['A']['balance'] == 100\n",
+    "captured": "def check(initial, final):\n    def inner():\n        return initial['log'] == []\n    return inner()\n",
+    "locals": (
+        "import typing\n\n\ndef check(initial, final):\n"
+        "    return typing.sys.modules['builtins'].locals()['initial']['accounts']['B']['balance'] == 5\n"
+    ),
+    "getattr": (
+        "import typing\n\n\ndef check(initial, final):\n"
+        "    found = getattr(typing.sys.modules['builtins'], 'loc' + 'als')()\n"
+        "    return sorted(found['initial']) == ['accounts', 'log']\n"
+    ),
+    "star_args": "def check(*states):\n    return states[0]['accounts']['A']['balance'] == 100\n",
+    "wrapped": (
+        "import functools\n\n\ndef keep(function):\n    @functools.wraps(function)\n"
+        "    def wrapper(*args):\n        return function(*args)\n    return wrapper\n\n\n"
+        "@keep\ndef check(initial, final):\n    return initial['accounts']['A']['balance'] == 100\n"
+    ),
+    "callable_object": (
+        "class Check:\n    def __call__(self, initial, final):\n        return initial['log'] == []\n\n\n"
+        "check = Check()\n"
+    ),
+    "reassigned": "def check(initial, final):\n    seen = initial\n    initial = None\n    return seen['log'] == []\n",
+    "check_func": "def check_func(final):\n    return initial_state['accounts']['A']['balance'] == 100\n",
+}
+
+
+async def test_every_way_a_check_reads_the_initial_state_gets_it(pool):
+    """A check is given the initial state undecoded only when its code cannot read it: each route to it here
+    reads the real state."""
+    checks = [Check(id=name, description=name, source=source) for name, source in READING_THE_INITIAL_STATE.items()]
+    results = await pool.run_checks(checks, STATE, {"accounts": {}, "log": ["moved"]})
+    assert {r.check_id: (r.passed, r.error) for r in results} == {
+        name: (True, None) for name in READING_THE_INITIAL_STATE
+    }
+
+
+def test_only_a_check_that_never_names_the_initial_state_skips_it():
+    from harness.sandbox.check_runner import reads_parameter
+
+    namespace: dict[str, object] = {}
+    exec(
+        "def check(initial, final):\n    import json\n    return json.dumps(final, sort_keys=True) == 'x'\n", namespace
+    )
+    assert not reads_parameter(namespace["check"], 0)
+    assert reads_parameter(namespace["check"], 1)
+    for name, source in READING_THE_INITIAL_STATE.items():
+        namespace = {}
+        exec(source, namespace)
+        if "check" in namespace:  # check_func() reads the initial state as a global, always given
+            assert reads_parameter(namespace["check"], 0), name
+
+
+async def test_sessions_that_start_alike_share_one_read_state_and_others_do_not(pool):
+    first = await pool.open_session(wallet(), STATE)
+    second = await pool.open_session(wallet(), STATE)
+    other = await pool.open_session(wallet(), {**STATE, "log": ["other"]})
+    one, two, three = [await s.state(shared=True) for s in (first, second, other)]
+    assert one is two and one == STATE
+    assert three is not one and three["log"] == ["other"]
+    # A reader that does not promise to leave the state alone gets its own object, and changing it reaches no one.
+    own = await first.state()
+    assert own == one and own is not one
+    own["accounts"]["A"]["balance"] = 0
+    await first.call(transfer(30))
+    moved = await first.state(shared=True)
+    assert moved is not one and moved["accounts"]["A"]["balance"] == 70
+    assert (await second.state(shared=True))["accounts"]["A"]["balance"] == 100
+    for session in (first, second, other):
+        await session.close()
+
+
+async def test_screening_opens_one_session_per_distinct_start_and_judges_each_scenario():
+    from harness.validate import ResetSnapshots, screen_scenario
+
+    broken = {"accounts": [], "log": []}  # a list: the checks at reset fail on it
+    scenarios = [
+        scenario(CHECKS[:3]).model_copy(update={"id": "a"}),
+        scenario(CHECKS[:3]).model_copy(update={"id": "b", "initial_state": {**STATE}}),
+        scenario(CHECKS[:3]).model_copy(update={"id": "c", "initial_state": broken}),
+    ]
+    async with SandboxPool(workers=1) as pool:
+        opened = []
+        real_open = pool.open_session
+
+        async def counted(environment, initial_state, **options):
+            opened.append(initial_state)
+            return await real_open(environment, initial_state, **options)
+
+        pool.open_session = counted
+        snapshots = ResetSnapshots()
+        screened = await asyncio.gather(*(screen_scenario(pool, s, wallet(), snapshots) for s in scenarios))
+    assert opened == [STATE, broken]
+    (a, snapshot_a, at_reset_a), (b, snapshot_b, _), (c, snapshot_c, _) = screened
+    assert snapshot_a is snapshot_b and snapshot_a == STATE and snapshot_c == broken
+    assert a.ok and b.ok and [r.check_id for r in at_reset_a] == ["moved", "envscaler", "untouched"]
+    assert not c.ok and "fails to run on the initial state" in c.problems[0]

@@ -1,0 +1,60 @@
+"""How a check request carries its episodes' inputs: the request's JSON, a NUL byte, then each episode's initial
+state, final state and transcript as the bytes of their JSON, each episode headed by the three sizes.
+
+The states are the largest part of a request (τ² retail: 1.2 MB each). As raw bytes after the JSON they are written
+once and sliced on arrival; as JSON strings inside the request they would be escaped by the harness and unescaped
+by the check process, every quote of them. Used by both sides: the harness (``check_batches``, ``pool``) and the
+check process (``runtime``, ``check_runner``). Standard library and orjson only.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import orjson
+
+SEPARATOR = b"\0"
+"""Ends the request's JSON (orjson never writes a NUL byte: JSON escapes it inside strings)."""
+_SIZES = struct.Struct("<III")
+
+EpisodeInputs = tuple[memoryview, memoryview, memoryview]
+"""One episode's initial state, final state and transcript, each the bytes of its JSON, as the check process
+reads them."""
+
+
+def episode_inputs(initial: bytes, final: bytes, transcript: bytes) -> bytes:
+    """One episode's inputs as a request carries them."""
+    return _SIZES.pack(len(initial), len(final), len(transcript)) + initial + final + transcript
+
+
+def check_request(message: dict[str, Any], episodes: list[bytes]) -> bytes:
+    """A request's body: ``message`` and the inputs of ``episodes`` (each from :func:`episode_inputs`)."""
+    return orjson.dumps(message) + SEPARATOR + b"".join(episodes)
+
+
+def read_check_request(body: bytes) -> tuple[dict[str, Any], list[EpisodeInputs]]:
+    """The request's message and each episode's inputs (views into ``body``); ``ValueError`` when the inputs do
+    not add up."""
+    head, _, tail = body.partition(SEPARATOR)
+    message: dict[str, Any] = orjson.loads(head)
+    view = memoryview(tail)
+    inputs: list[EpisodeInputs] = []
+    offset = 0
+    while offset < len(view):
+        if offset + _SIZES.size > len(view):
+            raise ValueError("a check request ends inside an episode's header")
+        initial, final, transcript = _SIZES.unpack_from(view, offset)
+        offset += _SIZES.size
+        end = offset + initial + final + transcript
+        if end > len(view):
+            raise ValueError("a check request ends inside an episode's inputs")
+        inputs.append(
+            (
+                view[offset : offset + initial],
+                view[offset + initial : offset + initial + final],
+                view[offset + initial + final : end],
+            )
+        )
+        offset = end
+    return message, inputs
