@@ -163,7 +163,6 @@ def main() -> None:
         timed["write its state"] = median_ms(lambda: runtime.encode_state(runtime.snapshot(instance)), args.repeat)
         timed["decode the final state"] = median_ms(lambda: orjson.loads(final_json), args.repeat)
         timed["digest the database"] = median_ms(lambda: db_digest(scenario.initial_state["db"]), args.repeat)
-        del namespace, instance_class, instance
         gc.collect()
         gc.freeze()
         session_process = in_a_fresh_process(session, args.repeat)
