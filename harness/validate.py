@@ -10,6 +10,8 @@ reach success. The cheap part, without the reference replay (:func:`invalid_scen
 from __future__ import annotations
 
 import asyncio
+import hashlib
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -186,17 +188,24 @@ class ResetSnapshots:
     """The reset snapshots of one screening, one per environment and initial state: scenarios that start alike
     (a benchmark domain's tasks mostly share one database) are screened on one session's snapshot instead of a
     session each. A snapshot depends only on the environment's code, the initial state and the seed, which are
-    the same; and whether the state loads is the same answer for all of them."""
+    the same; and whether the state loads is the same answer for all of them. The last ``capacity`` are kept
+    (a library's scenarios of one start are usually neighbours), so a library of many large, different states
+    holds no more snapshots than the screenings in flight do."""
 
-    def __init__(self) -> None:
-        self._snapshots: dict[tuple[str, str, bytes], asyncio.Task[dict[str, Any]]] = {}
+    def __init__(self, capacity: int = 16) -> None:
+        self.capacity = capacity
+        self._snapshots: OrderedDict[tuple[str, str], asyncio.Task[dict[str, Any]]] = OrderedDict()
 
     async def snapshot(self, pool: SandboxPool, environment: Environment, scenario: Scenario) -> dict[str, Any]:
-        key = (environment.id, environment.code, orjson.dumps(scenario.initial_state, option=orjson.OPT_SORT_KEYS))
+        state = orjson.dumps(scenario.initial_state, option=orjson.OPT_SORT_KEYS)
+        key = (environment.id, hashlib.sha256(environment.code.encode() + b"\0" + state).hexdigest())
         task = self._snapshots.get(key)
         if task is None:
             task = asyncio.ensure_future(initial_snapshot(pool, environment, scenario))
             self._snapshots[key] = task
+            while len(self._snapshots) > self.capacity:
+                self._snapshots.popitem(last=False)
+        self._snapshots.move_to_end(key)
         return await asyncio.shield(task)
 
 
@@ -295,7 +304,7 @@ async def invalid_scenarios(
     Scenarios whose environment is not in the library are left to the caller (they may be served over MCP).
     """
     limit = asyncio.Semaphore(concurrency)
-    snapshots = ResetSnapshots()
+    snapshots = ResetSnapshots(concurrency)
 
     async def one(scenario: Scenario) -> tuple[str, list[str]]:
         async with limit:

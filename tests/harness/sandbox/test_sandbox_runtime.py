@@ -402,3 +402,26 @@ async def test_screening_opens_one_session_per_distinct_start_and_judges_each_sc
     assert snapshot_a is snapshot_b and snapshot_a == STATE and snapshot_c == broken
     assert a.ok and b.ok and [r.check_id for r in at_reset_a] == ["moved", "envscaler", "untouched"]
     assert not c.ok and "fails to run on the initial state" in c.problems[0]
+
+
+async def test_screening_keeps_only_the_latest_snapshots():
+    from harness.validate import ResetSnapshots, screen_scenario
+
+    other = {**STATE, "log": ["other"]}
+    starts = [STATE, other, STATE, STATE]
+    async with SandboxPool(workers=1) as pool:
+        opened = []
+        real_open = pool.open_session
+
+        async def counted(environment, initial_state, **options):
+            opened.append(initial_state)
+            return await real_open(environment, initial_state, **options)
+
+        pool.open_session = counted
+        snapshots = ResetSnapshots(capacity=1)
+        for number, start in enumerate(starts):
+            item = scenario(CHECKS[:3]).model_copy(update={"id": f"s{number}", "initial_state": start})
+            report, snapshot, _ = await screen_scenario(pool, item, wallet(), snapshots)
+            assert report.ok and snapshot == start
+    # One kept: the return to STATE after OTHER opens a session again; the next STATE does not.
+    assert opened == [STATE, other, STATE]
