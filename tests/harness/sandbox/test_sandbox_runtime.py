@@ -377,6 +377,19 @@ async def test_sessions_that_start_alike_share_one_read_state_and_others_do_not(
         await session.close()
 
 
+def record_opened_states(pool: SandboxPool) -> list[dict]:
+    """The initial state of each session ``pool`` opens from now on, in order; the sessions open for real."""
+    opened: list[dict] = []
+    real_open = pool.open_session
+
+    async def counted(environment, initial_state, **options):
+        opened.append(initial_state)
+        return await real_open(environment, initial_state, **options)
+
+    pool.open_session = counted
+    return opened
+
+
 async def test_screening_opens_one_session_per_distinct_start_and_judges_each_scenario():
     from harness.validate import ResetSnapshots, screen_scenario
 
@@ -387,14 +400,7 @@ async def test_screening_opens_one_session_per_distinct_start_and_judges_each_sc
         scenario(CHECKS[:3]).model_copy(update={"id": "c", "initial_state": broken}),
     ]
     async with SandboxPool(workers=1) as pool:
-        opened = []
-        real_open = pool.open_session
-
-        async def counted(environment, initial_state, **options):
-            opened.append(initial_state)
-            return await real_open(environment, initial_state, **options)
-
-        pool.open_session = counted
+        opened = record_opened_states(pool)
         snapshots = ResetSnapshots()
         screened = await asyncio.gather(*(screen_scenario(pool, s, wallet(), snapshots) for s in scenarios))
     assert opened == [STATE, broken]
@@ -410,14 +416,7 @@ async def test_screening_keeps_only_the_latest_snapshots():
     other = {**STATE, "log": ["other"]}
     starts = [STATE, other, STATE, STATE]
     async with SandboxPool(workers=1) as pool:
-        opened = []
-        real_open = pool.open_session
-
-        async def counted(environment, initial_state, **options):
-            opened.append(initial_state)
-            return await real_open(environment, initial_state, **options)
-
-        pool.open_session = counted
+        opened = record_opened_states(pool)
         snapshots = ResetSnapshots(capacity=1)
         for number, start in enumerate(starts):
             item = scenario(CHECKS[:3]).model_copy(update={"id": f"s{number}", "initial_state": start})
