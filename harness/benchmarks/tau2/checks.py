@@ -5,7 +5,7 @@ Each is an ordinary :class:`~harness.schema.Check` that runs in the check proces
 
 * ``DB`` (``evaluator_env.py``): the hash of the agent's database and the hash of the user's database both equal
   those the gold actions reach (upstream compares the two hashes of a fresh environment replayed with the gold).
-  The hash is :func:`db_digest`, not upstream's text: the same verdict, nine times faster.
+  The hash is :func:`db_digest`, not upstream's text: the same verdict, six times faster.
 * ``ACTION`` (``evaluator_action.py``, ``data_model/tasks.py`` ``Action.compare_with_tool_call``): each gold action
   is matched by some tool call of the episode, the agent's or the user's: same name and, over the arguments it
   compares (``compare_args``, or when that is unset every argument of the call), equal values.
@@ -35,8 +35,8 @@ def db_digest(db: Any) -> str:
 
     Upstream's ``get_dict_hash`` hashes ``json.dumps(db, sort_keys=True, default=str)``. Both texts are one-to-one
     encodings of a JSON value (``1`` and ``1.0`` stay apart in both), so two databases have equal digests exactly
-    when upstream's hashes are equal, and the verdict is upstream's. orjson's takes 1.7 ms for retail's 1.2 MB
-    database where the standard library's takes 15 ms, and the check runs on every episode."""
+    when upstream's hashes are equal, and the verdict is upstream's. With orjson's, the digest of retail's 1.2 MB
+    database takes 2.5 ms instead of 16, and the check runs on every episode."""
     return hashlib.sha256(orjson.dumps(db, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
