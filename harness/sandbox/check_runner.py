@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from harness.sandbox.check_inputs import EpisodeInputs
+from harness.sandbox.check_inputs import ReceivedInputs
 from harness.sandbox.check_isolation import capture_shared_state, install_check_guard, traceback_locator
 from harness.sandbox.runtime import CallTimeout, Settings, guarded, load_module
 from harness.sandbox.shims import SHIM_MODULES, Clock
@@ -25,7 +25,7 @@ out before its first check runs."""
 
 
 def run_checks(
-    request: dict[str, Any], inputs: list[EpisodeInputs], settings: Settings, *, isolated: bool = False
+    request: dict[str, Any], inputs: list[ReceivedInputs], settings: Settings, *, isolated: bool = False
 ) -> dict[str, Any]:
     """Each check on fresh copies of (initial, final[, transcript]) of each episode. Only an exact True passes.
 

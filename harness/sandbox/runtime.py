@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from harness.sandbox.check_inputs import EpisodeInputs, check_request, episode_inputs, read_check_request
+from harness.sandbox.check_inputs import ReceivedInputs, check_request, episode_inputs, read_check_request
 from harness.sandbox.check_isolation import IMPORT_EVENT
 from harness.sandbox.policy import ALLOWED_MODULES, OPTIONAL_MODULES, REMOVED_BUILTINS, is_forbidden_attribute
 from harness.sandbox.shims import CONTEXT, SHIM_MODULES, Clock, FrozenDate, FrozenDateTime
@@ -441,7 +441,7 @@ class CheckBatchRunner(Protocol):
     this module and so is handed in by the zygote rather than imported here)."""
 
     def __call__(
-        self, request: dict[str, Any], inputs: list[EpisodeInputs], settings: Settings, *, isolated: bool = ...
+        self, request: dict[str, Any], inputs: list[ReceivedInputs], settings: Settings, *, isolated: bool = ...
     ) -> dict[str, Any]: ...
 
 

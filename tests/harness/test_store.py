@@ -9,31 +9,20 @@ import pytest
 from harness.metrics import read_results
 from harness.redact import REDACTED, register_secret
 from harness.schema import (
-    AgentSettings,
-    ModelSettings,
     Observation,
-    Step,
     TerminationReason,
-    ToolCall,
     Trajectory,
 )
 from harness.store import ResultStore
+from tests.support.trajectories import one_call_trajectory
 
 SECRET = "sk-store-test-0d1e5c7a9b"
 
 
 def trajectory(episode_id: str, content: object, termination: TerminationReason) -> Trajectory:
     observation = Observation(tool_call_id="c1", name="look", content=content)
-    return Trajectory(
-        episode_id=episode_id,
-        scenario_id="s",
-        environment_id="e",
-        mode="nonconv",
-        agent=AgentSettings(kind="oracle", model=ModelSettings(model="oracle")),
-        steps=[Step(index=0, call=ToolCall(id="c1", name="look", arguments={}), observation=observation)],
-        termination=termination,
-        termination_detail=f"ended with {content!r}"[:200],
-    )
+    detail = f"ended with {content!r}"[:200]
+    return one_call_trajectory(episode_id, observation, termination=termination, termination_detail=detail)
 
 
 def deep(levels: int) -> object:

@@ -25,19 +25,15 @@ from harness.metrics import read_results, summarize_group
 from harness.reward import trajectory_reward
 from harness.sandbox import find_problems
 from harness.schema import (
-    AgentSettings,
     Check,
     Environment,
     Failure,
     FailureParty,
-    ModelSettings,
     Observation,
     ObservationKind,
     ReferenceAction,
     Scenario,
-    Step,
     TerminationReason,
-    ToolCall,
     Trajectory,
 )
 from harness.scoring import zero_reward
@@ -46,6 +42,7 @@ from harness.toolspec import derive_tools
 from tests.doubles.mock_openai import Fault
 from tests.doubles.seed_replay import alias_file, serving_mock
 from tests.support.cli_process import Finished, harness
+from tests.support.trajectories import one_call_trajectory
 from tests.support.unprivileged import NOBODY, open_to_ordinary_user, run_as_ordinary_user
 
 RAISES_ON_LOAD = '''
@@ -278,7 +275,6 @@ def test_a_failing_model_endpoint_is_still_an_infrastructure_error(library: Path
 
 
 def blamed_trajectory(episode_id: str, termination: TerminationReason, failure: Failure | None) -> Trajectory:
-    call = ToolCall(id="c1", name="finish", arguments={})
     observation = Observation(
         tool_call_id="c1",
         name="finish",
@@ -286,15 +282,14 @@ def blamed_trajectory(episode_id: str, termination: TerminationReason, failure: 
         error="the call ended its sandbox process: the sandbox process exited with status 3",
         process_ended=True,
     )
-    return Trajectory(
-        episode_id=episode_id,
+    reward = zero_reward(Scenario(id="exits-1", environment_id="exits", initial_state={}, task="t"))
+    return one_call_trajectory(
+        episode_id,
+        observation,
         scenario_id="exits-1",
         environment_id="exits",
-        mode="nonconv",
-        agent=AgentSettings(kind="oracle", model=ModelSettings(model="none")),
-        steps=[Step(index=0, call=call, observation=observation)],
-        reward=zero_reward(Scenario(id="exits-1", environment_id="exits", initial_state={}, task="t")),
         termination=termination,
+        reward=reward,
         failure=failure,
     )
 

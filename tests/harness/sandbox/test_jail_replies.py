@@ -21,15 +21,12 @@ from harness.library import write_seed_layout
 from harness.metrics import read_results
 from harness.sandbox import SandboxError, SandboxLimits, SandboxPool, find_problems
 from harness.schema import (
-    AgentSettings,
     Check,
     Environment,
-    ModelSettings,
     Observation,
     ObservationKind,
     ReferenceAction,
     Scenario,
-    Step,
     TerminationReason,
     ToolCall,
     Trajectory,
@@ -37,6 +34,7 @@ from harness.schema import (
 from harness.store import ResultStore
 from harness.toolspec import derive_tools
 from tests.support.cli_process import harness
+from tests.support.trajectories import one_call_trajectory
 from tests.support.unprivileged import open_to_ordinary_user, run_as_ordinary_user
 
 FORGER = '''
@@ -305,15 +303,7 @@ async def test_check_answers_are_bounded_in_size_and_their_texts_are_cut():
 
 def trajectory(episode_id: str, content: object) -> Trajectory:
     observation = Observation(tool_call_id="c1", name="bump", content=content)
-    return Trajectory(
-        episode_id=episode_id,
-        scenario_id="s",
-        environment_id="forger",
-        mode="nonconv",
-        agent=AgentSettings(kind="oracle", model=ModelSettings(model="oracle")),
-        steps=[Step(index=0, call=ToolCall(id="c1", name="bump", arguments={}), observation=observation)],
-        termination=TerminationReason.AGENT_DONE,
-    )
+    return one_call_trajectory(episode_id, observation, environment_id="forger")
 
 
 def nested(depth: int) -> object:
