@@ -210,8 +210,9 @@ class EnvSession:
 
     async def state(self, *, shared: bool = False) -> dict[str, Any]:
         """The session's state; :class:`SandboxError` with the reason when it cannot be read or is refused. With
-        ``shared`` the caller promises not to change it: a state equal to one the pool read lately is then that
-        object, not decoded again (``KnownStates``)."""
+        ``shared`` the caller promises not to change it: a state equal to one a session of the pool started from
+        lately is then that object, not decoded again (``KnownStates``), and a state read before this session's
+        first call is remembered as one."""
         reply_limits = self.pool.reply_limits
         budget = self.pool._budget(self.pool.limits.call_timeout_s)
         known = self.pool.known_states if shared else None
@@ -230,7 +231,8 @@ class EnvSession:
                 except ReplyRefused as refused:
                     raise SandboxError(f"reading the state failed: {refused}") from None
                 if known is not None:
-                    known.remember(child.reply_body, state)
+                    if not self._log:  # the state this session started from
+                        known.remember(child.reply_body, state)
                     child.reply_body = b""
                 return state
 

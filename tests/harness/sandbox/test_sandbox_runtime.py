@@ -424,3 +424,21 @@ async def test_screening_keeps_only_the_latest_snapshots():
             assert report.ok and snapshot == start
     # One kept: the return to STATE after OTHER opens a session again; the next STATE does not.
     assert opened == [STATE, other, STATE]
+
+
+async def test_only_starting_states_are_remembered_so_changed_states_do_not_push_them_out(pool):
+    starting = await pool.open_session(wallet(), STATE)
+    start = await starting.state(shared=True)
+    moved = []
+    for amount in range(1, 7):  # more changed states than the pool keeps
+        session = await pool.open_session(wallet(), STATE)
+        await session.call(transfer(amount))
+        first, second = await session.state(shared=True), await session.state(shared=True)
+        assert first == second and first is not second  # read after a call: looked up, never remembered
+        moved.append(first["accounts"]["A"]["balance"])
+        await session.close()
+    assert moved == [99, 98, 97, 96, 95, 94]
+    late = await pool.open_session(wallet(), STATE)
+    assert await late.state(shared=True) is start
+    for session in (starting, late):
+        await session.close()
