@@ -21,6 +21,7 @@ from harness.fingerprint import fingerprint
 from harness.names import require_safe_id
 from harness.sandbox.policy import optional_modules_named_in
 from harness.scenario_json import scenario_json
+from harness.scenario_lines import ScenarioLines
 from harness.schema import DatasetRef, Environment, Provenance, Scenario
 from harness.toolspec import derive_tools
 
@@ -90,14 +91,16 @@ def load_seed_layout(root: Path) -> Library:
         except Exception as exc:
             problems.append(f"{meta_path.name}: {one_line(exc)}")
     scenarios: list[Scenario] = []
+    lines = ScenarioLines()
     for path in scenario_files:
-        for number, line in enumerate(path.read_bytes().splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                scenarios.append(Scenario.model_validate(orjson.loads(line)))
-            except Exception as exc:
-                problems.append(f"{path.name}:{number}: {one_line(exc)}")
+        with path.open("rb") as records:  # a line at a time: a benchmark's file can be hundreds of MB
+            for number, line in enumerate(records, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    scenarios.append(lines.scenario(line))
+                except Exception as exc:
+                    problems.append(f"{path.name}:{number}: {one_line(exc)}")
     ref = DatasetRef(source=str(root), fingerprint=fingerprint(environments, scenarios))
     return Library(environments, scenarios, ref, problems)
 

@@ -13,6 +13,7 @@ from collections.abc import Set
 import orjson
 
 from harness.schema import Scenario
+from harness.state_encodings import READ_ONLY_STATES
 
 # orjson writes these types itself, but not necessarily as pydantic's JSON mode does: refused here (TypeError), so
 # that only plain JSON takes the fast path.
@@ -26,7 +27,11 @@ def scenario_json(scenario: Scenario, exclude: Set[str] = frozenset(), *, sort_k
     if "initial_state" in exclude:
         return orjson.dumps(scenario.model_dump(mode="json", exclude=set(exclude)), option=option)
     try:
-        state = orjson.Fragment(orjson.dumps(scenario.initial_state, option=_PLAIN_JSON_ONLY | option))
+        if READ_ONLY_STATES.holds(scenario.initial_state):  # decoded from JSON, so plain; written once
+            written = READ_ONLY_STATES.canonical if sort_keys else READ_ONLY_STATES.plain
+            state = orjson.Fragment(written(scenario.initial_state))
+        else:
+            state = orjson.Fragment(orjson.dumps(scenario.initial_state, option=_PLAIN_JSON_ONLY | option))
     except TypeError:
         return orjson.dumps(scenario.model_dump(mode="json", exclude=set(exclude)), option=option)
     placeholder = scenario.model_copy(update={"initial_state": {}})

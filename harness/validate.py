@@ -15,7 +15,6 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import orjson
 from pydantic import BaseModel, Field
 
 from harness.dispatch import open_tool_session
@@ -26,6 +25,7 @@ from harness.rules import BENCHMARK_SOURCES
 from harness.sandbox.pool import EnvironmentLoadError, SandboxError, SandboxPool
 from harness.schema import CheckResult, Environment, ReferenceAction, Scenario, Step, ToolCall, UserReferenceAction
 from harness.scoring import check_transcript, checks_at_reset, prepared_checks, reward_from_results
+from harness.state_encodings import READ_ONLY_STATES
 from harness.tool_messages import tool_message
 from harness.toolspec import ToolDerivationError, derive_tools
 
@@ -197,7 +197,7 @@ class ResetSnapshots:
         self._snapshots: OrderedDict[tuple[str, str], asyncio.Task[dict[str, Any]]] = OrderedDict()
 
     async def snapshot(self, pool: SandboxPool, environment: Environment, scenario: Scenario) -> dict[str, Any]:
-        state = orjson.dumps(scenario.initial_state, option=orjson.OPT_SORT_KEYS)
+        state = READ_ONLY_STATES.canonical(scenario.initial_state)
         key = (environment.id, hashlib.sha256(environment.code.encode() + b"\0" + state).hexdigest())
         task = self._snapshots.get(key)
         if task is None:

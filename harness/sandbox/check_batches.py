@@ -23,9 +23,10 @@ from typing import Any
 
 import orjson
 
-from harness.sandbox.check_inputs import episode_inputs
+from harness.sandbox.check_inputs import EpisodeParts, episode_inputs
 from harness.sandbox.children import Child, ChildLost
 from harness.schema import Check
+from harness.state_encodings import READ_ONLY_STATES
 
 logger = logging.getLogger(__name__)
 
@@ -33,9 +34,15 @@ MAX_BATCH_EPISODES = 8
 """Episodes one check process scores at most: a batch's inputs are all in the process at once, under its memory
 cap, and a batch that fails is scored again one episode at a time."""
 
-EpisodeInputs = bytes
+EpisodeInputs = EpisodeParts
 """What the checks of one episode read, as a check request carries them (see :func:`encode_inputs`). Encoded
-once, when the episode asks to be scored: its size decides which batch it fits."""
+once, when the episode asks to be scored: its size (:func:`inputs_size`) decides which batch it fits."""
+
+
+def inputs_size(inputs: EpisodeInputs) -> int:
+    return sum(len(part) for part in inputs)
+
+
 Answers = list[dict[str, Any]]
 """One episode's answers, one per check, as the check process sent them."""
 
@@ -44,8 +51,8 @@ def encode_inputs(initial: Any, final: Any, transcript: list[dict[str, Any]]) ->
     """One episode's inputs: the bytes of the initial state's, the final state's and the transcript's JSON
     (``check_inputs.episode_inputs``). The check process decodes each part afresh for every check that reads it
     (each gets copies of its own), never once on arrival, which for a large state would be most of its work."""
-    initial_bytes = orjson.dumps(initial)
-    final_bytes = initial_bytes if final is initial else orjson.dumps(final)
+    initial_bytes = READ_ONLY_STATES.plain(initial)
+    final_bytes = initial_bytes if final is initial else READ_ONLY_STATES.plain(final)
     return episode_inputs(initial_bytes, final_bytes, orjson.dumps(transcript))
 
 
@@ -164,7 +171,7 @@ class CheckBatcher:
         size = 0
         count = 0
         for waiting in live[: self.max_episodes]:
-            size += len(waiting.inputs)
+            size += inputs_size(waiting.inputs)
             if count and size > self.max_bytes:
                 break
             count += 1
@@ -207,4 +214,5 @@ __all__ = [
     "EpisodeInputs",
     "checks_of_scenario",
     "encode_inputs",
+    "inputs_size",
 ]

@@ -23,17 +23,27 @@ ReceivedInputs = tuple[memoryview, memoryview, memoryview]
 reads them."""
 
 
-def episode_inputs(initial: bytes, final: bytes, transcript: bytes) -> bytes:
+EpisodeParts = tuple[bytes, bytes, bytes, bytes]
+"""One episode's inputs as a request carries them: the three sizes, then the three texts. Kept apart until they
+are written to the channel, so that a large state is never copied into a request of its own."""
+
+
+def episode_inputs(initial: bytes, final: bytes, transcript: bytes) -> EpisodeParts:
     """One episode's inputs as a request carries them."""
-    return _SIZES.pack(len(initial), len(final), len(transcript)) + initial + final + transcript
+    return _SIZES.pack(len(initial), len(final), len(transcript)), initial, final, transcript
 
 
-def check_request(message: dict[str, Any], episodes: list[bytes]) -> bytes:
-    """A request's body: ``message`` and the inputs of ``episodes`` (each from :func:`episode_inputs`)."""
-    return orjson.dumps(message) + SEPARATOR + b"".join(episodes)
+def check_request_parts(message: dict[str, Any], episodes: list[EpisodeParts]) -> list[bytes]:
+    """A request's body, in the order it is written: ``message`` and the inputs of ``episodes``."""
+    return [orjson.dumps(message) + SEPARATOR, *(part for episode in episodes for part in episode)]
 
 
-def read_check_request(body: bytes) -> tuple[dict[str, Any], list[ReceivedInputs]]:
+def check_request(message: dict[str, Any], episodes: list[EpisodeParts]) -> bytes:
+    """A request's body as one text (see :func:`check_request_parts`)."""
+    return b"".join(check_request_parts(message, episodes))
+
+
+def read_check_request(body: bytes | bytearray) -> tuple[dict[str, Any], list[ReceivedInputs]]:
     """The request's message and each episode's inputs (views into ``body``); ``ValueError`` when the inputs do
     not add up."""
     head, _, tail = body.partition(SEPARATOR)

@@ -30,7 +30,7 @@ from typing import Any
 import orjson
 
 from harness.jsonlimits import longest_string_bound
-from harness.sandbox.check_inputs import check_request
+from harness.sandbox.check_inputs import EpisodeParts, check_request_parts
 from harness.sandbox.replies import KnownStates
 
 logger = logging.getLogger(__name__)
@@ -81,10 +81,22 @@ def describe_exit(status: int | None) -> tuple[str, str]:
     return "tool_exception", f"the sandbox process exited with status {code}"
 
 
-class _FrameProtocol(asyncio.Protocol):
+CHANNEL_SEND_BUFFER = 4 << 20
+"""The send buffer asked for each end of a child's channel (bytes)."""
+
+
+class FrameReader(asyncio.Protocol):
+    """Reads the child's frames: an 8-byte header (body length, sequence number), then the body. A body arrives in
+    many pieces; they are kept as they come and joined once, so a megabyte reply is copied once."""
+
     def __init__(self, child: Child):
         self.child = child
-        self.buffer = bytearray()
+        self.header = bytearray()
+        self.size = -1
+        """The body length of the frame being read, once its header is in."""
+        self.sequence = 0
+        self.parts: list[memoryview] = []
+        self.received = 0
         self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -92,20 +104,31 @@ class _FrameProtocol(asyncio.Protocol):
         self.transport = transport
 
     def data_received(self, data: bytes) -> None:
-        buffer = self.buffer
-        buffer += data
-        while len(buffer) >= 8:
-            size = int.from_bytes(buffer[:4], "little")
-            limit = self.child.reply_limit
-            if size > limit:  # refused on its header: nothing over the limit is ever buffered
-                self.child.violate(f"the sandbox process sent a reply of {size:,} bytes (limit {limit:,})")
-                return
-            if len(buffer) < 8 + size:
-                return
-            sequence = int.from_bytes(buffer[4:8], "little")
-            body = bytes(buffer[8 : 8 + size])
-            del buffer[: 8 + size]
-            self.child.deliver(sequence, body)
+        view = memoryview(data)
+        while view:
+            if self.size < 0:
+                missing = 8 - len(self.header)
+                self.header += view[:missing]
+                view = view[missing:]
+                if len(self.header) < 8:
+                    return
+                size = int.from_bytes(self.header[:4], "little")
+                limit = self.child.reply_limit
+                if size > limit:  # refused on its header: nothing over the limit is ever buffered
+                    self.child.violate(f"the sandbox process sent a reply of {size:,} bytes (limit {limit:,})")
+                    return
+                self.size, self.sequence = size, int.from_bytes(self.header[4:], "little")
+                self.header.clear()
+            piece = view[: self.size - self.received]
+            view = view[len(piece) :]
+            if piece:
+                self.parts.append(piece)
+                self.received += len(piece)
+            if self.received == self.size:
+                body = b"".join(self.parts)
+                sequence = self.sequence
+                self.parts, self.received, self.size = [], 0, -1
+                self.child.deliver(sequence, body)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.child.channel_closed()
@@ -121,7 +144,7 @@ class Child:
         self.pid = pid if pid is not None else zygote_pid
         """The child's pid as this process sees it (for signals from outside)."""
         self.max_frame = max_frame
-        self.protocol: _FrameProtocol | None = None
+        self.protocol: FrameReader | None = None
         self.pending: asyncio.Future[dict[str, Any]] | None = None
         self.alive = True
         self.reason = ""
@@ -145,7 +168,7 @@ class Child:
 
     async def connect(self, sock: socket.socket) -> None:
         loop = asyncio.get_running_loop()
-        _, protocol = await loop.create_unix_connection(lambda: _FrameProtocol(self), sock=sock)
+        _, protocol = await loop.create_unix_connection(lambda: FrameReader(self), sock=sock)
         self.protocol = protocol
 
     async def request(
@@ -154,7 +177,7 @@ class Child:
         budget: float,
         reply_limit: int | None = None,
         known: KnownStates | None = None,
-        inputs: list[bytes] | None = None,
+        inputs: list[EpisodeParts] | None = None,
     ) -> dict[str, Any]:
         """Send one request and wait for its answer; the child is killed when ``budget`` seconds pass, or as soon
         as its answer announces more than ``reply_limit`` bytes (``max_frame`` when not given). A reply whose bytes
@@ -168,8 +191,13 @@ class Child:
         self.known = known
         self.reply_limit = self.max_frame if reply_limit is None else min(reply_limit, self.max_frame)
         self.sequence = (self.sequence + 1) & 0xFFFFFFFF
-        body = orjson.dumps(message) if inputs is None else check_request(message, inputs)
-        self.protocol.transport.write(len(body).to_bytes(4, "little") + self.sequence.to_bytes(4, "little") + body)
+        parts = [orjson.dumps(message)] if inputs is None else check_request_parts(message, inputs)
+        size = sum(len(part) for part in parts)
+        # Written part by part: a state of a megabyte is handed to the socket as it is, not copied into a frame.
+        transport = self.protocol.transport
+        transport.write(size.to_bytes(4, "little") + self.sequence.to_bytes(4, "little"))
+        for part in parts:
+            transport.write(part)
         timer = loop.call_later(budget, self._overrun, budget)
         try:
             return await future
@@ -379,6 +407,12 @@ class Zygote:
             raise ZygoteFailed("the sandbox zygote is not running")
         request_id = next(self._ids)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        for end in (ours, theirs):
+            # A request or reply can be a state of megabytes, written at once. A send buffer that takes it whole
+            # (the kernel caps it at net.core.wmem_max) spares the event loop copying the rest into a buffer of
+            # its own and writing it out piece by piece, and the child as many reads.
+            with contextlib.suppress(OSError):
+                end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, CHANNEL_SEND_BUFFER)
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._spawns[request_id] = future
         try:

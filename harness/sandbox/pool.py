@@ -51,6 +51,7 @@ from harness.schema import (
     ToolCall,
     ToolSpec,
 )
+from harness.state_encodings import READ_ONLY_STATES
 
 logger = logging.getLogger(__name__)
 
@@ -154,7 +155,7 @@ class EnvSession:
                 "code": None if bytecode else self.environment.code,
                 "bytecode": bytecode,
                 "class_name": self.environment.class_name,
-                "state": self.initial_state,
+                "state": READ_ONLY_STATES.for_json(self.initial_state),
                 "seed": self.seed,
                 "diffs": self.record_diffs,
             },
@@ -233,6 +234,7 @@ class EnvSession:
                 if known is not None:
                     if not self._log:  # the state this session started from
                         known.remember(child.reply_body, state)
+                        READ_ONLY_STATES.hold(state)
                     child.reply_body = b""
                 return state
 

@@ -10,7 +10,6 @@ observation, a failed state read or a failed check result with the reason, never
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from typing import Any
 
 import orjson
@@ -156,19 +155,22 @@ class KnownStates:
 
     def __init__(self, capacity: int = 4):
         self.capacity = capacity
-        self._states: OrderedDict[bytes, dict[str, Any]] = OrderedDict()
+        self._states: list[tuple[bytes, dict[str, Any]]] = []
+        """Most recent last. Compared, not hashed: a reply is a new object each time, and hashing it would read all
+        of it, where a comparison stops at its length or its first difference."""
 
     def get(self, body: bytes) -> dict[str, Any] | None:
-        state = self._states.get(body)
-        if state is not None:
-            self._states.move_to_end(body)
-        return state
+        for index, (known, state) in enumerate(self._states):
+            if len(known) == len(body) and known == body:
+                self._states.append(self._states.pop(index))
+                return state
+        return None
 
     def remember(self, body: bytes, state: dict[str, Any]) -> None:
-        self._states[body] = state
-        self._states.move_to_end(body)
-        while len(self._states) > self.capacity:
-            self._states.popitem(last=False)
+        self._states = [entry for entry in self._states if entry[0] != body]
+        self._states.append((body, state))
+        if len(self._states) > self.capacity:
+            del self._states[: len(self._states) - self.capacity]
 
 
 def read_check_answers(response: dict[str, Any], count: int) -> list[dict[str, Any]]:

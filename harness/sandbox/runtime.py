@@ -369,27 +369,29 @@ def _describe(exc: BaseException) -> str:
 # ------------------------------------------------------------------------------------------------ I/O
 
 
-def _read_exact(fd: int, size: int) -> bytes | None:
-    chunks = []
-    while size:
-        chunk = os.read(fd, size)
-        if not chunk:
-            return None
-        chunks.append(chunk)
-        size -= len(chunk)
-    return b"".join(chunks)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
+def _read_exact(fd: int, size: int) -> bytearray | None:
+    # Read into one buffer of the known size: a megabyte request is neither read into pieces nor joined.
+    buffer = bytearray(size)
+    view = memoryview(buffer)
     while view:
-        written = os.write(fd, view)
-        view = view[written:]
+        count = os.readv(fd, [view])
+        if not count:
+            return None
+        view = view[count:]
+    return buffer
 
 
-def _frame(data: bytes, sequence: int) -> bytes:
-    """A reply frame: body length and the sequence number of the request it answers, then the body."""
-    return len(data).to_bytes(4, "little") + sequence.to_bytes(4, "little") + data
+def _write_frame(fd: int, data: bytes, sequence: int) -> None:
+    """A reply frame: body length and the sequence number of the request it answers, then the body (written from
+    where it is, not copied into a frame)."""
+    parts = [memoryview(len(data).to_bytes(4, "little") + sequence.to_bytes(4, "little")), memoryview(data)]
+    while parts:
+        written = os.writev(fd, parts)
+        while parts and written >= len(parts[0]):
+            written -= len(parts[0])
+            parts.pop(0)
+        if parts:
+            parts[0] = parts[0][written:]
 
 
 def _encode(response: dict[str, Any] | bytes) -> bytes:
@@ -399,7 +401,7 @@ def _encode(response: dict[str, Any] | bytes) -> bytes:
         return orjson.dumps({"ok": False, "kind": "bad_result", "error": _describe(exc)})
 
 
-def _read_frame(fd: int) -> tuple[int, bytes] | None:
+def _read_frame(fd: int) -> tuple[int, bytearray] | None:
     header = _read_exact(fd, 8)
     if header is None:
         return None
@@ -433,7 +435,7 @@ def serve_session(fd: int, settings: Settings) -> None:
             response = {"ok": False, "kind": "resource_limit", "error": "the environment process ran out of memory"}
         except BaseException as exc:
             response = {"ok": False, "kind": "sandbox_error", "error": _describe(exc)}
-        _write_all(fd, _frame(_encode(response), sequence))
+        _write_frame(fd, _encode(response), sequence)
 
 
 class CheckBatchRunner(Protocol):
@@ -459,7 +461,7 @@ def serve_checks(fd: int, settings: Settings, run_checks: CheckBatchRunner, *, i
         response = {"ok": False, "kind": "resource_limit", "error": "the check process ran out of memory"}
     except BaseException as exc:
         response = {"ok": False, "kind": "sandbox_error", "error": _describe(exc)}
-    _write_all(fd, _frame(_encode(response), sequence))
+    _write_frame(fd, _encode(response), sequence)
 
 
 def prepare_interpreter(optional_modules: Iterable[str] | None = None) -> None:
@@ -552,7 +554,8 @@ def _serve_locally(serve: Any, requests: list[dict[str, Any] | bytes], settings:
     bodies = [request if isinstance(request, bytes) else orjson.dumps(request) for request in requests]
     ours, theirs = socket.socketpair()
     with ours, theirs:
-        ours.sendall(b"".join(_frame(body, n) for n, body in enumerate(bodies)))
+        headers = [len(body).to_bytes(4, "little") + n.to_bytes(4, "little") for n, body in enumerate(bodies)]
+        ours.sendall(b"".join(header + body for header, body in zip(headers, bodies, strict=True)))
         ours.shutdown(socket.SHUT_WR)
         serve(theirs.fileno(), settings)
         theirs.shutdown(socket.SHUT_WR)
