@@ -414,6 +414,7 @@ class Episode:
             try:
                 # Read-only too: a final state equal to a state read lately (nothing changed it) is that object.
                 final_state = await self._session.state(shared=True)
+                await self.close()  # its process is no longer needed: it exits before the checks run, not after
                 if self._start_state is not None:
                     final_state_diff = [
                         DiffEntry.model_validate(entry) for entry in diff_values(self._start_state, final_state)

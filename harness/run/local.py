@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from harness.sandbox import SandboxPool
 from harness.schema import Trajectory
+from harness.scoring import batch_key
 
 from .backend import EpisodeJob
 from .episodes import EpisodeContext, run_one_episode
@@ -41,8 +42,30 @@ class LocalBackend:
         progress = self.progress
         limit = job.spend_limit
 
+        scoring: set[asyncio.Task[None]] = set()
+        """Episodes started and not yet recorded (past their slot while they wait to be scored)."""
+        failures: list[BaseException] = []
+
+        async def one_episode(spec: EpisodeSpec, slot: asyncio.Event) -> None:
+            try:
+                # Announced to the sandbox: a check process for the scenario waits for its other episodes running
+                # now (a task's trials), so that one process scores them. The episode's slot is free as soon as
+                # it asks to be scored: the next episode starts while this one waits for its batch.
+                with self.pool.scores_expected(batch_key(spec.scenario), slot.set):
+                    trajectory = await run_one_episode(spec, context)
+            finally:
+                slot.set()
+            on_result(trajectory)
+
+        def ended(episode: asyncio.Task[None]) -> None:
+            scoring.discard(episode)
+            if not episode.cancelled() and episode.exception() is not None:
+                failures.append(episode.exception())  # type: ignore[arg-type]  # not None, checked above
+
         async def episode_worker() -> None:
             while True:
+                if failures:
+                    raise failures[0]  # an error of the harness ends the run, as it always did
                 if limit is not None and limit.reached():
                     limit.not_started += queue.qsize()
                     while not queue.empty():
@@ -53,19 +76,28 @@ class LocalBackend:
                 except asyncio.QueueEmpty:
                     return
                 progress.in_flight += 1
+                slot = asyncio.Event()
+                episode = asyncio.create_task(one_episode(spec, slot))
+                scoring.add(episode)
+                episode.add_done_callback(ended)
+                freed = asyncio.create_task(slot.wait())
                 try:
-                    trajectory = await run_one_episode(spec, context)
+                    await asyncio.wait({episode, freed}, return_when=asyncio.FIRST_COMPLETED)
                 finally:
+                    freed.cancel()
                     progress.in_flight -= 1
-                on_result(trajectory)
 
         workers = [asyncio.create_task(episode_worker()) for _ in range(min(in_flight, len(specs)))]
         try:
             await asyncio.gather(*workers)
+            while scoring:
+                await asyncio.wait(set(scoring))
+            if failures:
+                raise failures[0]
         finally:
-            for task in workers:
+            for task in [*workers, *scoring]:
                 task.cancel()
-            await asyncio.gather(*workers, return_exceptions=True)
+            await asyncio.gather(*workers, *scoring, return_exceptions=True)
 
     async def close(self) -> None:
         """Nothing to release: the pool belongs to the driver."""

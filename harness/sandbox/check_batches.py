@@ -2,8 +2,10 @@
 
 Score requests for one scenario (the same checks) that arrive while that scenario's check process is being forked
 or is running its batch wait, and the next check process scores all of them, up to ``MAX_BATCH_EPISODES``; a check
-process never serves two scenarios and exits after its one batch. Batches form only from what is already waiting:
-the first request of a quiet scenario is scored at once. More processes start for one scenario only when more
+process never serves two scenarios and exits after its one batch. The first request of a quiet scenario is scored at
+once, unless other episodes of the scenario announced that they will ask (``CheckBatcher.expecting``: a run's
+trials of one task run together): its process then waits for them, up to ``gather_seconds``
+(``SandboxLimits.check_gather_s``), while its batch has room. More processes start for one scenario only when more
 episodes wait than its running processes will take next.
 
 A batch whose process dies (a crash, a kill, a run past its budget, a reply refused) fails only its own episodes,
@@ -73,6 +75,21 @@ def checks_of_scenario(scenario: Hashable) -> Iterator[None]:
 
 
 @dataclass
+class ScoreExpected:
+    """An episode of ``scenario`` that will ask to be scored, from its start until it asks (its *arrival*) or
+    ends without asking."""
+
+    scenario: Hashable
+    on_arrival: Callable[[], None] | None = None
+    """Called once, when the episode asks to be scored or ends (a run frees the episode's slot then)."""
+    arrived: bool = False
+
+
+EXPECTED_SCORE: ContextVar[ScoreExpected | None] = ContextVar("expected_score", default=None)
+"""The current task's announced episode (see ``CheckBatcher.expecting``)."""
+
+
+@dataclass
 class _Waiting:
     inputs: EpisodeInputs
     answers: asyncio.Future[Answers]
@@ -80,6 +97,7 @@ class _Waiting:
 
 @dataclass
 class _ScenarioQueue:
+    scenario: Hashable
     checks: list[Check]
     waiting: list[_Waiting] = field(default_factory=list)
     runners: int = 0
@@ -100,6 +118,7 @@ class CheckBatcher:
         max_episodes: int = MAX_BATCH_EPISODES,
         max_bytes: int,
         closed: Callable[[], Exception],
+        gather_seconds: float = 0.0,
     ):
         self.spawn = spawn
         self.request = request
@@ -109,16 +128,68 @@ class CheckBatcher:
         """The inputs a batch holds at most (an episode larger than that is a batch of its own)."""
         self.closed = closed
         """The error of the episodes still waiting when the pool closes."""
+        self.gather_seconds = gather_seconds
+        """How long, at most, a scenario's first waiting episode holds its check process back for announced ones."""
         self._queues: dict[Hashable, _ScenarioQueue] = {}
         self._runners: set[asyncio.Task[None]] = set()
+        self._expected: dict[Hashable, int] = {}
+        """Per scenario, the announced episodes that have not arrived yet."""
+        self._arrivals: dict[Hashable, asyncio.Event] = {}
 
-    async def score(self, key: Hashable, checks: list[Check], inputs: EpisodeInputs) -> Answers:
-        """The answers of ``checks`` on one episode's inputs; ``key`` names the scenario (its checks included)."""
+    @contextlib.contextmanager
+    def expecting(self, scenario: Hashable, on_arrival: Callable[[], None] | None = None) -> Iterator[ScoreExpected]:
+        """Within this block the current task runs an episode of ``scenario`` (the key ``checks_of_scenario``
+        names it by) that will ask to be scored. A check process about to start for the scenario's first waiting
+        episode waits for such episodes (up to ``gather_seconds``, and while its batch has room), so that the
+        episodes of a scenario that run together, the trials of a task, are scored by one process."""
+        expected = ScoreExpected(scenario, on_arrival)
+        self._expected[scenario] = self._expected.get(scenario, 0) + 1
+        token = EXPECTED_SCORE.set(expected)
+        try:
+            yield expected
+        finally:
+            EXPECTED_SCORE.reset(token)
+            self._arrive(expected)
+
+    def _arrive(self, expected: ScoreExpected) -> None:
+        if expected.arrived:
+            return
+        expected.arrived = True
+        left = self._expected.get(expected.scenario, 1) - 1
+        if left > 0:
+            self._expected[expected.scenario] = left
+        else:
+            self._expected.pop(expected.scenario, None)
+        arrival = self._arrivals.pop(expected.scenario, None)
+        if arrival is not None:
+            arrival.set()
+        if expected.on_arrival is not None:
+            expected.on_arrival()
+
+    async def _gather(self, queue: _ScenarioQueue) -> None:
+        """Wait while announced episodes of the queue's scenario are still running, the batch has room and
+        ``gather_seconds`` have not passed."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.gather_seconds
+        while self._expected.get(queue.scenario, 0) > 0 and len(queue.waiting) < self.max_episodes:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return
+            arrival = self._arrivals.setdefault(queue.scenario, asyncio.Event())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(arrival.wait(), remaining)
+
+    async def score(self, key: Hashable, checks: list[Check], inputs: EpisodeInputs, scenario: Hashable) -> Answers:
+        """The answers of ``checks`` on one episode's inputs; ``key`` names the scenario and its checks,
+        ``scenario`` the scenario alone (as ``expecting`` does)."""
         queue = self._queues.get(key)
         if queue is None:
-            queue = self._queues[key] = _ScenarioQueue(checks)
+            queue = self._queues[key] = _ScenarioQueue(scenario, checks)
         waiting = _Waiting(inputs, asyncio.get_running_loop().create_future())
         queue.waiting.append(waiting)
+        expected = EXPECTED_SCORE.get()
+        if expected is not None and expected.scenario == scenario:
+            self._arrive(expected)
         if queue.runners == 0 or len(queue.waiting) > self.max_episodes * queue.runners:
             queue.runners += 1
             runner = asyncio.get_running_loop().create_task(self._run(key, queue))
@@ -130,6 +201,8 @@ class CheckBatcher:
         """Score the scenario's waiting episodes, a batch per check process, until none waits."""
         batch: list[_Waiting] = []
         try:
+            if queue.runners == 1:
+                await self._gather(queue)
             while queue.waiting:
                 child: Child | None = None
                 failure: BaseException | None = None
@@ -207,11 +280,13 @@ def _fail(waiting: _Waiting, exc: BaseException) -> None:
 
 
 __all__ = [
+    "EXPECTED_SCORE",
     "MAX_BATCH_EPISODES",
     "SCENARIO_OF_CHECKS",
     "Answers",
     "CheckBatcher",
     "EpisodeInputs",
+    "ScoreExpected",
     "checks_of_scenario",
     "encode_inputs",
     "inputs_size",

@@ -19,6 +19,12 @@ class SandboxLimits(BaseModel):
     max_string_chars: int = Field(
         default=1_000_000, gt=0, description="Characters of any one string or key in a result or a state."
     )
+    check_gather_s: float = Field(
+        default=1.0,
+        ge=0,
+        description="How long, at most, a scenario's first episode to score waits for the scenario's other episodes "
+        "still running (a run's trials) so that one check process scores them.",
+    )
     kill_grace_s: float = Field(default=2.0, ge=0, description="How long past a timeout before the process is killed.")
     max_recoveries: int = Field(default=3, ge=0, description="Process replacements one session may go through.")
     zygote_timeout_s: float = Field(

@@ -17,13 +17,19 @@ import itertools
 import logging
 import os
 from collections import OrderedDict
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from types import TracebackType
 from typing import Any
 
 from harness.errors import BadInput
 from harness.sandbox.arguments import CallRejected, validate_call
-from harness.sandbox.check_batches import SCENARIO_OF_CHECKS, CheckBatcher, EpisodeInputs, encode_inputs
+from harness.sandbox.check_batches import (
+    SCENARIO_OF_CHECKS,
+    CheckBatcher,
+    EpisodeInputs,
+    ScoreExpected,
+    encode_inputs,
+)
 from harness.sandbox.children import Child, ChildLost, Zygote, ZygoteFailed
 from harness.sandbox.confine import DISABLE_VARIABLE, disabled_layers, seccomp_filter
 from harness.sandbox.limits import SandboxLimits
@@ -310,6 +316,7 @@ class SandboxPool:
             self._score_alone,
             max_bytes=self.limits.max_state_bytes,
             closed=lambda: SandboxError("the sandbox pool was closed before the checks ran"),
+            gather_seconds=self.limits.check_gather_s,
         )
 
     def _options(self) -> dict[str, Any]:
@@ -454,6 +461,15 @@ class SandboxPool:
                     raise
         return session
 
+    def scores_expected(
+        self, scenario: Hashable, on_arrival: Callable[[], None] | None = None
+    ) -> contextlib.AbstractContextManager[ScoreExpected]:
+        """Announce, for the block, an episode of ``scenario`` (the key ``checks_of_scenario`` names it by) that
+        will ask ``run_checks`` to score it: a check process for the scenario waits for it, so that episodes of one
+        scenario that run together are scored by one process (``CheckBatcher.expecting``). ``on_arrival`` is called
+        once, when the episode asks or the block ends."""
+        return self._batcher.expecting(scenario, on_arrival)
+
     async def run_checks(
         self,
         checks: Iterable[Check],
@@ -491,7 +507,7 @@ class SandboxPool:
                 answers = await self._score_alone(batch, inputs, True)
             else:
                 key = (scenario, tuple((c.id, c.source) for c in batch))
-                answers = await self._batcher.score(key, batch, inputs)
+                answers = await self._batcher.score(key, batch, inputs, scenario)
             for index, answer in zip(runnable, answers, strict=True):
                 results[index] = check_result(checks[index].id, answer)
         return [r for r in results if r is not None]

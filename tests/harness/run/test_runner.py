@@ -85,6 +85,25 @@ async def test_500_episodes_at_concurrency_200(server, tmp_path):
     assert manifest["episodes_planned"] == 500 and manifest["dataset"]["fingerprint"] == LIBRARY.source.fingerprint
 
 
+async def test_an_error_recording_an_episode_still_ends_the_run_though_its_slot_was_free(server, tmp_path):
+    """An episode frees its slot when it asks to be scored, and is recorded afterwards: an error there (here the
+    caller's progress callback) ends the run as an error in the episode's own slot did, and is not lost."""
+    recorded: list[int] = []
+
+    def breaks_on_the_third(progress) -> None:
+        recorded.append(progress.done)
+        if len(recorded) == 3:
+            raise RuntimeError("the progress display broke")
+
+    cfg = config(tmp_path, trials=2, limit=6, concurrency=4)
+    client = client_for(server)
+    with pytest.raises(RuntimeError, match="the progress display broke"):
+        await run(cfg, agent_factory=agent_factory, client=client, library=LIBRARY, on_progress=breaks_on_the_third)
+    await client.aclose()
+    assert len(recorded) >= 3
+    assert len(read_results(tmp_path / "run" / "results.jsonl")) == len(recorded)
+
+
 async def test_episodes_run_with_the_tuned_collector_and_the_run_restores_it(server, tmp_path):
     seen_thresholds: list[tuple[int, int, int]] = []
 

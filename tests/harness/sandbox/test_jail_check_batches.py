@@ -19,7 +19,7 @@ from pathlib import Path
 import orjson
 
 from harness.sandbox import SandboxLimits, SandboxPool, find_problems
-from harness.sandbox.check_batches import checks_of_scenario
+from harness.sandbox.check_batches import MAX_BATCH_EPISODES, ScoreExpected, checks_of_scenario
 from harness.schema import Check, CheckResult
 from tests.support.cli_process import harness_cli
 from tests.support.jail_library import REPO, hostile_scenario, write_hostile_library
@@ -281,3 +281,78 @@ async def test_a_batch_holds_no_more_inputs_than_one_state_may_be():
         scored = await score(pool, "bulky", batch, bulky)
     assert [witnessed(results[0]) for results in scored] == [[f"b{n}"] for n in range(4)]
     assert [results[1].passed for results in scored] == [n % 3 == 0 for n in range(4)]
+
+
+async def announced(
+    pool: SandboxPool, scenario: str, batch: list[Check], final: dict[str, object], previous: list[ScoreExpected]
+) -> list[CheckResult]:
+    """An episode announced for ``scenario`` that asks to be scored only after the one before it has asked, and
+    after more than a check process takes to start: without the announcement each would get a process."""
+    with pool.scores_expected(scenario) as expected:
+        index = len(previous)
+        previous.append(expected)
+        if index:
+            while not previous[index - 1].arrived:
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.2)
+        with checks_of_scenario(scenario):
+            return await pool.run_checks(batch, state("initial", -1), final)
+
+
+async def test_announced_episodes_of_a_scenario_are_scored_by_one_process_though_they_ask_apart():
+    batch = checks(WITNESS, PROBE)
+    limits = SandboxLimits(check_gather_s=3600)  # only the arrivals end the wait
+    async with SandboxPool(limits=limits) as pool:
+        entered: list[ScoreExpected] = []
+        episodes = [announced(pool, "trials", batch, state(f"t{n}", n), entered) for n in range(4)]
+        scored = await asyncio.wait_for(asyncio.gather(*episodes), 300)
+        apart = []
+        for n in range(3):  # the same, unannounced: each is scored as it asks
+            with checks_of_scenario("alone"):
+                apart.append(await pool.run_checks(batch, state("initial", -1), state(f"a{n}", n)))
+    assert sorted(witnessed(results[0])[-1] for results in scored) == ["t0", "t1", "t2", "t3"]
+    assert max(len(witnessed(results[0])) for results in scored) == 4, [witnessed(r[0]) for r in scored]
+    assert [results[1].passed for results in scored] == [n % 3 == 0 for n in range(4)]
+    assert [witnessed(results[0]) for results in apart] == [["a0"], ["a1"], ["a2"]]
+
+
+async def test_an_announced_episode_that_ends_without_asking_no_longer_holds_the_others():
+    batch = checks(WITNESS)
+    arrivals: list[str] = []
+    async with SandboxPool(limits=SandboxLimits(check_gather_s=3600)) as pool:
+        asked = asyncio.Event()
+
+        async def asks() -> list[CheckResult]:
+            with pool.scores_expected("s", lambda: arrivals.append("asks")) as expected, checks_of_scenario("s"):
+                scoring = asyncio.ensure_future(pool.run_checks(batch, state("i", -1), state("e0", 0)))
+                while not expected.arrived:
+                    await asyncio.sleep(0.01)
+                asked.set()
+                return await scoring
+
+        async def ends_without_asking() -> None:
+            with pool.scores_expected("s", lambda: arrivals.append("ends")):
+                await asked.wait()  # the environment failed, say: nothing to score
+
+        results, _ = await asyncio.wait_for(asyncio.gather(asks(), ends_without_asking()), 300)
+    assert witnessed(results[0]) == ["e0"]
+    assert sorted(arrivals) == ["asks", "ends"]  # each announcement arrives once
+
+
+async def test_a_full_batch_starts_without_waiting_for_more_announced_episodes():
+    batch = checks(WITNESS)
+    async with SandboxPool(limits=SandboxLimits(check_gather_s=3600)) as pool:
+        first_scored = asyncio.Event()
+
+        async def episode(n: int) -> list[CheckResult]:
+            with pool.scores_expected("s"), checks_of_scenario("s"):
+                if n >= MAX_BATCH_EPISODES:
+                    await first_scored.wait()  # asks only once the first batch is scored
+                results = await pool.run_checks(batch, state("i", -1), state(f"e{n}", n))
+                first_scored.set()
+                return results
+
+        scored = await asyncio.wait_for(asyncio.gather(*(episode(n) for n in range(MAX_BATCH_EPISODES + 2))), 300)
+    first = [witnessed(results[0]) for results in scored[:MAX_BATCH_EPISODES]]
+    assert max(len(seen) for seen in first) == MAX_BATCH_EPISODES
+    assert all(witnessed(results[0])[-1] == f"e{n}" for n, results in enumerate(scored))
