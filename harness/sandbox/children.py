@@ -83,6 +83,8 @@ def describe_exit(status: int | None) -> tuple[str, str]:
 
 CHANNEL_SEND_BUFFER = 4 << 20
 """The send buffer asked for each end of a child's channel (bytes)."""
+JOINED_FRAME_BYTES = 64 << 10
+"""A request up to this size is joined into one frame and sent at once; a larger one is written part by part."""
 
 
 class FrameReader(asyncio.Protocol):
@@ -104,6 +106,11 @@ class FrameReader(asyncio.Protocol):
         self.transport = transport
 
     def data_received(self, data: bytes) -> None:
+        if self.size < 0 and not self.header and len(data) >= 8:
+            size = int.from_bytes(data[:4], "little")
+            if len(data) == 8 + size and size <= self.child.reply_limit:  # the usual reply: one whole frame
+                self.child.deliver(int.from_bytes(data[4:8], "little"), data[8:])
+                return
         view = memoryview(data)
         while view:
             if self.size < 0:
@@ -193,11 +200,15 @@ class Child:
         self.sequence = (self.sequence + 1) & 0xFFFFFFFF
         parts = [orjson.dumps(message)] if inputs is None else check_request_parts(message, inputs)
         size = sum(len(part) for part in parts)
-        # Written part by part: a state of a megabyte is handed to the socket as it is, not copied into a frame.
+        header = size.to_bytes(4, "little") + self.sequence.to_bytes(4, "little")
         transport = self.protocol.transport
-        transport.write(size.to_bytes(4, "little") + self.sequence.to_bytes(4, "little"))
-        for part in parts:
-            transport.write(part)
+        if size <= JOINED_FRAME_BYTES:
+            transport.write(b"".join([header, *parts]))  # one send: the child wakes once for it
+        else:
+            # A state of a megabyte is handed to the socket as it is, not copied into a frame.
+            transport.write(header)
+            for part in parts:
+                transport.write(part)
         timer = loop.call_later(budget, self._overrun, budget)
         try:
             return await future

@@ -369,10 +369,14 @@ def _describe(exc: BaseException) -> str:
 # ------------------------------------------------------------------------------------------------ I/O
 
 
-def _read_exact(fd: int, size: int) -> bytearray | None:
-    # Read into one buffer of the known size: a megabyte request is neither read into pieces nor joined.
+def _read_exact(fd: int, size: int) -> bytes | bytearray | None:
+    first = os.read(fd, size)
+    if len(first) == size or not first:
+        return first if first or not size else None
+    # The rest into one buffer of the known size: a megabyte request is neither read into pieces nor joined.
     buffer = bytearray(size)
-    view = memoryview(buffer)
+    buffer[: len(first)] = first
+    view = memoryview(buffer)[len(first) :]
     while view:
         count = os.readv(fd, [view])
         if not count:
@@ -381,10 +385,20 @@ def _read_exact(fd: int, size: int) -> bytearray | None:
     return buffer
 
 
+_JOINED_REPLY_BYTES = 64 << 10
+"""A reply up to this size is copied into one frame (one write); a larger one is written from where it is."""
+
+
 def _write_frame(fd: int, data: bytes, sequence: int) -> None:
     """A reply frame: body length and the sequence number of the request it answers, then the body (written from
     where it is, not copied into a frame)."""
-    parts = [memoryview(len(data).to_bytes(4, "little") + sequence.to_bytes(4, "little")), memoryview(data)]
+    header = len(data).to_bytes(4, "little") + sequence.to_bytes(4, "little")
+    if len(data) <= _JOINED_REPLY_BYTES:
+        frame = memoryview(header + data)
+        while frame:
+            frame = frame[os.write(fd, frame) :]
+        return
+    parts = [memoryview(header), memoryview(data)]
     while parts:
         written = os.writev(fd, parts)
         while parts and written >= len(parts[0]):
@@ -401,7 +415,7 @@ def _encode(response: dict[str, Any] | bytes) -> bytes:
         return orjson.dumps({"ok": False, "kind": "bad_result", "error": _describe(exc)})
 
 
-def _read_frame(fd: int) -> tuple[int, bytearray] | None:
+def _read_frame(fd: int) -> tuple[int, bytes | bytearray] | None:
     header = _read_exact(fd, 8)
     if header is None:
         return None
