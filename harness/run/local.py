@@ -1,4 +1,5 @@
-"""The local backend: episodes as asyncio tasks in this process, at most ``in_flight`` at a time, environment
+"""The local backend: episodes as asyncio tasks in this process, at most ``in_flight`` running at a time (an
+episode that has asked to be scored no longer counts: it waits for its check process out of its slot), environment
 code in the run's own sandbox pool."""
 
 from __future__ import annotations
