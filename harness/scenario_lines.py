@@ -36,7 +36,7 @@ class ScenarioLines:
         self.capacity = capacity
         self._states: OrderedDict[bytes, dict[str, Any]] = OrderedDict()
         self._token = f"initial state {secrets.token_hex(16)}"
-        self._placeholder = orjson.dumps(self._token)
+        self._token_json = orjson.dumps(self._token)
         self.shared = 0
         """Lines whose initial state was an earlier one's."""
 
@@ -71,7 +71,7 @@ class ScenarioLines:
             return None
         start += len(_KEY)
         try:
-            record = orjson.loads(line[:start] + self._placeholder + line[start + len(encoded) :])
+            record = orjson.loads(line[:start] + self._token_json + line[start + len(encoded) :])
         except orjson.JSONDecodeError:
             return None
         if not isinstance(record, dict) or record.get("initial_state") != self._token:
