@@ -49,8 +49,7 @@ class StateEncodings:
             self._held.popitem(last=False)
 
     def holds(self, state: Any) -> bool:
-        held = self._held.get(id(state))
-        return held is not None and held.state is state
+        return self._find(state) is not None
 
     def plain(self, state: Any) -> bytes:
         """``orjson.dumps(state)``; written once for a held state."""

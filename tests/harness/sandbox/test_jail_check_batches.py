@@ -356,3 +356,29 @@ async def test_a_full_batch_starts_without_waiting_for_more_announced_episodes()
     first = [witnessed(results[0]) for results in scored[:MAX_BATCH_EPISODES]]
     assert max(len(seen) for seen in first) == MAX_BATCH_EPISODES
     assert all(witnessed(results[0])[-1] == f"e{n}" for n, results in enumerate(scored))
+
+
+async def test_a_runs_trials_of_one_task_are_scored_by_one_check_process(tmp_path: Path):
+    """Through ``harness.runner.run``: the local backend announces each episode, so the four trials of a task,
+    which finish one after another, are scored together (the gather window is long here, so only their arrivals
+    end it), and every trial is recorded once with its own verdict."""
+    from agents.run_adapters import agent_factory
+    from harness.metrics import read_results
+    from harness.runner import RunConfig, run
+
+    scenario = hostile_scenario([("bump", {})], scenario_id="task", initial={"counter": 0, "loot": [], "tag": "task"})
+    honest = Check(id="bumped", description="", source="def check(i, f):\n    return f['counter'] == 1\n")
+    witness = Check(id="witness", description="", source=WITNESS)
+    library = write_hostile_library(tmp_path / "library", [scenario.model_copy(update={"checks": [witness, honest]})])
+    config = RunConfig(envs=str(library), agent_kind="oracle", trials=4, concurrency=4, out=tmp_path / "run", workers=1)
+    outcome = await asyncio.wait_for(
+        run(config, agent_factory=agent_factory, sandbox_limits=SandboxLimits(check_gather_s=3600)), 600
+    )
+    assert outcome.ran == 4
+    records = read_results(tmp_path / "run" / "results.jsonl")
+    assert sorted(t.trial for t in records) == [0, 1, 2, 3]
+    for trajectory in records:
+        results = {r.check_id: r for r in trajectory.check_results}
+        assert results["bumped"].passed is True
+    seen = [ast.literal_eval(str(t.check_results[0].value)) for t in records]
+    assert max(len(tags) for tags in seen) == 4, seen  # one process saw all four
