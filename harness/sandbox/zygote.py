@@ -64,7 +64,7 @@ def _child(channel: socket.socket, kind: str, slot: int, confinement: Confinemen
         os.closerange(start, _MAX_FD)
         confinement.apply(slot)
         if kind == "session":
-            runtime.serve_session(fd, settings)
+            runtime.serve_session(fd, settings, own_process=True)
         elif kind == "checks":
             runtime.serve_checks(fd, settings, check_runner.run_checks)
         elif kind == "probe":

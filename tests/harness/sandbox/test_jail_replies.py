@@ -51,7 +51,7 @@ def _forge(body, on_state=False):
     honest = runtime._encode
 
     def forged(response):
-        if on_state and not isinstance(response, bytes):
+        if on_state and not isinstance(response, (bytes, list)):  # a state reply: its text or its pieces
             return honest(response)
         runtime._encode = honest
         return body

@@ -199,3 +199,43 @@ async def test_constructor_that_raises_is_a_load_error(pool):
     environment = Environment(id="broken", name="Broken", class_name="Broken", code=code, tools=[])
     with pytest.raises(EnvironmentLoadError, match="KeyError"):
         await pool.open_session(environment, {})
+
+
+CYCLES = '''
+KEPT = []  # outside the state: rings are not JSON
+
+
+class Cycles:
+    def __init__(self, init_config: dict):
+        # Built while the session opens (the collector paused): cycles that live, and one the constructor drops.
+        self.rings = init_config.get("rings", 0)
+        for index in range(self.rings):
+            ring = {"index": index}
+            ring["self"] = ring
+            KEPT.append(ring)
+        dropped = {}
+        dropped["self"] = dropped
+
+    def make_garbage(self, rounds: int) -> dict:
+        """Make ``rounds`` reference cycles of 1 KB each and drop them: only the cyclic collector frees them."""
+        for _ in range(rounds):
+            ring = [bytes(1000)]
+            ring.append(ring)
+        return {"success": True, "rings": sum(1 for ring in KEPT if ring["self"] is ring)}
+'''
+
+
+async def test_a_session_still_collects_cyclic_garbage_after_its_open():
+    """A session opens without the cyclic collector (see ``runtime.serve_session``); its calls run with it. Here a
+    call makes about 6 GB of cycles in total, 24 times the memory limit: it finishes only if they are collected."""
+    environment = Environment(
+        id="cycles", name="Cycles", class_name="Cycles", code=CYCLES, tools=derive_tools(CYCLES, "Cycles")
+    )
+    limits = SandboxLimits(call_timeout_s=60.0, kill_grace_s=0.5, memory_mb=256)
+    async with SandboxPool(workers=1, limits=limits) as pool:
+        session = await pool.open_session(environment, {"rings": 20_000})
+        for _ in range(3):
+            observation, _ = await session.call(call("make_garbage", rounds=2_000_000))
+            assert observation.kind == ObservationKind.OK, observation
+            assert observation.content == {"success": True, "rings": 20_000}
+        await session.close()

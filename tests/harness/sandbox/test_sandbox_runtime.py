@@ -442,3 +442,41 @@ async def test_only_starting_states_are_remembered_so_changed_states_do_not_push
     assert await late.state(shared=True) is start
     for session in (starting, late):
         await session.close()
+
+
+MANY_ATTRIBUTES = '''
+class Ledger:
+    def __init__(self, init_config: dict):
+        for index in range(init_config.get("count", 0)):
+            setattr(self, f"entry_{index:05d}", {"index": index, "note": "n" * 40})
+
+    def touch(self, index: int) -> dict:
+        """Change one entry.
+
+        Args:
+            index: The entry to change.
+        """
+        getattr(self, f"entry_{index:05d}")["note"] = "changed"
+        return {"success": True}
+'''
+
+
+async def test_a_state_of_thousands_of_attributes_arrives_whole(pool):
+    """A state reply is written in pieces, two per attribute (more than one ``writev`` takes); it arrives whole,
+    in the instance's order, before and after a call."""
+    environment = Environment(
+        id="ledger",
+        name="Ledger",
+        class_name="Ledger",
+        code=MANY_ATTRIBUTES,
+        tools=derive_tools(MANY_ATTRIBUTES, "Ledger"),
+    )
+    session = await pool.open_session(environment, {"count": 3000})
+    expected = {f"entry_{index:05d}": {"index": index, "note": "n" * 40} for index in range(3000)}
+    state = await session.state()
+    assert state == {"count": 3000, **expected}
+    assert list(state) == [*expected, "count"]
+    await session.call(ToolCall(id="t", name="touch", arguments={"index": 2999}))
+    expected["entry_02999"]["note"] = "changed"
+    assert await session.state() == {"count": 3000, **expected}
+    await session.close()

@@ -96,3 +96,36 @@ def test_a_non_string_attribute_name_fails_as_under_the_general_rule():
         except orjson.JSONEncodeError as exc:
             failures.append(type(exc))
     assert failures == [orjson.JSONEncodeError, orjson.JSONEncodeError]
+
+
+class Flexible:
+    def __init__(self, **attributes: Any) -> None:
+        self.__dict__.update(attributes)
+
+
+def test_objects_of_one_class_with_other_attributes_are_each_written_by_the_general_rule():
+    """The fast path remembers, per class, the names of an object written whole; objects of that class with other
+    names (a private one added, one more, one fewer) are written by their own attributes."""
+    runtime._PUBLIC_ATTRIBUTES.clear()
+    objects = [
+        Flexible(a=1, b=2),
+        Flexible(a=3, b=4),  # the remembered names
+        Flexible(a=5, b=6, _secret="kept out"),
+        Flexible(a=7, b=8, c=9),
+        Flexible(a=10),
+        Flexible(b=11, a=12),  # the same names in another order: written in its own order
+        Flexible(),
+        Flexible(a=13, b=14),
+    ]
+    for value in objects:
+        assert runtime.dumps(value) == by_general_rule(value), vars(value)
+    assert runtime.dumps(objects) == by_general_rule(objects)
+    assert b"kept out" not in runtime.dumps(objects)
+    odd = Flexible(a=1, b=2)
+    odd.__dict__[5] = "a non-string key"
+    try:
+        runtime.dumps(odd)
+    except orjson.JSONEncodeError:
+        pass
+    else:
+        raise AssertionError("an object with a non-string attribute name was written")
