@@ -21,6 +21,7 @@ reset as ``initial_state`` and, when they declare a third parameter, the transcr
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -196,6 +197,7 @@ class Episode:
         self.phase = "sandbox"
         self._clock = time.perf_counter()
         self._session: ToolSession | None = None
+        self._opening: asyncio.Future[None] | None = None
         self._session_opener = session_opener
         self.rules: EpisodeRules = config.profile
         self._start_state: dict[str, Any] | None = None
@@ -216,31 +218,67 @@ class Episode:
             self.termination = reason
             self.termination_detail = detail
 
-    async def start(self) -> None:
-        """Open the sandbox session and write the opening messages (in conv mode the user speaks first)."""
+    async def start(self, *, until_open: bool = True) -> None:
+        """Open the sandbox session and write the opening messages (in conv mode the user speaks first).
+
+        In a conversation whose user has no tools of its own, the user's opening line is asked for while the
+        session opens: neither needs the other, and an episode's first model request then hides the open's time.
+        The session is open (or the episode failed) when this returns, unless ``until_open`` is False: the open
+        then goes on while the agent's first turn is asked for, and :meth:`apply` (or :meth:`finish`) waits for
+        it, so that an environment that does not load still costs at most those first two requests."""
         self.phase = "sandbox"
-        started = time.perf_counter()
         session_environment = self.environment
         if self.rules.pass_arguments_through and self._session_opener is None:
             session_environment = self.environment.model_copy(update={"tools": pass_through_tools(self.environment)})
         self._session_tools = set(session_environment.tool_names)
-        if self._session_opener is not None:
-            self._session = await self._session_opener(
-                session_environment, self.scenario.initial_state, self.config.seed
-            )
-        else:
-            self._session = await open_tool_session(
-                self.pool, session_environment, self.scenario.initial_state, seed=self.config.seed
-            )
-        # Read-only from here on (diffs and checks read it), so sessions that start alike share one object.
-        self._start_state = await self._session.state(shared=True)
-        self._state_keys = set(self._start_state)
-        self.timings.tool_seconds += time.perf_counter() - started
+        opening = asyncio.ensure_future(self._open(session_environment))
+        user_acts_on_session = bool(self.rules.user_tool_calls and self.user_tools)  # dual control
+        try:
+            if self._write_openings() and not user_acts_on_session:
+                await self._user_speaks()
+        except BaseException:
+            # The session that opens is this episode's all the same: it is waited for, so that close() ends it.
+            await asyncio.wait([opening])
+            if not opening.cancelled():
+                opening.exception()  # retrieved: the failure that ends the episode is the user's
+            raise
+        self._opening = opening
+        if until_open or user_acts_on_session:
+            await self.session_opened()
+        if self.user is not None and user_acts_on_session:
+            await self._user_speaks()
+
+    async def session_opened(self) -> None:
+        """Wait for the session :meth:`start` began to open; its failure ends the episode as it would have there."""
+        opening, self._opening = self._opening, None
+        if opening is not None:
+            self.phase = "sandbox"
+            await opening
+
+    async def _open(self, session_environment: Environment) -> None:
+        started = time.perf_counter()
+        try:
+            if self._session_opener is not None:
+                self._session = await self._session_opener(
+                    session_environment, self.scenario.initial_state, self.config.seed
+                )
+            else:
+                self._session = await open_tool_session(
+                    self.pool, session_environment, self.scenario.initial_state, seed=self.config.seed
+                )
+            # Read-only from here on (diffs and checks read it), so sessions that start alike share one object.
+            self._start_state = await self._session.state(shared=True)
+            self._state_keys = set(self._start_state)
+        finally:
+            self.timings.tool_seconds += time.perf_counter() - started
+
+    def _write_openings(self) -> bool:
+        """The system prompt and the opening line; whether the user speaks next (a conversation)."""
         if self.scripted is None:  # a scripted conversation (a benchmark's) is played verbatim, without ours
             self.messages.append({"role": "system", "content": self._system_prompt()})
         if self.user is None:
             self.messages.append({"role": "user", "content": self.scenario.task})
-            return
+            return False
         user_version = self.user.settings.system_prompt_version
         opening = user_greeting(user_version)
         if self.rules.agent_greeting is not None:
@@ -258,7 +296,7 @@ class Episode:
             profile = self.scenario.user_profile or default_user_profile(self.scenario.task)
             user_prompt = user_system_prompt(profile, user_version)
         self.user_view = [{"role": "system", "content": user_prompt}, {"role": "user", "content": opening}]
-        await self._user_speaks()
+        return True
 
     async def act(self, agent: AgentPolicy) -> AgentTurn:
         """Ask ``agent`` for its next turn, timing it as model time."""
@@ -287,6 +325,7 @@ class Episode:
             if self.rules.drop_unrun_calls and len(turn.message.get("tool_calls") or []) > 1:
                 turn.message = {**turn.message, "tool_calls": turn.message["tool_calls"][:1]}
         self.messages.append(turn.message)
+        await self.session_opened()  # the turn is recorded (and its tokens counted) even if the session failed
         observations: list[Observation] = []
         reply_call = calls[0] if calls and self.rules.reply_tool and calls[0].name == self.rules.reply_tool else None
         if reply_call is not None:
@@ -409,9 +448,11 @@ class Episode:
         final_state_diff: list[DiffEntry] = []
         check_results: list[CheckResult] = []
         reward: RewardBreakdown | None = None
-        if self.termination not in FAILED_ENDINGS and self._session is not None:
+        if self.termination not in FAILED_ENDINGS and (self._session is not None or self._opening is not None):
             self.phase = "sandbox"
             try:
+                await self.session_opened()
+                assert self._session is not None
                 # Read-only too: a final state equal to a state read lately (nothing changed it) is that object.
                 final_state = await self._session.state(shared=True)
                 await self.close()  # its process is no longer needed: it exits before the checks run, not after
@@ -493,6 +534,11 @@ class Episode:
         )
 
     async def close(self) -> None:
+        opening, self._opening = self._opening, None
+        if opening is not None:  # still opening: waited for, so that the session it opens is ended too
+            await asyncio.wait([opening])
+            if not opening.cancelled():
+                opening.exception()  # retrieved: the episode has ended, its failure no longer matters
         session, self._session = self._session, None
         if session is None:
             return
@@ -648,7 +694,7 @@ def _is_json(text: str | None) -> bool:
 async def drive(episode: Episode, agent: AgentPolicy) -> Trajectory:
     """Play ``episode`` with ``agent`` to its end; per-episode failures end the trajectory, never raise."""
     try:
-        await episode.start()
+        await episode.start(until_open=False)
         while not episode.done:
             await episode.apply(await episode.act(agent))
     except Exception as exc:

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from agents.oracle import ORACLE_FINAL_MESSAGE, OracleAgent
-from harness.episode import Episode, EpisodeConfig, classify_failure, run_episode
+from harness.dispatch import open_tool_session
+from harness.episode import Episode, EpisodeConfig, classify_failure, drive, run_episode
 from harness.library import load_library
 from harness.protocols import AgentPolicyError, AgentTurn, UserTurn, find_stop_token
 from harness.sandbox import EnvironmentFailed, EnvironmentLoadError, SandboxError, SandboxLimits, SandboxPool
@@ -599,3 +600,127 @@ async def test_every_trajectory_carries_the_composite_reward():
     reward = trajectory.reward
     assert reward is not None and reward.success
     assert reward.trajectory_reward == 1.0 and reward.length_penalty == 0.0 and reward.composite == 1.0
+
+
+# ------------------------------------------------------------------- the session opens while the models speak
+
+
+class SignallingUser(ScriptedUser):
+    """A scripted user that says when it is first asked; ``fails`` makes its first answer an error."""
+
+    def __init__(self, lines: list[str], fails: bool = False) -> None:
+        super().__init__(lines)
+        self.asked = asyncio.Event()
+        self.fails = fails
+
+    async def respond(self, messages: list[dict[str, Any]]) -> UserTurn:
+        self.asked.set()
+        if self.fails:
+            raise ConnectionError("the user simulator's endpoint is down")
+        return await super().respond(messages)
+
+
+class SignallingAgent(ScriptedAgent):
+    def __init__(self, turns: list[AgentTurn]) -> None:
+        super().__init__(turns)
+        self.asked = asyncio.Event()
+
+    async def act(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> AgentTurn:
+        self.asked.set()
+        return await super().act(messages, tools)
+
+
+class GatedSessions:
+    """A session opener that opens only once ``gate`` is set (a test that would otherwise wait forever fails after
+    30 s), and remembers the sessions it opened and whether they were closed."""
+
+    def __init__(self, pool: SandboxPool, gate: asyncio.Event, fails: bool = False) -> None:
+        self.pool, self.gate, self.fails = pool, gate, fails
+        self.opened: list[Any] = []
+        self.closed = 0
+
+    async def __call__(self, environment: Environment, initial_state: dict[str, Any], seed: int) -> Any:
+        await asyncio.wait_for(self.gate.wait(), 30)
+        if self.fails:
+            raise EnvironmentLoadError("environment 'shop' could not be instantiated: boom")
+        session = await open_tool_session(self.pool, environment, initial_state, seed=seed)
+        real_close = session.close
+
+        async def close() -> None:
+            self.closed += 1
+            await real_close()
+
+        session.close = close  # type: ignore[method-assign]
+        self.opened.append(session)
+        return session
+
+
+def conversation(pool: SandboxPool, user: ScriptedUser, opener: GatedSessions) -> Episode:
+    scenario = shop_scenario()
+    return Episode(
+        scenario,
+        shop_environment(),
+        pool=pool,
+        config=EpisodeConfig(mode="conv"),
+        episode_id="ep-overlap",
+        agent_settings=AgentSettings(kind="scripted", model=ModelSettings(model="scripted")),
+        user=user,
+        session_opener=opener,
+    )
+
+
+async def test_a_run_episode_opens_its_session_while_the_user_and_the_agent_are_first_asked(
+    pool: SandboxPool,
+) -> None:
+    """The session opens only after the agent's first turn was asked for: the episode still plays and scores
+    as before (without the overlap it would wait for the session before asking anyone, and fail after 30 s)."""
+    user = SignallingUser(["Please cancel O-1.", "Thanks! ###STOP###"])
+    agent = SignallingAgent(
+        [
+            call_turn(ToolCall(id="", name="cancel_order", arguments={"order_id": "O-1"})),
+            text_turn("Order O-1 is cancelled."),
+        ]
+    )
+    opener = GatedSessions(pool, agent.asked)
+    trajectory = await drive(conversation(pool, user, opener), agent)
+    assert trajectory.termination is TerminationReason.USER_STOP, trajectory.termination_detail
+    assert trajectory.reward is not None and trajectory.reward.success
+    assert [m["role"] for m in trajectory.messages] == ["system", "user", "assistant", "tool", "assistant", "user"]
+    assert len(opener.opened) == 1 and opener.closed >= 1
+    assert_well_formed(trajectory)
+
+
+async def test_start_returns_with_the_session_open_after_asking_the_user_meanwhile(pool: SandboxPool) -> None:
+    user = SignallingUser(["Please cancel O-1."])
+    opener = GatedSessions(pool, user.asked)
+    episode = conversation(pool, user, opener)
+    await episode.start()
+    assert len(opener.opened) == 1 and episode.messages[-1] == {"role": "user", "content": "Please cancel O-1."}
+    observations = await episode.apply(call_turn(ToolCall(id="c", name="get_order", arguments={"order_id": "O-1"})))
+    assert observations[0].ok
+    await episode.close()
+    assert opener.closed == 1
+
+
+async def test_an_environment_that_fails_while_the_models_speak_ends_the_episode_as_its_failure(
+    pool: SandboxPool,
+) -> None:
+    """The open fails after the user's opening line and the agent's first turn were asked for: the episode ends
+    as the environment's failure, with those two turns recorded, and no tool runs."""
+    user = SignallingUser(["Please cancel O-1.", "Thanks! ###STOP###"])
+    agent = SignallingAgent([call_turn(ToolCall(id="", name="cancel_order", arguments={"order_id": "O-1"}))])
+    opener = GatedSessions(pool, agent.asked, fails=True)
+    trajectory = await drive(conversation(pool, user, opener), agent)
+    assert trajectory.termination is TerminationReason.ENVIRONMENT_ERROR
+    assert "boom" in (trajectory.termination_detail or "")
+    assert [m["role"] for m in trajectory.messages] == ["system", "user", "assistant"]
+    assert trajectory.steps == [] and opener.opened == []
+
+
+async def test_a_user_that_fails_while_the_session_opens_leaves_no_session_open(pool: SandboxPool) -> None:
+    user = SignallingUser(["never said"], fails=True)
+    opener = GatedSessions(pool, user.asked)
+    trajectory = await drive(conversation(pool, user, opener), SignallingAgent([]))
+    assert trajectory.termination is TerminationReason.INFRA_ERROR
+    assert "endpoint is down" in (trajectory.termination_detail or "")
+    assert len(opener.opened) == 1 and opener.closed == 1
