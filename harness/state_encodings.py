@@ -69,13 +69,6 @@ class StateEncodings:
             held.canonical = orjson.dumps(state, option=orjson.OPT_SORT_KEYS)
         return held.canonical
 
-    def for_json(self, state: Any) -> Any:
-        """What to put in place of ``state`` in a value ``orjson.dumps`` writes: a held state's JSON as written once
-        (an ``orjson.Fragment``), any other state itself."""
-        if self._find(state) is None:
-            return state
-        return orjson.Fragment(self.plain(state))
-
     def _find(self, state: Any) -> _Held | None:
         held = self._held.get(id(state))
         if held is None or held.state is not state:

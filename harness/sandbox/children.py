@@ -180,7 +180,7 @@ class Child:
 
     async def request(
         self,
-        message: dict[str, Any],
+        message: dict[str, Any] | list[bytes],
         budget: float,
         reply_limit: int | None = None,
         known: KnownStates | None = None,
@@ -189,7 +189,8 @@ class Child:
         """Send one request and wait for its answer; the child is killed when ``budget`` seconds pass, or as soon
         as its answer announces more than ``reply_limit`` bytes (``max_frame`` when not given). A reply whose bytes
         are those of a state in ``known`` is answered with that state, undecoded (``reply_known``). ``inputs``: a
-        check request's episodes, carried after its JSON (``check_inputs``)."""
+        check request's episodes, carried after its JSON (``check_inputs``). ``message`` is a message, or its JSON
+        in pieces (written one after the other, not joined)."""
         if not self.alive or self.protocol is None or self.protocol.transport is None:
             raise ChildLost(self.reason or "the sandbox process is gone", before_send=True)
         loop = asyncio.get_running_loop()
@@ -198,7 +199,10 @@ class Child:
         self.known = known
         self.reply_limit = self.max_frame if reply_limit is None else min(reply_limit, self.max_frame)
         self.sequence = (self.sequence + 1) & 0xFFFFFFFF
-        parts = [orjson.dumps(message)] if inputs is None else check_request_parts(message, inputs)
+        if isinstance(message, list):
+            parts = message
+        else:
+            parts = [orjson.dumps(message)] if inputs is None else check_request_parts(message, inputs)
         size = sum(len(part) for part in parts)
         header = size.to_bytes(4, "little") + self.sequence.to_bytes(4, "little")
         transport = self.protocol.transport

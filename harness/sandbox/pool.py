@@ -21,6 +21,8 @@ from collections.abc import Callable, Hashable, Iterable
 from types import TracebackType
 from typing import Any
 
+import orjson
+
 from harness.errors import BadInput
 from harness.sandbox.arguments import CallRejected, validate_call
 from harness.sandbox.check_batches import (
@@ -154,20 +156,19 @@ class EnvSession:
         call_reply_bytes = self.pool.reply_limits.call_reply_bytes(self.record_diffs)
         code_key = source_key(self.environment.code)
         bytecode = self.pool._bytecode.get(code_key)
-        response = await child.request(
-            {
-                "op": "open",
-                # With the bytecode the source is not needed: the child would only decode it.
-                "code": None if bytecode else self.environment.code,
-                "bytecode": bytecode,
-                "class_name": self.environment.class_name,
-                "state": READ_ONLY_STATES.for_json(self.initial_state),
-                "seed": self.seed,
-                "diffs": self.record_diffs,
-            },
-            budget,
-            open_reply_bytes(len(self.environment.code)),
-        )
+        opening = {
+            "op": "open",
+            # With the bytecode the source is not needed: the child would only decode it.
+            "code": None if bytecode else self.environment.code,
+            "bytecode": bytecode,
+            "class_name": self.environment.class_name,
+            "seed": self.seed,
+            "diffs": self.record_diffs,
+        }
+        # The state's JSON goes last, written from where it is (a held state's is written once per run).
+        state = READ_ONLY_STATES.plain(self.initial_state)
+        message = [orjson.dumps(opening)[:-1], b',"state":', state, b"}"]
+        response = await child.request(message, budget, open_reply_bytes(len(self.environment.code)))
         if response.get("ok") is not True:
             raise EnvironmentLoadError(
                 f"environment {self.environment.id!r} could not be instantiated: {error_text(response.get('error'))}",
