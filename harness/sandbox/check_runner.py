@@ -93,12 +93,12 @@ def _run_check(
 ) -> tuple[dict[str, Any], BaseException | None]:
     """The check's result, and the exception it raised (whose traceback the caller locates)."""
     clock = Clock(index)
-    final = orjson.loads(final_json)
     try:
         namespace = guarded(clock, timeout, load_module, check["source"], f"check_{index}")
         function = namespace.get("check")
         if callable(function):
             initial = orjson.loads(initial_json) if reads_parameter(function, 0) else None
+            final = orjson.loads(final_json) if reads_parameter(function, 1) else None
             if _takes_transcript(function):
                 value = guarded(clock, timeout, function, initial, final, orjson.loads(transcript_json))
             else:
@@ -108,7 +108,7 @@ def _run_check(
             if not callable(function):
                 return {"passed": False, "value": None, "error": "defines neither check() nor check_func()"}, None
             namespace["initial_state"] = orjson.loads(initial_json)
-            value = guarded(clock, timeout, function, final)
+            value = guarded(clock, timeout, function, orjson.loads(final_json))
     except CallTimeout:
         return {"passed": False, "value": None, "error": f"the check did not finish within {timeout:g} s"}, None
     except BaseException as exc:
@@ -125,7 +125,7 @@ def reads_parameter(function: Any, position: int) -> bool:
     """Whether ``function`` can read its positional parameter at ``position``; False only when that is certain.
 
     A large state is decoded for a check only when the check can read it: most state checks never read the
-    initial state, and decoding it is most of such a check's cost. Certain means: a plain function whose own code
+    initial state, transcript checks never read either state, and decoding one is most of such a check's cost. Certain means: a plain function whose own code
     never names the parameter (no load, store or delete of it, no inner function capturing it) and names none of
     the ways to a frame's locals. Anything else (a callable object, a wrapper taking ``*args``) gets the value.
     """

@@ -342,6 +342,46 @@ async def test_every_way_a_check_reads_the_initial_state_gets_it(pool):
     }
 
 
+READING_THE_FINAL_STATE = {
+    "named": "def check(initial, final):\n    return final['log'] == ['moved']\n",
+    "captured": "def check(initial, final):\n    def inner():\n        return final['log'] == ['moved']\n    return inner()\n",
+    "locals": (
+        "import typing\n\n\ndef check(initial, final):\n"
+        "    return typing.sys.modules['builtins'].locals()['final']['log'] == ['moved']\n"
+    ),
+    "getattr": (
+        "import typing\n\n\ndef check(initial, final):\n"
+        "    found = getattr(typing.sys.modules['builtins'], 'loc' + 'als')()\n"
+        "    return found['final']['log'] == ['moved']\n"
+    ),
+    "star_args": "def check(*states):\n    return states[1]['log'] == ['moved']\n",
+    "wrapped": (
+        "import functools\n\n\ndef keep(function):\n    @functools.wraps(function)\n"
+        "    def wrapper(*args):\n        return function(*args)\n    return wrapper\n\n\n"
+        "@keep\ndef check(initial, final):\n    return final['log'] == ['moved']\n"
+    ),
+    "callable_object": (
+        "class Check:\n    def __call__(self, initial, final):\n        return final['log'] == ['moved']\n\n\n"
+        "check = Check()\n"
+    ),
+    "reassigned": "def check(initial, final):\n    seen = final\n    final = None\n    return seen['log'] == ['moved']\n",
+    "with_transcript": "def check(initial, final, transcript):\n    return final['log'] == ['moved'] and transcript == []\n",
+    "check_func": "def check_func(final):\n    return final['log'] == ['moved']\n",
+}
+
+
+async def test_every_way_a_check_reads_the_final_state_gets_it(pool):
+    """The final state too is decoded only for a check whose code can read it (a transcript check never does):
+    each route to it here reads the real state, and a check that never names it still passes."""
+    final = {"accounts": {"A": {"balance": 100}, "B": {"balance": 5}}, "log": ["moved"]}
+    sources = READING_THE_FINAL_STATE | {
+        "transcript_only": "def check(initial, final, transcript):\n    return transcript == []\n",
+    }
+    checks = [Check(id=name, description=name, source=source) for name, source in sources.items()]
+    results = await pool.run_checks(checks, {"accounts": {}, "log": []}, final)
+    assert {r.check_id: (r.passed, r.error) for r in results} == {name: (True, None) for name in sources}
+
+
 def test_only_a_check_that_never_names_the_initial_state_skips_it():
     from harness.sandbox.check_runner import reads_parameter
 
@@ -356,6 +396,14 @@ def test_only_a_check_that_never_names_the_initial_state_skips_it():
         exec(source, namespace)
         if "check" in namespace:  # check_func() reads the initial state as a global, always given
             assert reads_parameter(namespace["check"], 0), name
+    for name, source in READING_THE_FINAL_STATE.items():
+        namespace = {}
+        exec(source, namespace)
+        if "check" in namespace:
+            assert reads_parameter(namespace["check"], 1), name
+    namespace = {}
+    exec("def check(initial, final, transcript):\n    return transcript == []\n", namespace)
+    assert not reads_parameter(namespace["check"], 0) and not reads_parameter(namespace["check"], 1)
 
 
 async def test_sessions_that_start_alike_share_one_read_state_and_others_do_not(pool):
