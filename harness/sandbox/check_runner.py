@@ -125,9 +125,10 @@ def reads_parameter(function: Any, position: int) -> bool:
     """Whether ``function`` can read its positional parameter at ``position``; False only when that is certain.
 
     A large state is decoded for a check only when the check can read it: most state checks never read the
-    initial state, transcript checks never read either state, and decoding one is most of such a check's cost. Certain means: a plain function whose own code
-    never names the parameter (no load, store or delete of it, no inner function capturing it) and names none of
-    the ways to a frame's locals. Anything else (a callable object, a wrapper taking ``*args``) gets the value.
+    initial state, transcript checks never read either state, and decoding one is most of such a check's cost.
+    Certain means: a plain function whose own code never names the parameter (no load, store or delete of it, no
+    inner function capturing it) and names none of the ways to a frame's locals. Anything else (a callable
+    object, a wrapper taking ``*args``) gets the value.
     """
     code = function.__code__ if type(function) is types.FunctionType else None
     if code is None or position >= code.co_argcount:
