@@ -47,6 +47,8 @@ def check_request_parts(message: dict[str, Any], episodes: list[EpisodeParts]) -
         fields: list[int] = []
         carried: list[bytes] = []
         for text in episode:
+            if len(text) >= _EARLIER:
+                raise ValueError(f"a check input of {len(text):,} bytes: the most a request carries is 2 GiB")
             earlier = _index_of(text, texts)
             if earlier is None:
                 fields.append(len(text))

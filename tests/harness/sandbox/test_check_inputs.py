@@ -57,3 +57,16 @@ def test_a_request_that_repeats_a_text_it_has_not_carried_is_refused():
     body[header : header + 4] = ((1 << 31) | 5).to_bytes(4, "little")  # the initial state: "the sixth text"
     with pytest.raises(ValueError, match="has not carried"):
         read_check_request(bytes(body))
+
+
+class Huge(bytes):
+    """A text that says it is 2 GiB long, without holding 2 GiB."""
+
+    def __len__(self) -> int:
+        return 1 << 31
+
+
+def test_an_input_too_large_for_its_size_field_is_refused_not_misread():
+    sizes, initial, _final, transcript = encode_inputs({"a": 1}, {"a": 2}, [])
+    with pytest.raises(ValueError, match="2 GiB"):
+        check_request({"checks": []}, [(sizes, initial, Huge(b"x"), transcript)])
