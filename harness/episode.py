@@ -28,11 +28,10 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from harness.blame import classify_failure, environment_failure
 from harness.dispatch import open_tool_session
 from harness.dual_control import UserToolSession, user_call_messages, user_round
+from harness.episode_config import EpisodeConfig
 from harness.llm import LLMError
 from harness.message_limits import MessageLimits
 from harness.prompts import (
@@ -51,14 +50,10 @@ from harness.protocols import (
     UserPolicy,
     openai_tool_call,
 )
-from harness.reward import CompositeWeights
 from harness.rules import (
-    DEFAULT_RULES,
     INVALID_ACTION_TEXT,
     PARSE_ERROR_TEXT,
     EpisodeRules,
-    RulesName,
-    rules_profile,
     user_reply,
 )
 from harness.sandbox import SandboxError, SandboxPool
@@ -68,7 +63,6 @@ from harness.schema import (
     DiffEntry,
     Environment,
     Failure,
-    Mode,
     Observation,
     ObservationKind,
     RewardBreakdown,
@@ -90,39 +84,8 @@ from harness.verdict import EndedEpisode, episode_verdict
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_MAX_STEPS: dict[str, int] = {"nonconv": 30, "conv": 40}
-
 SessionOpener = Callable[[Environment, dict[str, Any], int], Awaitable[ToolSession]]
 """Opens the episode's tool session from (environment, initial state, seed); the sandbox pool by default."""
-
-
-class EpisodeConfig(BaseModel):
-    """How one episode runs. ``max_steps`` counts agent turns; None takes the mode's default (30 / 40)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    mode: Mode = "nonconv"
-    max_steps: int | None = Field(default=None, ge=1)
-    seed: int = 0
-    trial: int = 0
-    run_id: str | None = None
-    reward_weights: CompositeWeights = Field(
-        default_factory=CompositeWeights, description="α, γ and tolerances of the composite reward."
-    )
-    max_consecutive_parse_errors: int = Field(
-        default=3, ge=1, description="Unreadable agent turns in a row before the episode ends as agent_error."
-    )
-    rules: RulesName = Field(default=DEFAULT_RULES, description="Episode rules: harness, envscaler or tau2.")
-
-    @property
-    def step_limit(self) -> int:
-        if self.max_steps is not None:
-            return self.max_steps
-        return self.profile.default_max_steps or DEFAULT_MAX_STEPS[self.mode]
-
-    @property
-    def profile(self) -> EpisodeRules:
-        return rules_profile(self.rules)
 
 
 FAILED_ENDINGS = frozenset({TerminationReason.ENVIRONMENT_ERROR, TerminationReason.INFRA_ERROR})

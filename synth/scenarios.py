@@ -449,7 +449,8 @@ class ScenarioSynthesizer:
         self, environment: Environment, scenario: Scenario, attempt: int, usage: Usage
     ) -> Trajectory:
         from agents.factory import build_agent
-        from harness.episode import EpisodeConfig, run_episode
+        from harness.episode import run_episode
+        from harness.episode_config import EpisodeConfig
 
         assert self.config.solve_with is not None
         agent = build_agent(

@@ -8,7 +8,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from harness.episode import Episode, EpisodeConfig, drive
+from harness.episode import Episode, drive
+from harness.episode_config import EpisodeConfig
 from harness.mcp.client import AdminStyle, McpTarget, McpToolSession
 from harness.protocols import AgentPolicy, UserPolicy
 from harness.sandbox import SandboxPool

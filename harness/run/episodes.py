@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from harness.episode import EpisodeConfig, run_episode
+from harness.episode import run_episode
+from harness.episode_config import EpisodeConfig
 from harness.library import Library
 from harness.llm import LLMClient
 from harness.protocols import AgentPolicy, UserPolicy

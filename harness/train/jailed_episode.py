@@ -11,7 +11,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.episode import Episode, EpisodeConfig
+from harness.episode import Episode
+from harness.episode_config import EpisodeConfig
 from harness.library import Library
 from harness.protocols import UserPolicy, agent_turn_from_message
 from harness.reward import CompositeWeights

@@ -15,7 +15,8 @@ import pytest
 
 from agents.oracle import ORACLE_FINAL_MESSAGE, OracleAgent
 from harness.dispatch import open_tool_session
-from harness.episode import Episode, EpisodeConfig, classify_failure, drive, run_episode
+from harness.episode import Episode, classify_failure, drive, run_episode
+from harness.episode_config import EpisodeConfig
 from harness.library import load_library
 from harness.protocols import AgentPolicyError, AgentTurn, UserTurn, find_stop_token
 from harness.sandbox import EnvironmentFailed, EnvironmentLoadError, SandboxError, SandboxLimits, SandboxPool
@@ -582,7 +583,8 @@ async def test_conv_mode_needs_a_user(pool: SandboxPool) -> None:
 
 async def test_every_trajectory_carries_the_composite_reward():
     from agents.oracle import OracleAgent
-    from harness.episode import EpisodeConfig, run_episode
+    from harness.episode import run_episode
+    from harness.episode_config import EpisodeConfig
     from harness.library import load_library
     from harness.sandbox import SandboxPool
 

@@ -13,7 +13,8 @@ import pytest
 from agents.factory import build_agent, build_user
 from agents.prompted import PromptedAgent
 from agents.user_simulator import UserSimulator
-from harness.episode import EpisodeConfig, run_episode
+from harness.episode import run_episode
+from harness.episode_config import EpisodeConfig
 from harness.library import load_library
 from harness.llm import LLMClient, RetryPolicy, register_python_model
 from harness.protocols import STOP, AgentPolicyError

@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 
 from agents.oracle import OracleAgent
 from harness.cli import app
-from harness.episode import EpisodeConfig, run_episode
+from harness.episode import run_episode
+from harness.episode_config import EpisodeConfig
 from harness.library import load_library, write_seed_layout
 from harness.protocols import AgentTurn, tool_calls_from_message
 from harness.sandbox import SandboxPool

@@ -18,7 +18,8 @@ from typer.testing import CliRunner
 
 from agents.oracle import OracleAgent
 from harness.cli.synth_scenarios import register
-from harness.episode import EpisodeConfig, run_episode
+from harness.episode import run_episode
+from harness.episode_config import EpisodeConfig
 from harness.library import load_library
 from harness.llm import LLMClient
 from harness.sandbox import SandboxPool

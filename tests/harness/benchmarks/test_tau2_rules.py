@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 import pytest
 
-from harness.episode import EpisodeConfig
+from harness.episode_config import EpisodeConfig
 from harness.library import load_library
 from harness.message_limits import MessageLimits
 from harness.metrics import pass_hat_k_curve

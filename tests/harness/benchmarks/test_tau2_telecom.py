@@ -15,7 +15,8 @@ import pytest
 
 from agents.oracle import OracleAgent
 from agents.oracle_user import OracleUser
-from harness.episode import EpisodeConfig, run_episode
+from harness.episode import run_episode
+from harness.episode_config import EpisodeConfig
 from harness.library import load_library
 from harness.protocols import STOP, UserTurn
 from harness.sandbox import SandboxPool

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from agents.scripted_user import ScriptedUser
-from harness.episode import EpisodeConfig, run_episode
+from harness.episode import run_episode
+from harness.episode_config import EpisodeConfig
 from harness.library import Library, load_library
 from harness.protocols import AgentTurn, openai_tool_call
 from harness.sandbox import SandboxPool
