@@ -200,10 +200,7 @@ class Episode:
             if self._write_openings() and not user_acts_on_session:
                 await self._user_speaks()
         except BaseException:
-            # The session that opens is this episode's all the same: it is waited for, so that close() ends it.
-            await asyncio.wait([opening])
-            if not opening.cancelled():
-                opening.exception()  # retrieved: the failure that ends the episode is the user's
+            await _settled(opening)  # the session it opens is this episode's all the same: close() ends it
             raise
         self._opening = opening
         if until_open or user_acts_on_session:
@@ -499,9 +496,7 @@ class Episode:
     async def close(self) -> None:
         opening, self._opening = self._opening, None
         if opening is not None:  # still opening: waited for, so that the session it opens is ended too
-            await asyncio.wait([opening])
-            if not opening.cancelled():
-                opening.exception()  # retrieved: the episode has ended, its failure no longer matters
+            await _settled(opening)
         session, self._session = self._session, None
         if session is None:
             return
@@ -644,6 +639,14 @@ async def run_episode(
         user=user,
     )
     return await drive(episode, agent)
+
+
+async def _settled(opening: asyncio.Future[None]) -> None:
+    """Wait for a session's opening to end, whatever its outcome: the episode has already ended otherwise, so its
+    failure no longer decides anything (it is retrieved, not left for asyncio to report)."""
+    await asyncio.wait([opening])
+    if not opening.cancelled():
+        opening.exception()
 
 
 def _is_json(text: str | None) -> bool:

@@ -25,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from harness.sandbox.check_inputs import EpisodeParts, episode_inputs
+from harness.sandbox.check_inputs import EpisodeInputs
 from harness.sandbox.children import Child, ChildLost
 from harness.schema import Check
 from harness.state_encodings import READ_ONLY_STATES
@@ -35,10 +35,6 @@ logger = logging.getLogger(__name__)
 MAX_BATCH_EPISODES = 8
 """Episodes one check process scores at most: a batch's inputs are all in the process at once, under its memory
 cap, and a batch that fails is scored again one episode at a time."""
-
-EpisodeInputs = EpisodeParts
-"""What the checks of one episode read, as a check request carries them (see :func:`encode_inputs`). Encoded
-once, when the episode asks to be scored: its size (:func:`inputs_size`) decides which batch it fits."""
 
 
 def inputs_size(inputs: EpisodeInputs) -> int:
@@ -51,11 +47,12 @@ Answers = list[dict[str, Any]]
 
 def encode_inputs(initial: Any, final: Any, transcript: list[dict[str, Any]]) -> EpisodeInputs:
     """One episode's inputs: the bytes of the initial state's, the final state's and the transcript's JSON
-    (``check_inputs.episode_inputs``). The check process decodes each part afresh for every check that reads it
+    (``check_inputs.EpisodeInputs``), encoded once, when the episode asks to be scored (their size decides which
+    batch it fits). The check process decodes each part afresh for every check that reads it
     (each gets copies of its own), never once on arrival, which for a large state would be most of its work."""
     initial_bytes = READ_ONLY_STATES.plain(initial)
     final_bytes = initial_bytes if final is initial else READ_ONLY_STATES.plain(final)
-    return episode_inputs(initial_bytes, final_bytes, orjson.dumps(transcript))
+    return initial_bytes, final_bytes, orjson.dumps(transcript)
 
 
 SCENARIO_OF_CHECKS: ContextVar[Hashable | None] = ContextVar("scenario_of_checks", default=None)
@@ -85,7 +82,7 @@ class ScoreExpected:
     arrived: bool = False
 
 
-EXPECTED_SCORE: ContextVar[ScoreExpected | None] = ContextVar("expected_score", default=None)
+_EXPECTED_SCORE: ContextVar[ScoreExpected | None] = ContextVar("expected_score", default=None)
 """The current task's announced episode (see ``CheckBatcher.expecting``)."""
 
 
@@ -144,11 +141,11 @@ class CheckBatcher:
         episodes of a scenario that run together, the trials of a task, are scored by one process."""
         expected = ScoreExpected(scenario, on_arrival)
         self._expected[scenario] = self._expected.get(scenario, 0) + 1
-        token = EXPECTED_SCORE.set(expected)
+        token = _EXPECTED_SCORE.set(expected)
         try:
             yield expected
         finally:
-            EXPECTED_SCORE.reset(token)
+            _EXPECTED_SCORE.reset(token)
             self._arrive(expected)
 
     def _arrive(self, expected: ScoreExpected) -> None:
@@ -187,7 +184,7 @@ class CheckBatcher:
             queue = self._queues[key] = _ScenarioQueue(scenario, checks)
         waiting = _Waiting(inputs, asyncio.get_running_loop().create_future())
         queue.waiting.append(waiting)
-        expected = EXPECTED_SCORE.get()
+        expected = _EXPECTED_SCORE.get()
         if expected is not None and expected.scenario == scenario:
             self._arrive(expected)
         if queue.runners == 0 or len(queue.waiting) > self.max_episodes * queue.runners:
@@ -280,12 +277,10 @@ def _fail(waiting: _Waiting, exc: BaseException) -> None:
 
 
 __all__ = [
-    "EXPECTED_SCORE",
     "MAX_BATCH_EPISODES",
     "SCENARIO_OF_CHECKS",
     "Answers",
     "CheckBatcher",
-    "EpisodeInputs",
     "ScoreExpected",
     "checks_of_scenario",
     "encode_inputs",

@@ -28,22 +28,17 @@ ReceivedInputs = tuple[memoryview, memoryview, memoryview]
 reads them."""
 
 
-EpisodeParts = tuple[bytes, bytes, bytes, bytes]
-"""One episode's inputs as a request carries them: the three sizes, then the three texts. Kept apart until they
-are written to the channel, so that a large state is never copied into a request of its own."""
+EpisodeInputs = tuple[bytes, bytes, bytes]
+"""One episode's initial state, final state and transcript, each the bytes of its JSON. Kept apart until they are
+written to the channel (headed by their sizes), so that a large state is never copied into a request of its own."""
 
 
-def episode_inputs(initial: bytes, final: bytes, transcript: bytes) -> EpisodeParts:
-    """One episode's inputs as a request carries them."""
-    return _SIZES.pack(len(initial), len(final), len(transcript)), initial, final, transcript
-
-
-def check_request_parts(message: dict[str, Any], episodes: list[EpisodeParts]) -> list[bytes]:
+def check_request_parts(message: dict[str, Any], episodes: list[EpisodeInputs]) -> list[bytes]:
     """A request's body, in the order it is written: ``message`` and the inputs of ``episodes``, each text that
     repeats an earlier one replaced by its index."""
     parts = [orjson.dumps(message) + SEPARATOR]
     texts: list[bytes] = []
-    for _sizes, *episode in episodes:
+    for episode in episodes:
         fields: list[int] = []
         carried: list[bytes] = []
         for text in episode:
@@ -68,7 +63,7 @@ def _index_of(text: bytes, texts: list[bytes]) -> int | None:
     return None
 
 
-def check_request(message: dict[str, Any], episodes: list[EpisodeParts]) -> bytes:
+def check_request(message: dict[str, Any], episodes: list[EpisodeInputs]) -> bytes:
     """A request's body as one text (see :func:`check_request_parts`)."""
     return b"".join(check_request_parts(message, episodes))
 

@@ -30,7 +30,7 @@ from typing import Any
 import orjson
 
 from harness.jsonlimits import longest_string_bound
-from harness.sandbox.check_inputs import EpisodeParts, check_request_parts
+from harness.sandbox.check_inputs import EpisodeInputs, check_request_parts
 from harness.sandbox.replies import KnownStates
 
 logger = logging.getLogger(__name__)
@@ -184,7 +184,7 @@ class Child:
         budget: float,
         reply_limit: int | None = None,
         known: KnownStates | None = None,
-        inputs: list[EpisodeParts] | None = None,
+        inputs: list[EpisodeInputs] | None = None,
     ) -> dict[str, Any]:
         """Send one request and wait for its answer; the child is killed when ``budget`` seconds pass, or as soon
         as its answer announces more than ``reply_limit`` bytes (``max_frame`` when not given). A reply whose bytes

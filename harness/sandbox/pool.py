@@ -28,10 +28,10 @@ from harness.sandbox.arguments import CallRejected, validate_call
 from harness.sandbox.check_batches import (
     SCENARIO_OF_CHECKS,
     CheckBatcher,
-    EpisodeInputs,
     ScoreExpected,
     encode_inputs,
 )
+from harness.sandbox.check_inputs import EpisodeInputs
 from harness.sandbox.children import Child, ChildLost, Zygote, ZygoteFailed
 from harness.sandbox.confine import DISABLE_VARIABLE, disabled_layers, seccomp_filter
 from harness.sandbox.limits import SandboxLimits

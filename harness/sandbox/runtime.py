@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from harness.sandbox.check_inputs import ReceivedInputs, check_request, episode_inputs, read_check_request
+from harness.sandbox.check_inputs import ReceivedInputs, check_request, read_check_request
 from harness.sandbox.check_isolation import IMPORT_EVENT
 from harness.sandbox.policy import ALLOWED_MODULES, OPTIONAL_MODULES, REMOVED_BUILTINS, is_forbidden_attribute
 from harness.sandbox.shims import CONTEXT, SHIM_MODULES, Clock, FrozenDate, FrozenDateTime
@@ -588,7 +588,7 @@ def warm_up(settings: Settings, run_checks: CheckBatchRunner) -> None:
     # A request as the pool sends it (``check_batches.encode_inputs``).
     checks = check_request(
         {"checks": [{"source": _WARM_UP_CHECK}]},
-        [episode_inputs(b'{"items":{}}', b'{"items":{"a":{"count":1}}}', b"[]")],
+        [(b'{"items":{}}', b'{"items":{"a":{"count":1}}}', b"[]")],
     )
     trusted_checks = partial(serve_checks, run_checks=run_checks, isolated=False)
     replies = _serve_locally(serve_session, [opening, *calls, *ending], settings)

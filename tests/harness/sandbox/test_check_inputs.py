@@ -67,6 +67,6 @@ class Huge(bytes):
 
 
 def test_an_input_too_large_for_its_size_field_is_refused_not_misread():
-    sizes, initial, _final, transcript = encode_inputs({"a": 1}, {"a": 2}, [])
+    initial, _final, transcript = encode_inputs({"a": 1}, {"a": 2}, [])
     with pytest.raises(ValueError, match="2 GiB"):
-        check_request({"checks": []}, [(sizes, initial, Huge(b"x"), transcript)])
+        check_request({"checks": []}, [(initial, Huge(b"x"), transcript)])
