@@ -23,7 +23,7 @@ from harness.llm import EndpointLimits, EndpointUnreachable, LLMClient, RequestR
 from harness.metrics import RESULTS_FILE, summarize_run, write_summary
 from harness.sandbox import SandboxLimits, SandboxPool
 from harness.schema import RunManifest, Scenario, TerminationReason, Trajectory
-from harness.scoring import known_reset_results
+from harness.scoring import known_reset_results, prepared_checks
 from harness.store import ResultStore
 
 from .backend import EpisodeBackend, EpisodeJob
@@ -125,6 +125,7 @@ async def run(
         limits=sandbox_limits,
         require_full_confinement=library.from_hub and not config.allow_weak_sandbox,
         optional_modules=library.optional_modules(scenarios),
+        code_to_lint=code_of(library, scenarios),
     ) as pool:
         with tuned_for_throughput():
             scenarios, invalid = await drop_invalid(pool, library, scenarios, config)
@@ -148,6 +149,16 @@ async def run(
                     backend=backend,
                 )
                 return await run_planned(context)
+
+
+def code_of(library: Library, scenarios: list[Scenario]) -> list[str]:
+    """The sources the run will execute: each selected scenario's environment (when the library has it) and
+    checks (as sent to the sandbox), each once."""
+    sources = dict.fromkeys(
+        library.environments[s.environment_id].code for s in scenarios if s.environment_id in library.environments
+    )
+    sources.update(dict.fromkeys(check.source for s in scenarios for check in prepared_checks(s.checks)))
+    return list(sources)
 
 
 def quiet_cancelled_callbacks(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:

@@ -45,6 +45,8 @@ def run_checks(
     collect, enable_gc, disable_gc = gc.collect, gc.enable, gc.disable
     forget_module, keep = sys.modules.pop, list.append
     graveyard: list[Any] = []  # what the checks left behind, kept alive so that none of their finalizers runs later
+    compiled: dict[int, types.CodeType] = {}  # each check's code, compiled for its first episode
+    readings: dict[types.CodeType, tuple[bool, bool, bool]] = {}  # what a check function's code reads (_readings)
     encoded: list[bytes] = []
     last = len(checks) * len(inputs) - 1
     turn = 0
@@ -54,7 +56,7 @@ def run_checks(
             enable_gc()
             outcome: tuple[dict[str, Any], BaseException | None] | None = None
             try:
-                outcome = evaluate(check, initial, final, transcript, timeout, index)
+                outcome = evaluate(check, initial, final, transcript, timeout, index, compiled, readings)
                 answer = encode(outcome[0])  # plain JSON now: nothing of the check's survives into the reply
             except BaseException:
                 answer = b'{"passed":false,"value":null,"error":"the check broke out of its evaluation"}'
@@ -90,16 +92,24 @@ def _run_check(
     transcript_json: memoryview,
     timeout: float,
     index: int,
+    compiled: dict[int, types.CodeType],
+    readings: dict[types.CodeType, tuple[bool, bool, bool]],
 ) -> tuple[dict[str, Any], BaseException | None]:
-    """The check's result, and the exception it raised (whose traceback the caller locates)."""
+    """The check's result, and the exception it raised (whose traceback the caller locates). ``compiled`` and
+    ``readings`` keep, for the batch's next episodes, the check's compiled code (each episode still runs it as a
+    fresh module) and what its function reads."""
     clock = Clock(index)
     try:
-        namespace = guarded(clock, timeout, load_module, check["source"], f"check_{index}")
+        code = compiled.get(index)
+        if code is None:
+            code = compiled[index] = guarded(clock, timeout, compile, check["source"], f"<check_{index}>", "exec")
+        namespace = guarded(clock, timeout, load_module, code, f"check_{index}")
         function = namespace.get("check")
         if callable(function):
-            initial = orjson.loads(initial_json) if reads_parameter(function, 0) else None
-            final = orjson.loads(final_json) if reads_parameter(function, 1) else None
-            if _takes_transcript(function):
+            reads_initial, reads_final, takes_transcript = _readings(function, readings)
+            initial = orjson.loads(initial_json) if reads_initial else None
+            final = orjson.loads(final_json) if reads_final else None
+            if takes_transcript:
                 value = guarded(clock, timeout, function, initial, final, orjson.loads(transcript_json))
             else:
                 value = guarded(clock, timeout, function, initial, final)
@@ -115,6 +125,18 @@ def _run_check(
         return {"passed": False, "value": None, "error": _name_and_text(exc)}, exc
     passed = value is True
     return {"passed": passed, "value": None if passed else _short_repr(value), "error": None}, None
+
+
+def _readings(function: Any, known: dict[types.CodeType, tuple[bool, bool, bool]]) -> tuple[bool, bool, bool]:
+    """Whether ``function`` reads the initial state, the final state, and takes the transcript. For a plain
+    function these depend on its code alone, so ``known`` answers for code already read."""
+    plain = type(function) is types.FunctionType and not function.__dict__
+    found = known.get(function.__code__) if plain else None
+    if found is None:
+        found = (reads_parameter(function, 0), reads_parameter(function, 1), _takes_transcript(function))
+        if plain:
+            known[function.__code__] = found
+    return found
 
 
 _LOCALS_READERS = frozenset({"locals", "vars", "eval", "exec", "getattr", "f_locals"})
@@ -145,6 +167,10 @@ def reads_parameter(function: Any, position: int) -> bool:
 
 def _takes_transcript(function: Any) -> bool:
     """Whether ``check`` declares a third positional parameter (``check(initial, final, transcript)``)."""
+    if type(function) is types.FunctionType and not function.__dict__:
+        # What inspect.signature would find, read from the code (no __wrapped__ or __signature__ to follow).
+        code = function.__code__
+        return code.co_argcount >= 3 or bool(code.co_flags & inspect.CO_VARARGS)
     try:
         parameters = list(inspect.signature(function).parameters.values())
     except (TypeError, ValueError):

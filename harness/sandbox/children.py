@@ -24,6 +24,7 @@ import signal
 import socket
 import struct
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -315,7 +316,8 @@ class Zygote:
         self._stderr_task: asyncio.Task[None] | None = None
         self.stderr_tail: list[str] = []
 
-    async def start(self) -> None:
+    async def start(self, meanwhile: Callable[[], object] | None = None) -> None:
+        """Start the zygote and wait for its report; ``meanwhile`` runs here while the new process boots."""
         loop = asyncio.get_running_loop()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         # The kernel then attaches the sender's pid to each message, translated into this process's PID namespace.
@@ -348,6 +350,8 @@ class Zygote:
         self._hello = loop.create_future()
         loop.add_reader(ours.fileno(), self._on_control)
         self._stderr_task = loop.create_task(self._read_stderr())
+        if meanwhile is not None:
+            meanwhile()
         try:
             hello = await asyncio.wait_for(self._hello, timeout=60)
         except (TimeoutError, ZygoteFailed) as exc:

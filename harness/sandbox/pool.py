@@ -280,7 +280,8 @@ class SandboxPool:
     ``require_full_confinement`` the pool refuses to start when any confinement layer is missing: the CLI asks
     for it whenever the code comes from the Hub (see ``--allow-weak-sandbox``). ``optional_modules`` names the
     optional third-party modules its children may import (``policy.optional_modules_named_in`` of the code it will
-    run); by default all that are installed, at some CPU per session.
+    run); by default all that are installed, at some CPU per session. ``code_to_lint`` (environment and check
+    sources the pool will run) gets its static checks while the first zygote boots, on this process's core.
     """
 
     def __init__(
@@ -290,6 +291,7 @@ class SandboxPool:
         *,
         require_full_confinement: bool = False,
         optional_modules: Iterable[str] | None = None,
+        code_to_lint: Iterable[str] = (),
     ):
         self.limits = limits or SandboxLimits()
         self.reply_limits = ReplyLimits(self.limits)
@@ -302,6 +304,8 @@ class SandboxPool:
         self._zygotes: list[Zygote] = []
         self._next = itertools.count()
         self._checked: dict[str, list[str]] = {}
+        self._code_to_lint = list(code_to_lint)
+        """Sources the static checks read while the zygote boots (``static_problems`` then answers from memory)."""
         self._bytecode: OrderedDict[str, str] = OrderedDict()
         self._loads = LoadGate()
         self._started = False
@@ -357,7 +361,7 @@ class SandboxPool:
             disabled_layers()  # a typo in HARNESS_SANDBOX_DISABLE is an error, not a silent full jail
             zygotes = [self._new_zygote() for _ in range(self.size)]
             try:
-                await asyncio.gather(*(zygote.start() for zygote in zygotes))
+                await asyncio.gather(*(z.start(self._lint_ahead if i == 0 else None) for i, z in enumerate(zygotes)))
             except ZygoteFailed as exc:
                 await asyncio.gather(*(zygote.close() for zygote in zygotes))
                 raise SandboxError(str(exc)) from exc
@@ -425,6 +429,11 @@ class SandboxPool:
         self._bytecode.move_to_end(code_key)
         while len(self._bytecode) > _BYTECODE_CACHE_SIZE:
             self._bytecode.popitem(last=False)
+
+    def _lint_ahead(self) -> None:
+        code, self._code_to_lint = self._code_to_lint, []
+        for source in code:
+            self.static_problems(source)
 
     def static_problems(self, code: str) -> list[str]:
         if code not in self._checked:

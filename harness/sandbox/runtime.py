@@ -83,17 +83,23 @@ def _discard_print(*_args: Any, **_kwargs: Any) -> None:
 
 
 def restricted_builtins() -> dict[str, Any]:
-    """A fresh namespace of the builtins sandboxed code may use."""
-    names = {k: v for k, v in vars(builtins).items() if k not in REMOVED_BUILTINS}
-    names.update(
-        __import__=_guarded_import,
-        getattr=_guarded_getattr,
-        setattr=_guarded_setattr,
-        delattr=_guarded_delattr,
-        hasattr=_guarded_hasattr,
-        print=_discard_print,
-    )
-    return names
+    """A fresh namespace of the builtins sandboxed code may use: a copy of the one made at the first call (in the
+    zygote, before any untrusted code runs), so what one module does to its namespace no other module sees."""
+    if not _BUILTINS_TEMPLATE:
+        _BUILTINS_TEMPLATE.update((k, v) for k, v in vars(builtins).items() if k not in REMOVED_BUILTINS)
+        _BUILTINS_TEMPLATE.update(
+            __import__=_guarded_import,
+            getattr=_guarded_getattr,
+            setattr=_guarded_setattr,
+            delattr=_guarded_delattr,
+            hasattr=_guarded_hasattr,
+            print=_discard_print,
+        )
+    return _BUILTINS_TEMPLATE.copy()
+
+
+_BUILTINS_TEMPLATE: dict[str, Any] = {}
+"""What ``restricted_builtins`` copies; no sandboxed code ever holds it."""
 
 
 _SHARED_BUILTINS: dict[str, Any] = {}

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import ast
 import re
+from collections import deque
+from collections.abc import Iterator
 
 from harness.sandbox.policy import ALLOWED_MODULES, FORBIDDEN_NAMES, is_forbidden_attribute
 
@@ -65,33 +67,54 @@ def find_problems(code: str) -> list[str]:
 
 
 def _collect_problems(tree: ast.Module, problems: list[str]) -> None:
-    for node in ast.walk(tree):
-        line = getattr(node, "lineno", "?")
+    for node in _nodes(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name.split(".")[0] not in ALLOWED_MODULES:
-                    problems.append(f"line {line}: import of {alias.name!r} is not allowed")
+                    problems.append(f"line {_line(node)}: import of {alias.name!r} is not allowed")
         elif isinstance(node, ast.ImportFrom):
             if node.level:
-                problems.append(f"line {line}: relative imports are not allowed")
+                problems.append(f"line {_line(node)}: relative imports are not allowed")
             elif (node.module or "").split(".")[0] not in ALLOWED_MODULES:
-                problems.append(f"line {line}: import from {node.module!r} is not allowed")
+                problems.append(f"line {_line(node)}: import from {node.module!r} is not allowed")
         elif isinstance(node, ast.Name):
             if node.id in FORBIDDEN_NAMES:
-                problems.append(f"line {line}: use of {node.id!r} is not allowed")
+                problems.append(f"line {_line(node)}: use of {node.id!r} is not allowed")
         elif isinstance(node, ast.Attribute):
             if is_forbidden_attribute(node.attr):
-                problems.append(f"line {line}: access to attribute {node.attr!r} is not allowed")
+                problems.append(f"line {_line(node)}: access to attribute {node.attr!r} is not allowed")
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _REFLECTION_CALLS:
             name = node.args[1] if len(node.args) >= 2 else None
             if isinstance(name, ast.Constant) and isinstance(name.value, str) and is_forbidden_attribute(name.value):
-                problems.append(f"line {line}: {node.func.id}() of {name.value!r} is not allowed")
+                problems.append(f"line {_line(node)}: {node.func.id}() of {name.value!r} is not allowed")
         elif (
             isinstance(node, ast.Constant)
             and isinstance(node.value, str)
             and _FORMAT_ATTRIBUTE_ESCAPE.search(node.value)
         ):
-            problems.append(f"line {line}: format strings may not reach private attributes")
+            problems.append(f"line {_line(node)}: format strings may not reach private attributes")
+
+
+def _nodes(tree: ast.AST) -> Iterator[ast.AST]:
+    """Every node, in ``ast.walk``'s order, without its generator per node (the lint runs on every check's code
+    at each run's start)."""
+    todo = deque([tree])
+    take, add, node_type = todo.popleft, todo.append, ast.AST
+    while todo:
+        node = take()
+        for field in node._fields:
+            value = getattr(node, field, None)
+            if isinstance(value, node_type):
+                add(value)
+            elif type(value) is list:
+                for item in value:
+                    if isinstance(item, node_type):
+                        add(item)
+        yield node
+
+
+def _line(node: ast.AST) -> object:
+    return getattr(node, "lineno", "?")
 
 
 def check_code(code: str) -> None:

@@ -57,6 +57,19 @@ ATTACKS = {
         "    typing.sys.setrecursionlimit(60)\n"
         "    return True\n"
     ),
+    "its own namespace": (
+        "import operator\n"
+        "import typing\n"
+        "def check(initial_state, final_state):\n"
+        "    changed = 0\n"
+        "    for name, module in list(typing.sys.modules.items()):\n"
+        "        if name.startswith('check_'):\n"
+        "            names = operator.attrgetter('__dict__')(module)['__builtins__']\n"
+        "            names['len'] = lambda value: 1\n"
+        "            names['sorted'] = lambda value, **k: [1]\n"
+        "            changed += 1\n"
+        "    return changed >= 1\n"
+    ),
     "frames and tracers": (
         "import operator\n"
         "import typing\n"

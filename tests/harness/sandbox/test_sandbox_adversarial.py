@@ -187,6 +187,28 @@ def test_static_checks_refuse_escapes(snippet):
     assert find_problems(snippet), snippet
 
 
+def test_static_checks_name_every_problem_with_its_line_breadth_first():
+    source = (
+        "def outer():\n"
+        "    def inner():\n"
+        "        import os\n"
+        "        return getattr(inner, '__globals__')\n"
+        "    return inner().__class__\n"
+        "from . import sibling\n"
+        "from socket import socket\n"
+        "x = eval('{0.__class__}'.format(1))\n"
+    )
+    assert find_problems(source) == [
+        "line 6: relative imports are not allowed",
+        "line 7: import from 'socket' is not allowed",
+        "line 3: import of 'os' is not allowed",
+        "line 5: access to attribute '__class__' is not allowed",
+        "line 8: use of 'eval' is not allowed",
+        "line 4: getattr() of '__globals__' is not allowed",
+        "line 8: format strings may not reach private attributes",
+    ]
+
+
 async def test_statically_refused_environment_never_runs(pool):
     code = "import os\n\nclass Bad:\n    def __init__(self, init_config: dict):\n        os.system('true')\n"
     environment = Environment(id="bad", name="Bad", class_name="Bad", code=code, tools=[])

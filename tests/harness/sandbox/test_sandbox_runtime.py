@@ -382,6 +382,39 @@ async def test_every_way_a_check_reads_the_final_state_gets_it(pool):
     assert {r.check_id: (r.passed, r.error) for r in results} == {name: (True, None) for name in sources}
 
 
+DECLARING_THE_TRANSCRIPT = {
+    "third": "def check(initial, final, transcript):\n    return transcript == [{'role': 'user'}]\n",
+    "positional_only": "def check(initial, final, transcript, /):\n    return transcript == [{'role': 'user'}]\n",
+    "star_args": "def check(initial, final, *rest):\n    return rest == ([{'role': 'user'}],)\n",
+    "default": "def check(initial, final, transcript=None):\n    return transcript == [{'role': 'user'}]\n",
+    "keyword_only": "def check(initial, final, *, transcript=None):\n    return transcript is None\n",
+    "two": "def check(initial, final):\n    return final['log'] == ['moved']\n",
+    "with_attribute": (
+        "def check(initial, final, transcript):\n    return transcript == [{'role': 'user'}]\n\n\ncheck.note = 'x'\n"
+    ),
+    "wrapped_two": (
+        "import functools\n\n\ndef keep(function):\n    @functools.wraps(function)\n"
+        "    def wrapper(*args):\n        return function(*args)\n    return wrapper\n\n\n"
+        "@keep\ndef check(initial, final):\n    return final['log'] == ['moved']\n"
+    ),
+    "wrapped_three": (
+        "import functools\n\n\ndef keep(function):\n    @functools.wraps(function)\n"
+        "    def wrapper(*args):\n        return function(*args)\n    return wrapper\n\n\n"
+        "@keep\ndef check(initial, final, transcript):\n    return transcript == [{'role': 'user'}]\n"
+    ),
+}
+
+
+async def test_a_check_is_given_the_transcript_exactly_when_its_signature_takes_a_third_positional(pool):
+    """As ``inspect.signature`` reads it: a third positional parameter (positional-only, with a default, or
+    ``*args``) gets the transcript; a keyword-only one and a wrapper of a two-parameter function do not."""
+    checks = [Check(id=name, description=name, source=source) for name, source in DECLARING_THE_TRANSCRIPT.items()]
+    results = await pool.run_checks(checks, {"log": []}, {"log": ["moved"]}, [{"role": "user"}])
+    assert {r.check_id: (r.passed, r.error) for r in results} == {
+        name: (True, None) for name in DECLARING_THE_TRANSCRIPT
+    }
+
+
 def test_only_a_check_that_never_names_the_initial_state_skips_it():
     from harness.sandbox.check_runner import reads_parameter
 
