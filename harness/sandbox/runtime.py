@@ -28,6 +28,7 @@ import orjson
 
 from harness.sandbox.check_inputs import ReceivedInputs, check_request, read_check_request
 from harness.sandbox.check_isolation import IMPORT_EVENT
+from harness.sandbox.environment_code import compile_environment
 from harness.sandbox.policy import ALLOWED_MODULES, OPTIONAL_MODULES, REMOVED_BUILTINS, is_forbidden_attribute
 from harness.sandbox.shims import CONTEXT, SHIM_MODULES, Clock, FrozenDate, FrozenDateTime
 from harness.statediff import diff_values
@@ -252,6 +253,17 @@ def load_module(code: str | CodeType, label: str, *, sole_module: bool = False) 
     return module.__dict__
 
 
+PRELOADED_CODE: dict[str, CodeType] = {}
+"""Environment code the harness compiled and handed the zygote, by the source's key (``preload_code``): every
+child forked after has it, and a session opened with that key runs it without unmarshalling anything."""
+
+
+def preload_code(key: str, data: bytes) -> None:
+    """In the zygote: keep code the harness compiled (``environment_code.compile_environment``) and marshalled.
+    Only the harness's own bytes are read here, never what a child compiled."""
+    PRELOADED_CODE[key] = marshal.loads(data)
+
+
 class EnvironmentSession:
     """The one environment instance this child serves."""
 
@@ -269,14 +281,20 @@ class EnvironmentSession:
         class_name = request["class_name"]
         timeout = self.settings.call_timeout
         compiled: list[str] = []
+        code_key = request.get("code_key")
+        preloaded = PRELOADED_CODE.get(code_key) if isinstance(code_key, str) else None
+        if code_key is not None and preloaded is None:
+            return {"ok": False, "kind": "sandbox_error", "error": "the environment's compiled code is not here"}
 
         def instantiate() -> Any:
             # The harness keeps the bytecode the first process of an environment compiled and hands it to the
             # next ones (it never loads it itself): compiling a 20 KB class costs more than the rest of a fork.
-            if request.get("bytecode"):
-                code: str | CodeType = marshal.loads(base64.b64decode(request["bytecode"]))
+            if preloaded is not None:
+                code: str | CodeType = preloaded
+            elif request.get("bytecode"):
+                code = marshal.loads(base64.b64decode(request["bytecode"]))
             else:
-                code = compile(request["code"], "<environment>", "exec")
+                code = compile_environment(request["code"])
                 compiled.append(base64.b64encode(marshal.dumps(code)).decode())
             namespace = load_module(code, "environment", sole_module=True)
             cls = namespace.get(class_name)

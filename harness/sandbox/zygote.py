@@ -129,6 +129,8 @@ class Zygote:
         """The slot (and so the uid, when started as root) of each live child; slot 0 is the probe's."""
         self.used_slots: set[int] = set()
         self.last_slot = 0
+        self.retired: set[int] = set()
+        """Spares replaced before any work was handed to them (``load_code``): their exit is not reported."""
         self.spare: tuple[int, socket.socket] | None = None
         """A child forked ahead of the next spawn request (its pid and the zygote's end of its assignment socket):
         a request then costs a message instead of a fork, and the next spare is forked after the answer."""
@@ -180,6 +182,25 @@ class Zygote:
         forked = self._fork_spare()
         self.spare = forked if not isinstance(forked, str) else None
 
+    def load_code(self, request: dict[str, Any], fds: list[int]) -> None:
+        """Keep an environment's code, compiled by the harness, for every child forked from now on (the spare,
+        forked before it arrived, is replaced). The bytes come from the harness alone, in a memory file."""
+        try:
+            if len(fds) == 1:
+                runtime.preload_code(str(request.get("key")), _read_file(fds[0], int(request.get("size", 0))))
+        except Exception as exc:  # the harness's own bytes: a failure here is a bug, told on stderr
+            print(f"environment code not loaded: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        finally:
+            for fd in fds:
+                os.close(fd)
+        gc.freeze()  # out of the collector's view, as the rest of the zygote's heap: children share its pages
+        if self.spare is not None:
+            self.retired.add(self.spare[0])
+            self.spare[1].close()  # the spare reads an empty assignment and exits; reap() collects it
+            self.spare = None
+        forked = self._fork_spare()
+        self.spare = forked if not isinstance(forked, str) else None
+
     def _fork_spare(self) -> tuple[int, socket.socket] | str:
         """Fork a spare child (in a PID namespace of its own); its pid and assignment socket, or why not."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -210,6 +231,9 @@ class Zygote:
             if self.spare is not None and self.spare[0] == pid:
                 self.spare[1].close()
                 self.spare = None
+            if pid in self.retired:
+                self.retired.discard(pid)  # never handed to the harness: nobody waits for it
+                continue
             self.send({"op": "exited", "pid": pid, "status": status})
 
     def _free_slot(self) -> int:
@@ -277,9 +301,24 @@ class Zygote:
                 request = orjson.loads(message)
                 if request.get("op") == "spawn":
                     self.spawn(request, fds)
+                elif request.get("op") == "code":
+                    self.load_code(request, fds)
                 elif request.get("op") == "kill":
                     self.kill(int(request.get("pid", 0)))
                 self.reap()
+
+
+def _read_file(fd: int, size: int) -> bytes:
+    """``size`` bytes from the start of the file ``fd`` (ValueError when it holds fewer)."""
+    chunks: list[bytes] = []
+    offset = 0
+    while offset < size:
+        chunk = os.pread(fd, size - offset, offset)
+        if not chunk:
+            raise ValueError(f"the code file holds {offset} bytes, not {size}")
+        chunks.append(chunk)
+        offset += len(chunk)
+    return b"".join(chunks)
 
 
 def _layer_report(confinement: Confinement, probe: dict[str, Any]) -> list[dict[str, Any]]:
