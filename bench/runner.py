@@ -1,11 +1,15 @@
 """Runner throughput against the mock OpenAI-compatible server at a fixed latency.
 
-    python bench/runner.py [--latency 0.1] [--levels 16,64,256,1024] [--rpm-seconds 130] [--default-collector]
+    python bench/runner.py [--latency 0.1] [--levels 16,64,256,1024] [--episodes N] [--rpm-seconds 130]
+        [--default-collector]
 
 For each concurrency level, in a fresh process: episodes/s and requests/s against the bound concurrency / L,
 harness CPU per request, CPU of the sandbox processes (zygote, session and check processes) per episode, and
 peak memory (RSS); "… running" is the harness CPU per request counted from the first episode's start (without
-the process's imports, the sandbox start, the screening and the model probe). The mock model replays each seed
+the process's imports, the sandbox start, the screening and the model probe); "model ms/req" the mock server's
+own CPU per request (it shares the machine's cores); "busy" the share of all cores the harness, the sandbox and
+the mock server used while the run ran. ``--episodes`` sets the episodes per level (default: three times the
+concurrency, at least 200). The mock model replays each seed
 scenario's reference actions (about five requests per episode); the server runs in its own process. Then the
 requests per minute achieved with ``rpm=600`` while demand exceeds it, counted by the server.
 ``--default-collector`` runs with CPython's default garbage-collector settings instead of the ones a run uses
@@ -19,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import multiprocessing
+import os
 import resource
 import sys
 import tempfile
@@ -119,6 +124,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--latency", type=float, default=0.1)
     parser.add_argument("--levels", default="16,64,256,1024")
+    parser.add_argument("--episodes", type=int, default=None, help="episodes per level")
     parser.add_argument("--rpm-seconds", type=float, default=130.0, help="0 skips the rpm measurement")
     parser.add_argument("--default-collector", action="store_true", help="CPython's default collector settings")
     args = parser.parse_args()
@@ -131,22 +137,28 @@ def main() -> None:
     print(f"mock server latency {args.latency * 1000:.0f} ms; bound = concurrency / latency requests/s")
     print(
         f"{'conc.':>6} {'episodes':>9} {'episodes/s':>11} {'requests/s':>11} {'bound':>7} {'% bound':>8} "
-        f"{'CPU ms/req':>11} {'… running':>10} {'jail ms/ep':>11} {'peak MB':>8}"
+        f"{'CPU ms/req':>11} {'… running':>10} {'jail ms/ep':>11} {'model ms/req':>13} {'busy':>6} {'peak MB':>8}"
     )
     windows: list[tuple[int, float, float]] = []
+    cores = os.cpu_count() or 1
     for level in [int(x) for x in args.levels.split(",")]:
-        episodes = max(3 * level, 200)
+        episodes = args.episodes or max(3 * level, 200)
         level_started = time.monotonic()
+        server_before = process_cpu(server.pid)
         elapsed, ran, requests, cpu, peak, jail_cpu, cpu_episodes = measure(
             base_url, level, episodes, default_collector=args.default_collector
         )
-        windows.append((level, level_started, time.monotonic()))
+        level_ended = time.monotonic()
+        server_cpu = process_cpu(server.pid) - server_before
+        windows.append((level, level_started, level_ended))
         bound = level / args.latency
         rate = requests / elapsed
+        busy = (cpu + jail_cpu + server_cpu) / (cores * elapsed)
         print(
             f"{level:>6} {ran:>9} {ran / elapsed:>11.1f} {rate:>11.1f} {bound:>7.0f} {100 * rate / bound:>7.1f}% "
             f"{1000 * cpu / max(requests, 1):>11.2f} {1000 * cpu_episodes / max(requests, 1):>10.2f} "
-            f"{1000 * jail_cpu / max(ran, 1):>11.2f} {peak:>8.0f}"
+            f"{1000 * jail_cpu / max(ran, 1):>11.2f} {1000 * server_cpu / max(requests, 1):>13.2f} "
+            f"{100 * busy:>5.0f}% {peak:>8.0f}"
         )
     if args.rpm_seconds:
         episodes = int(args.rpm_seconds * 600 / 60 / 4)  # demand well above 600/min at concurrency 64
@@ -170,6 +182,16 @@ def main() -> None:
         times, _connections = counts.get()
         print_steady_state(times, windows, args.latency)
     server.join()
+
+
+def process_cpu(pid: int | None) -> float:
+    """User and system CPU seconds of a running process, from /proc (0 when it cannot be read)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            fields = handle.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def print_steady_state(times: list[float], windows: list[tuple[int, float, float]], latency: float) -> None:
