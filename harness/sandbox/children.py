@@ -328,8 +328,12 @@ class Zygote:
         environment["LD_BIND_NOW"] = "1"
         os.set_inheritable(theirs.fileno(), True)
         try:
+            # -P: the harness's current folder is not put first on the zygote's path (a `harness` package there,
+            # in a downloaded dataset say, would run unconfined before the sandbox's own code); -s: nor the
+            # user's site-packages.
             self.process = await asyncio.create_subprocess_exec(
                 sys.executable,
+                "-P",
                 "-s",
                 "-c",
                 f"import os; os.dup2({theirs.fileno()}, {_CONTROL_FD}); "
