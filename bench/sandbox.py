@@ -5,7 +5,8 @@
 Prints p50/p99 latency of opening a session (fork from the zygote + confinement + loading the class) and of one
 call through the jail against the same call made in-process, calls per second with many sessions in flight,
 the private memory (USS) and proportional share (PSS) per open session with ``--open`` sessions open (read from
-/proc/<pid>/smaps_rollup), the latency of one check run (a fresh confined process), the sandbox CPU per episode of
+/proc/<pid>/smaps_rollup), the sandbox CPU and page faults per session (opened, one call, closed), the latency of
+one check run (a fresh confined process), the sandbox CPU per episode of
 scoring episodes that finish together, each in a process of its own and in batches of one scenario (each in a pool
 of its own, whose zygote's CPU, its children's included, is counted when the pool closes), and the cost of a call
 and of a state read as state grows.
@@ -186,6 +187,28 @@ async def scoring_cpu(rounds: int, together: int, batched: bool) -> float:
     return (_children_cpu() - before) / (rounds * together)
 
 
+def _children_faults() -> int:
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_minflt
+
+
+async def session_cpu(count: int) -> tuple[float, float]:
+    """Sandbox CPU seconds and page faults per session (opened, one call, closed, one after the other), over a pool
+    of its own, less those of a pool that opens none (its zygote's start and end)."""
+
+    async def pool_cost(sessions: int) -> tuple[float, int]:
+        cpu, faults = _children_cpu(), _children_faults()
+        async with SandboxPool(optional_modules=optional_modules_named_in([CODE])) as pool:
+            for index in range(sessions):
+                session = await pool.open_session(environment(), state_of_size(1000), seed=index)
+                await session.call(ToolCall(id="c", name="get_item", arguments={"item_id": "I-1"}))
+                await session.close()
+        return _children_cpu() - cpu, _children_faults() - faults
+
+    empty_cpu, empty_faults = await pool_cost(0)
+    cpu, faults = await pool_cost(count)
+    return (cpu - empty_cpu) / count, (faults - empty_faults) / count
+
+
 async def snapshot_costs(pool: SandboxPool) -> list[tuple[str, float, float, float]]:
     rows = []
     for label, size in (("1 KB", 1_000), ("100 KB", 100_000), ("10 MB", 10_000_000)):
@@ -227,6 +250,7 @@ async def main() -> None:
         uss, pss = await memory_per_session(pool, args.open)
         checks = await check_latencies(pool, 100)
         snapshots = await snapshot_costs(pool)
+    per_session, session_faults = await session_cpu(300)
     alone = await scoring_cpu(40, 8, batched=False)
     batched = await scoring_cpu(40, 8, batched=True)
     print(f"zygotes: {args.workers}; layers active: {', '.join(active)}")
@@ -240,6 +264,10 @@ async def main() -> None:
     print(f"one session, sequential: {1 / statistics.mean(sandboxed):,.0f} calls/s")
     print(f"{args.sessions} sessions in flight: {throughput:,.0f} calls/s")
     print(f"memory per open session ({args.open} open): USS {uss / 1e6:.2f} MB   PSS {pss / 1e6:.2f} MB")
+    print(
+        f"sandbox CPU per session (opened, one call, closed): {per_session * 1e3:.2f} ms, "
+        f"{session_faults:.0f} page faults"
+    )
     print(
         f"10 checks in a fresh process: p50 {percentile(checks, 0.5) * 1e3:.3f} ms   "
         f"p99 {percentile(checks, 0.99) * 1e3:.3f} ms"
