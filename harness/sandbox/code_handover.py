@@ -29,16 +29,20 @@ class CodeHandover:
         """The pool's zygotes now (one that is replaced is handed everything first: ``hand_all``)."""
         self.limit_bytes = MAX_HANDED_BYTES if limit_bytes is None else limit_bytes
         self.marshalled: dict[str, bytes] = {}
+        """What is being or has been handed over (a zygote that starts is handed all of it)."""
         self.size = 0
+        self.handed: set[str] = set()
+        """What every zygote has been sent: sessions of these open with the key alone."""
         self._handing: dict[str, asyncio.Future[bool]] = {}
 
     def __contains__(self, key: str) -> bool:
-        return key in self.marshalled
+        return key in self.handed
 
     async def hand(self, key: str, source: str) -> bool:
         """Compile ``source`` (whose key is ``key``) and hand it to every zygote, once per key; whether its
-        sessions may open with the key alone."""
-        if key in self.marshalled:
+        sessions may open with the key alone. A caller that comes while it is being sent waits for that: its
+        fork request must not reach a zygote before the code does."""
+        if key in self.handed:
             return True
         handing = self._handing.get(key)
         if handing is None:
@@ -65,6 +69,7 @@ class CodeHandover:
                 del self.marshalled[key]
                 self.size -= len(data)
                 return False
+        self.handed.add(key)
         return True
 
     async def hand_all(self, zygote: Zygote) -> None:

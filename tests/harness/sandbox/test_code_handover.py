@@ -3,6 +3,8 @@ session compiled itself would: the same flags, the same errors, and the same beh
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 import harness.sandbox.code_handover as code_handover
@@ -64,3 +66,24 @@ async def test_code_that_parses_but_does_not_compile_is_reported_by_its_session_
             await pool.open_session(environment, {"entries": []})
         # The pool goes on serving, and the environment that compiles still loads.
         assert await two_sessions(pool, ledger()) == [{"total": 12}, {"total": 11}]
+
+
+async def test_a_session_that_comes_while_its_code_is_being_sent_waits_until_every_zygote_has_it():
+    """Its fork request goes to a zygote only after the code did (a zygote reads its messages in order)."""
+    release = asyncio.Event()
+    received: list[str] = []
+
+    class ZygoteThatReadsLate:
+        async def preload(self, key: str, data: bytes) -> None:
+            await release.wait()
+            received.append(key)
+
+    handover = code_handover.CodeHandover(lambda: [ZygoteThatReadsLate(), ZygoteThatReadsLate()])
+    first = asyncio.ensure_future(handover.hand("ledger", LATER))
+    await asyncio.sleep(0.01)  # the first is sending now
+    second = asyncio.ensure_future(handover.hand("ledger", LATER))
+    await asyncio.sleep(0.01)
+    assert not second.done() and "ledger" not in handover
+    release.set()
+    assert await second and await first
+    assert received == ["ledger", "ledger"] and "ledger" in handover
