@@ -287,8 +287,9 @@ class EnvironmentSession:
             return {"ok": False, "kind": "sandbox_error", "error": "the environment's compiled code is not here"}
 
         def instantiate() -> Any:
-            # The harness keeps the bytecode the first process of an environment compiled and hands it to the
-            # next ones (it never loads it itself): compiling a 20 KB class costs more than the rest of a fork.
+            # Compiling a 20 KB class costs more than the rest of a fork. So the code comes compiled: by the harness,
+            # inherited from the zygote (preload_code), or else as the bytecode the environment's first process
+            # compiled (the harness keeps it for the next ones and never loads it itself).
             if preloaded is not None:
                 code: str | CodeType = preloaded
             elif request.get("bytecode"):
