@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import marshal
 import os
 import resource
 import statistics
@@ -141,7 +140,6 @@ def main() -> None:
         }
         # As the pool opens every session: the code compiled by the harness and held by the zygote.
         code = compile_environment(environment.code)
-        runtime.preload_code("environment", marshal.dumps(code))
         request = orjson.dumps({**opening, "code": None, "code_key": "environment"})
         final_json = orjson.dumps(scenario.initial_state).decode()
 
@@ -149,7 +147,7 @@ def main() -> None:
             # As a session process opens (``runtime.serve_session(own_process=True)``): without the cyclic
             # collector, what the open built then frozen out of its view.
             gc.disable()
-            served = runtime.EnvironmentSession(settings)
+            served = runtime.EnvironmentSession(settings, {"environment": code})
             answer = served.op_open(orjson.loads(request))
             if answer.get("ok") is not True:
                 raise SystemExit(f"the session did not open: {answer}")

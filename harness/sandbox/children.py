@@ -463,7 +463,7 @@ class Zygote:
         return child
 
     async def preload(self, key: str, data: bytes) -> None:
-        """Hand the zygote an environment's compiled code (``runtime.preload_code``), in a memory file: every
+        """Hand the zygote an environment's compiled code (``zygote.Zygote.load_code``), in a memory file: every
         child it forks after this message has it."""
         if not self.alive or self.control is None:
             raise ZygoteFailed("the sandbox zygote is not running")

@@ -1,7 +1,7 @@
 """Environment code compiled in the harness, once, and handed to every zygote of a pool: each session process
 of that environment then runs the code it inherited, with no unmarshalling and no bytecode in its open request.
 
-The zygote reads only these bytes, the harness's own (``runtime.preload_code``), never what a child compiled.
+The zygote reads only these bytes, the harness's own (``zygote.Zygote.load_code``), never what a child compiled.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ import os
 import signal
 import sys
 import traceback
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from functools import partial
 from types import CodeType
 from typing import Any, Protocol
@@ -253,22 +253,14 @@ def load_module(code: str | CodeType, label: str, *, sole_module: bool = False) 
     return module.__dict__
 
 
-PRELOADED_CODE: dict[str, CodeType] = {}
-"""Environment code the harness compiled and handed the zygote, by the source's key (``preload_code``): every
-child forked after has it, and a session opened with that key runs it without unmarshalling anything."""
-
-
-def preload_code(key: str, data: bytes) -> None:
-    """In the zygote: keep code the harness compiled (``environment_code.compile_environment``) and marshalled.
-    Only the harness's own bytes are read here, never what a child compiled."""
-    PRELOADED_CODE[key] = marshal.loads(data)
-
-
 class EnvironmentSession:
     """The one environment instance this child serves."""
 
-    def __init__(self, settings: Settings):
+    def __init__(self, settings: Settings, compiled_code: Mapping[str, CodeType] | None = None):
         self.settings = settings
+        self.compiled_code = compiled_code or {}
+        """Environment code the harness compiled, by source key, that the zygote holds and this process inherited
+        (``zygote.Zygote.load_code``): a session opened with its key runs it without unmarshalling anything."""
         self.instance: Any = None
         self.clock = Clock(0)
         self.record_diffs = True
@@ -282,13 +274,13 @@ class EnvironmentSession:
         timeout = self.settings.call_timeout
         compiled: list[str] = []
         code_key = request.get("code_key")
-        preloaded = PRELOADED_CODE.get(code_key) if isinstance(code_key, str) else None
+        preloaded = self.compiled_code.get(code_key) if isinstance(code_key, str) else None
         if code_key is not None and preloaded is None:
             return {"ok": False, "kind": "sandbox_error", "error": "the environment's compiled code is not here"}
 
         def instantiate() -> Any:
             # Compiling a 20 KB class costs more than the rest of a fork. So the code comes compiled: by the harness,
-            # inherited from the zygote (preload_code), or else as the bytecode the environment's first process
+            # inherited from the zygote (compiled_code), or else as the bytecode the environment's first process
             # compiled (the harness keeps it for the next ones and never loads it itself).
             if preloaded is not None:
                 code: str | CodeType = preloaded
@@ -486,7 +478,9 @@ def _read_request(fd: int) -> tuple[int, dict[str, Any]] | None:
     return received[0], request
 
 
-def serve_session(fd: int, settings: Settings, *, own_process: bool = False) -> None:
+def serve_session(
+    fd: int, settings: Settings, *, own_process: bool = False, compiled_code: Mapping[str, CodeType] | None = None
+) -> None:
     """Serve one environment session until the harness closes the channel.
 
     ``own_process``: this process serves this session alone and exits after it (a forked session child). Its first
@@ -495,8 +489,8 @@ def serve_session(fd: int, settings: Settings, *, own_process: bool = False) -> 
     them all again and again, cost more than building them (τ² retail: 24 ms against 18). What the open built
     lives as long as the session, so it is frozen out of the collector's view afterwards, and the collector runs
     as usual for every call. Cyclic garbage the constructor itself left is kept until the process exits (the
-    memory limit bounds it)."""
-    session = EnvironmentSession(settings)
+    memory limit bounds it). ``compiled_code``: the environment code the zygote holds (``EnvironmentSession``)."""
+    session = EnvironmentSession(settings, compiled_code)
     opening = own_process
     if opening:
         gc.disable()

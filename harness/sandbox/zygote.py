@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import marshal
 import os
 import select
 import signal
 import socket
 import struct
 import sys
+from types import CodeType
 from typing import Any
 
 import orjson
@@ -41,8 +43,16 @@ _MAX_MESSAGE = 65536
 _MAX_FD = 4096
 
 
-def _child(channel: socket.socket, kind: str, slot: int, confinement: Confinement, settings: runtime.Settings) -> None:
-    """In the forked child: keep only the channel, confine, serve. Never returns."""
+def _child(
+    channel: socket.socket,
+    kind: str,
+    slot: int,
+    confinement: Confinement,
+    settings: runtime.Settings,
+    compiled_code: dict[str, CodeType] | None = None,
+) -> None:
+    """In the forked child: keep only the channel, confine, serve. Never returns. ``compiled_code`` (the zygote's
+    environment code) goes to a session only: a check process is never handed it."""
     code = 0
     try:
         signal.set_wakeup_fd(-1)
@@ -64,7 +74,7 @@ def _child(channel: socket.socket, kind: str, slot: int, confinement: Confinemen
         os.closerange(start, _MAX_FD)
         confinement.apply(slot)
         if kind == "session":
-            runtime.serve_session(fd, settings, own_process=True)
+            runtime.serve_session(fd, settings, own_process=True, compiled_code=compiled_code)
         elif kind == "checks":
             runtime.serve_checks(fd, settings, check_runner.run_checks)
         elif kind == "probe":
@@ -76,7 +86,9 @@ def _child(channel: socket.socket, kind: str, slot: int, confinement: Confinemen
     os._exit(code)
 
 
-def _wait_for_work(assignment: socket.socket, confinement: Confinement, settings: runtime.Settings) -> None:
+def _wait_for_work(
+    assignment: socket.socket, confinement: Confinement, settings: runtime.Settings, compiled_code: dict[str, CodeType]
+) -> None:
     """In a spare child, forked ahead of need: wait for the zygote to hand it a channel, then be that child.
     Never returns. The zygote's assignment is all it reads before confining itself."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -88,7 +100,14 @@ def _wait_for_work(assignment: socket.socket, confinement: Confinement, settings
     if not isinstance(work, dict) or len(fds) != 1:
         os._exit(0)
     assignment.close()
-    _child(socket.socket(fileno=fds[0]), str(work.get("kind")), int(work.get("slot", 0)), confinement, settings)
+    _child(
+        socket.socket(fileno=fds[0]),
+        str(work.get("kind")),
+        int(work.get("slot", 0)),
+        confinement,
+        settings,
+        compiled_code,
+    )
 
 
 def _serve_probe(fd: int, status_fd: int) -> None:
@@ -129,6 +148,10 @@ class Zygote:
         """The slot (and so the uid, when started as root) of each live child; slot 0 is the probe's."""
         self.used_slots: set[int] = set()
         self.last_slot = 0
+        self.compiled_code: dict[str, CodeType] = {}
+        """Environment code the harness compiled and handed over (``load_code``), by source key. Kept here, out of
+        every module's namespace: the state a check process puts back after each check is the modules' as the
+        zygote had them before any code arrived."""
         self.retired: set[int] = set()
         """Spares replaced before any work was handed to them (``load_code``): their exit is not reported."""
         self.spare: tuple[int, socket.socket] | None = None
@@ -187,7 +210,8 @@ class Zygote:
         forked before it arrived, is replaced). The bytes come from the harness alone, in a memory file."""
         try:
             if len(fds) == 1:
-                runtime.preload_code(str(request.get("key")), _read_file(fds[0], int(request.get("size", 0))))
+                data = _read_file(fds[0], int(request.get("size", 0)))
+                self.compiled_code[str(request.get("key"))] = marshal.loads(data)  # the harness's bytes, only
         except Exception as exc:  # the harness's own bytes: a failure here is a bug, told on stderr
             print(f"environment code not loaded: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         finally:
@@ -213,7 +237,7 @@ class Zygote:
         if pid == 0:
             self.control.close()
             ours.close()
-            _wait_for_work(theirs, self.confinement, self.settings)
+            _wait_for_work(theirs, self.confinement, self.settings, self.compiled_code)
         theirs.close()
         self.children.add(pid)
         return pid, ours
