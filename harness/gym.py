@@ -35,7 +35,8 @@ from harness.library import Library
 from harness.protocols import UserPolicy, agent_turn_from_message
 from harness.reward import CompositeWeights
 from harness.rules import DEFAULT_RULES, RulesName, rules_profile
-from harness.sandbox import SandboxPool, WeakSandbox
+from harness.sandbox import SandboxPool
+from harness.sandbox.spec import require_confinement
 from harness.schema import AgentSettings, Mode, ModelSettings, Scenario, TerminationReason
 from harness.validate import invalid_scenarios
 
@@ -156,16 +157,7 @@ class ToolEnv:
     async def _require_confinement(self) -> None:
         """Hub code runs only with every confinement layer, unless ``allow_weak_sandbox``: :class:`WeakSandbox`
         before any of it runs."""
-        if not self.library.from_hub or self.allow_weak_sandbox:
-            return
-        await self.pool.start()
-        missing = self.pool.missing_layers
-        if missing:
-            names = ", ".join(f"{layer['name']} ({layer['detail']})" for layer in missing)
-            raise WeakSandbox(
-                f"confinement layers missing on this machine: {names}; refusing to run code from the Hub "
-                "(pass allow_weak_sandbox=True to run it anyway; `harness doctor` explains each layer)"
-            )
+        await require_confinement(self.pool, self.library.code_origin, self.allow_weak_sandbox)
 
     async def _screen(self, scenario: Scenario) -> str | None:
         """The scenario's problems under the cheap validation, once per scenario object."""

@@ -19,7 +19,9 @@ from harness.containment import OutsideLibrary, require_inside
 from harness.errors import BadInput
 from harness.fingerprint import fingerprint
 from harness.names import require_safe_id
+from harness.sandbox.limits import SandboxLimits
 from harness.sandbox.policy import optional_modules_named_in
+from harness.sandbox.spec import CodeOrigin, JailSpec
 from harness.scenario_json import scenario_json
 from harness.scenario_lines import ScenarioLines
 from harness.schema import DatasetRef, Environment, Provenance, Scenario
@@ -57,6 +59,28 @@ class Library:
             codes = {self.environments[s.environment_id].code for s in chosen if s.environment_id in self.environments}
         checks = (check.source for scenario in chosen for check in scenario.checks)
         return optional_modules_named_in(itertools.chain(codes, checks))
+
+    @property
+    def code_origin(self) -> CodeOrigin:
+        return CodeOrigin.HUB if self.from_hub else CodeOrigin.LOCAL
+
+    def jail(
+        self,
+        scenarios: Iterable[Scenario] | None = None,
+        *,
+        allow_weak_sandbox: bool = False,
+        workers: int | None = None,
+        limits: SandboxLimits | None = None,
+    ) -> JailSpec:
+        """The jail that runs this library's code (the trust rule applied to where it came from), loading the
+        optional modules these scenarios need (by default the whole library's)."""
+        return JailSpec.for_code(
+            self.code_origin,
+            allow_weak_sandbox=allow_weak_sandbox,
+            workers=workers,
+            limits=limits,
+            optional_modules=self.optional_modules(scenarios),
+        )
 
 
 def one_line(error: Exception, limit: int = 300) -> str:

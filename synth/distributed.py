@@ -29,6 +29,7 @@ from harness.distributed.fleet import Fleet
 from harness.distributed.settings import ExecutorConfig, WorkUnit, executor_config
 from harness.distributed.worker import FleetExecutor
 from harness.llm import LLMClient
+from harness.sandbox.spec import JailSpec
 from harness.schema import Environment, Usage
 from synth.cluster import AttemptKind, AttemptUnit
 from synth.environment_build import COST_STAGES, EnvironmentBuild, SynthEnvsConfig
@@ -204,8 +205,7 @@ class RaySynthesis:
             models,
             job,
             cache_dir=None,  # answers are not cached on executors: the driver alone writes the output folder
-            sandbox_workers=self.sandbox_workers,
-            require_full_confinement=self.require_full_confinement,
+            jail=JailSpec(workers=self.sandbox_workers, full_confinement=self.require_full_confinement),
         )
         if settings.environment:
             logger.info("executors get these variables from the driver: %s", ", ".join(sorted(settings.environment)))

@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field
 from harness.library import write_seed_layout
 from harness.llm import EndpointLimits, LLMClient
 from harness.sandbox import SandboxPool
+from harness.sandbox.spec import JailSpec
 from harness.schema import Environment, Usage
 from synth.cluster import EnvironmentCluster
 from synth.costs import CostReport, build_cost_report, price_for
@@ -76,7 +77,7 @@ async def synthesize_environments(
         timeout=config.timeout,
     )
     own_pool = pool is None and cluster is None
-    sandbox = SandboxPool(workers=config.sandbox_workers) if own_pool else pool
+    sandbox = JailSpec(workers=config.sandbox_workers).pool() if own_pool else pool
     run = EnvironmentBuild(config, llm, sandbox)
     spend = synthesis_spend(config.cost_limit, llm, [config.model])
 

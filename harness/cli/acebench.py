@@ -12,6 +12,7 @@ import typer
 
 from harness.cli.aio import run_to_end
 from harness.cli.errors import RefusingCommand
+from harness.cli.options import AllowWeakSandbox, AllowWeakSandboxImport
 from harness.console import console, err_console, labelled, outside
 from harness.schema import Environment, Scenario
 
@@ -41,13 +42,14 @@ def import_acebench_command(
         bool, typer.Option("--skip-bad-records", help="Leave out (and list) upstream records that cannot be read.")
     ] = False,
     workers: Annotated[int, typer.Option(help="Sandbox worker processes (default: one per core).")] = 0,
+    allow_weak_sandbox: AllowWeakSandboxImport = False,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
 ) -> None:
     """Import ACEBench's agent tasks: the scenario classes as tools, one scenario per task with upstream's
     end-to-end and process checks."""
     from harness.benchmarks.acebench.importer import AceBenchImport, AceBenchImportError, import_acebench
     from harness.benchmarks.acebench.source import AceBenchSource, AceBenchSourceError
-    from harness.sandbox import SandboxPool
+    from harness.sandbox.spec import CodeOrigin, JailSpec
 
     try:
         if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -55,7 +57,8 @@ def import_acebench_command(
         checkout = AceBenchSource(source)
 
         async def run() -> AceBenchImport:
-            async with SandboxPool(workers=workers or None) as pool:
+            jail = JailSpec.for_code(CodeOrigin.SOURCE, allow_weak_sandbox=allow_weak_sandbox, workers=workers)
+            async with jail.pool() as pool:
                 return await import_acebench(checkout, category, language, pool)
 
         result = run_to_end(run())
@@ -95,20 +98,20 @@ def export_acebench_command(
     library: Annotated[
         Path | None, typer.Option(help="The library the run read (default: the one its manifest names).")
     ] = None,
+    allow_weak_sandbox: AllowWeakSandbox = False,
 ) -> None:
     """A run as ACEBench's result files (``result_all/result_<lang>/<model>/data_agent_<category>_result.json``)."""
     from harness.benchmarks.acebench.export import AceBenchExportError, export_run
     from harness.errors import BadInput
     from harness.library import load_library
     from harness.metrics import load_run
-    from harness.sandbox import SandboxPool
 
     try:
         manifest, trajectories = load_run(run_dir)
         records = load_library(library or manifest.dataset.source)
 
         async def run() -> list[Path]:
-            async with SandboxPool(workers=1) as pool:
+            async with records.jail(allow_weak_sandbox=allow_weak_sandbox, workers=1).pool() as pool:
                 return [f.path for f in await export_run(trajectories, records, pool, out)]
 
         written = run_to_end(run())

@@ -15,7 +15,8 @@ from rich.table import Table
 from harness.cli.aio import run_to_end
 from harness.cli.errors import RefusingCommand
 from harness.console import console, markup_text, outside
-from harness.sandbox import SandboxError, SandboxPool
+from harness.sandbox import SandboxError
+from harness.sandbox.spec import JailSpec
 
 GUARANTEES: dict[str, str] = {
     "environment": "your environment variables (API keys, tokens): never handed to environment code",
@@ -45,7 +46,7 @@ def guarantee(name: str) -> str:
 
 
 async def _layers() -> list[dict[str, object]]:
-    async with SandboxPool() as pool:
+    async with JailSpec().pool() as pool:
         return list(pool.layers)
 
 

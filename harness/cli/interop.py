@@ -11,6 +11,7 @@ from rich.table import Table
 
 from harness.cli.aio import run_to_end
 from harness.cli.errors import RefusingCommand
+from harness.cli.options import AllowWeakSandboxImport
 from harness.console import console, err_console, labelled, markup_text, outside
 
 import_app = typer.Typer(help="Import other projects' releases into our records.", no_args_is_help=True)
@@ -52,13 +53,14 @@ def import_bfcl_command(
         bool, typer.Option(help="Load every class and replay every ground truth in the sandbox first.")
     ] = True,
     workers: Annotated[int, typer.Option(help="Sandbox worker processes for --verify (default: one per core).")] = 0,
+    allow_weak_sandbox: AllowWeakSandboxImport = False,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
 ) -> None:
     """Import BFCL's multi-turn categories: environments, scenarios with scripted turns, ground truth per turn."""
     from harness.archives import ArchiveRefused
     from harness.importers.bfcl import BfclImportError, import_bfcl, verify_import, write_import
     from harness.importers.bfcl_source import BfclSourceError
-    from harness.sandbox import SandboxPool
+    from harness.sandbox.spec import CodeOrigin, JailSpec
 
     started = time.perf_counter()
     try:
@@ -69,7 +71,8 @@ def import_bfcl_command(
         if verify:
 
             async def check() -> tuple[list[str], dict[str, list[str]]]:
-                async with SandboxPool(workers=workers or None) as pool:
+                jail = JailSpec.for_code(CodeOrigin.SOURCE, allow_weak_sandbox=allow_weak_sandbox, workers=workers)
+                async with jail.pool() as pool:
                     verification = await verify_import(result, pool)
                 return verification.problems, verification.unavailable
 

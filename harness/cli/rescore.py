@@ -29,7 +29,6 @@ def rescore(
     from harness.errors import BadInput
     from harness.library import load_library
     from harness.rescore import discard_output, plan_rescore, rescore_run
-    from harness.sandbox import SandboxPool
 
     try:
         library = load_library(envs)
@@ -40,11 +39,7 @@ def rescore(
     plan = plan_rescore(run_dir, library, out)
 
     async def run() -> object:
-        async with SandboxPool(
-            workers=workers or None,
-            require_full_confinement=library.from_hub and not allow_weak_sandbox,
-            optional_modules=library.optional_modules(),
-        ) as pool:
+        async with library.jail(allow_weak_sandbox=allow_weak_sandbox, workers=workers).pool() as pool:
             return await rescore_run(plan, pool, concurrency=concurrency)
 
     try:

@@ -185,7 +185,6 @@ def validate(
 ) -> None:
     """Check that environments load and that scenarios are sound (solvable, not solved at reset)."""
     from harness.library import load_library
-    from harness.sandbox import SandboxPool
     from harness.validate import ValidationReport, validate_library
 
     try:
@@ -202,9 +201,7 @@ def validate(
             return await validate_on_cluster(
                 library, ray, workers=workers or None, allow_weak_sandbox=allow_weak_sandbox
             )
-        async with SandboxPool(
-            workers=workers or None, require_full_confinement=library.from_hub and not allow_weak_sandbox
-        ) as pool:
+        async with library.jail(allow_weak_sandbox=allow_weak_sandbox, workers=workers).pool() as pool:
             return await validate_library(library, pool)
 
     report = run_to_end(check())

@@ -97,18 +97,20 @@ def serve(
             raise BadInput(f"{env_id} has a tool named {FINISH_TOOL!r}, the tool that ends an OpenEnv episode")
 
     from harness.mcp.server import EnvironmentServer
-    from harness.sandbox import SandboxPool, WeakSandbox
+    from harness.sandbox import WeakSandbox
     from harness.sandbox.policy import optional_modules_named_in
+    from harness.sandbox.spec import JailSpec
     from harness.validate import invalid_scenarios
 
     # One pool serves the screening and the sessions, so whatever confinement it requires covers both.
-    pool = SandboxPool(
+    pool = JailSpec.for_code(
+        library.code_origin,
+        allow_weak_sandbox=allow_weak_sandbox,
         workers=workers,
-        require_full_confinement=library.from_hub and not allow_weak_sandbox,
         optional_modules=optional_modules_named_in(
             [library.environments[env_id].code, *(check.source for s in scenarios for check in s.checks)]
         ),
-    )
+    ).pool()
 
     async def run() -> None:
         try:

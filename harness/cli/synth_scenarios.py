@@ -94,9 +94,9 @@ def cluster_for(ray: str | None, workers: int, *, require_full_confinement: bool
 async def full_pool(workers: int, require_full_confinement: bool) -> Any:
     """A started sandbox pool; when the code comes from the Hub and a confinement layer is missing, one line and
     exit status 2 before any work (unless --allow-weak-sandbox)."""
-    from harness.sandbox import SandboxPool
+    from harness.sandbox.spec import JailSpec
 
-    pool = SandboxPool(workers=workers or None, require_full_confinement=require_full_confinement)
+    pool = JailSpec(workers=workers or None, full_confinement=require_full_confinement).pool()
     await pool.start()  # WeakSandbox refuses the command
     return pool
 
@@ -173,7 +173,7 @@ def register(synth_app: typer.Typer) -> None:
         from synth.scenarios import ScenarioSynthesisConfig, synthesize_scenarios
 
         library = _library(envs)
-        confine_fully = library.from_hub and not allow_weak_sandbox
+        confine_fully = library.jail(allow_weak_sandbox=allow_weak_sandbox).full_confinement
         environments, _ = _environments_of(library, env)
         config = ScenarioSynthesisConfig(
             model=model,
@@ -321,7 +321,7 @@ def register(synth_app: typer.Typer) -> None:
         from synth.sampling import SamplingParams
 
         library = _library(envs)
-        confine_fully = library.from_hub and not allow_weak_sandbox
+        confine_fully = library.jail(allow_weak_sandbox=allow_weak_sandbox).full_confinement
         environments, _ = _environments_of(library, env)
         tool_graph = ToolGraph.load(graph)
         config = QueryConfig(

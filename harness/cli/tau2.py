@@ -11,6 +11,7 @@ import typer
 
 from harness.cli.aio import run_to_end
 from harness.cli.errors import RefusingCommand
+from harness.cli.options import AllowWeakSandboxImport
 from harness.console import console, err_console, labelled
 from harness.schema import Environment, Scenario
 
@@ -37,6 +38,7 @@ def import_tau2_command(
     out: Annotated[Path, typer.Option(help="Folder to write the library to (must not exist, or be empty).")],
     split: Annotated[str, typer.Option(help="The task split (upstream's split_tasks.json).")] = "base",
     workers: Annotated[int, typer.Option(help="Sandbox worker processes (default: one per core).")] = 0,
+    allow_weak_sandbox: AllowWeakSandboxImport = False,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
 ) -> None:
     """Import a τ²-bench domain: its tools (telecom: the user's too), and one scenario per task with one check per
@@ -45,7 +47,7 @@ def import_tau2_command(
     from harness.benchmarks.tau2.importer import Tau2Import, Tau2ImportError, import_tau2
     from harness.benchmarks.tau2.source import Tau2Source, Tau2SourceError
     from harness.benchmarks.tau2.telecom import TelecomImportError, import_telecom
-    from harness.sandbox import SandboxPool
+    from harness.sandbox.spec import CodeOrigin, JailSpec
 
     try:
         if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -54,7 +56,8 @@ def import_tau2_command(
         try:
 
             async def run() -> Tau2Import:
-                async with SandboxPool(workers=workers or None) as pool:
+                jail = JailSpec.for_code(CodeOrigin.SOURCE, allow_weak_sandbox=allow_weak_sandbox, workers=workers)
+                async with jail.pool() as pool:
                     if domain == "telecom" and domain in tau2.domains():
                         return await import_telecom(tau2, split, pool)
                     return await import_tau2(tau2, domain, split, pool)

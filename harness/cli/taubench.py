@@ -11,6 +11,7 @@ import typer
 
 from harness.cli.aio import run_to_end
 from harness.cli.errors import RefusingCommand
+from harness.cli.options import AllowWeakSandboxImport
 from harness.cli.tau2 import write_library
 from harness.console import console, err_console, labelled, outside
 
@@ -26,12 +27,13 @@ def import_taubench_command(
     concurrency: Annotated[
         int, typer.Option(min=1, help="Gold replays at once (each session holds the whole domain data).")
     ] = 2,
+    allow_weak_sandbox: AllowWeakSandboxImport = False,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
 ) -> None:
     """Import a τ-bench domain: its tools, and one scenario per task of a split, checked as upstream rewards it."""
     from harness.benchmarks.taubench.importer import TauBenchImport, TauBenchImportError, import_taubench
     from harness.benchmarks.taubench.source import TauBenchSource, TauBenchSourceError
-    from harness.sandbox import SandboxPool
+    from harness.sandbox.spec import CodeOrigin, JailSpec
 
     try:
         if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -39,7 +41,8 @@ def import_taubench_command(
         checkout = TauBenchSource(source)
 
         async def run() -> TauBenchImport:
-            async with SandboxPool(workers=workers or None) as pool:
+            jail = JailSpec.for_code(CodeOrigin.SOURCE, allow_weak_sandbox=allow_weak_sandbox, workers=workers)
+            async with jail.pool() as pool:
                 return await import_taubench(checkout, domain, split, pool, concurrency=concurrency)
 
         result = run_to_end(run())

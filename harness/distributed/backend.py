@@ -79,10 +79,9 @@ class RayBackend:
             plan,
             timeout=config.timeout,
             cache_dir=config.cache_dir,
-            sandbox_workers=config.workers,
-            sandbox_limits=job.sandbox_limits,
-            require_full_confinement=job.library.from_hub and not config.allow_weak_sandbox,
-            optional_modules=job.library.optional_modules(),
+            jail=job.library.jail(
+                allow_weak_sandbox=config.allow_weak_sandbox, workers=config.workers, limits=job.sandbox_limits
+            ),
         )
         if settings.environment:
             logger.info("executors get these variables from the driver: %s", ", ".join(sorted(settings.environment)))

@@ -112,12 +112,9 @@ class EnvironmentActor:
     async def _sandbox(self) -> SandboxPool:
         if self._pool is None:
             self._pool = await self._stack.enter_async_context(
-                SandboxPool(
-                    workers=self.workers,
-                    limits=self.sandbox_limits,
-                    require_full_confinement=self.library.from_hub and not self.allow_weak_sandbox,
-                    optional_modules=self.library.optional_modules(),
-                )
+                self.library.jail(
+                    allow_weak_sandbox=self.allow_weak_sandbox, workers=self.workers, limits=self.sandbox_limits
+                ).pool()
             )
         return self._pool
 

@@ -15,7 +15,7 @@ from typing import Any
 from harness.llm import EndpointLimits, LLMClient, RetryPolicy
 from harness.llm.aliases import AliasEntry
 from harness.llm.transport import DIRECT_ROUTE_VARIABLE, OPENAI_COMPATIBLE
-from harness.sandbox import SandboxLimits
+from harness.sandbox.spec import JailSpec
 
 
 @dataclass(frozen=True)
@@ -41,13 +41,10 @@ class ExecutorConfig:
     default_limits: EndpointLimits
     timeout: float
     cache_dir: Path | None
-    sandbox_workers: int | None
-    sandbox_limits: SandboxLimits | None
-    require_full_confinement: bool
+    jail: JailSpec
+    """What each executor's sandbox pool is made of (the trust rule already applied on the driver)."""
     environment: dict[str, str]
     job: Any
-    optional_modules: frozenset[str] | None = None
-    """The optional third-party modules the executors' sandbox pools load ahead (None: all installed)."""
 
     @property
     def shares_a_limiter(self) -> bool:
@@ -62,10 +59,7 @@ def executor_config(
     *,
     timeout: float | None = None,
     cache_dir: Path | None = None,
-    sandbox_workers: int | None = None,
-    sandbox_limits: SandboxLimits | None = None,
-    require_full_confinement: bool = False,
-    optional_modules: frozenset[str] | None = None,
+    jail: JailSpec | None = None,
 ) -> ExecutorConfig:
     """The config that makes every executor reach ``models`` as ``client`` does on the driver: its aliases,
     retry policy and limits, ``timeout`` (the client's when not given), and the variables those models need."""
@@ -77,12 +71,9 @@ def executor_config(
         default_limits=client.default_limits,
         timeout=client.timeout if timeout is None else timeout,
         cache_dir=cache_dir,
-        sandbox_workers=sandbox_workers,
-        sandbox_limits=sandbox_limits,
-        require_full_confinement=require_full_confinement,
+        jail=jail or JailSpec(),
         environment={name: os.environ[name] for name in names if name in os.environ},
         job=job,
-        optional_modules=optional_modules,
     )
 
 

@@ -74,12 +74,9 @@ async def validate_on_cluster(
         default_limits=EndpointLimits(),
         timeout=DEFAULT_TIMEOUT_S,
         cache_dir=None,
-        sandbox_workers=workers,
-        sandbox_limits=None,
-        require_full_confinement=library.from_hub and not allow_weak_sandbox,
+        jail=library.jail(allow_weak_sandbox=allow_weak_sandbox, workers=workers),
         environment={},
         job=ValidationJob(concurrency),
-        optional_modules=library.optional_modules(),
     )
     fleet = Fleet(address, what="validation", resume_hint="run the validation again once nodes are back")
     try:

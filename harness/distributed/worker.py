@@ -111,14 +111,7 @@ class FleetExecutor:
 
         if self._pool is None:
             config = self.config
-            pool = await self._stack.enter_async_context(
-                SandboxPool(
-                    workers=config.sandbox_workers,
-                    limits=config.sandbox_limits,
-                    require_full_confinement=config.require_full_confinement,
-                    optional_modules=config.optional_modules,
-                )
-            )
+            pool = await self._stack.enter_async_context(config.jail.pool())
             self._client = ClusterLLMClient(
                 cache_dir=config.cache_dir,
                 default_limits=config.default_limits,

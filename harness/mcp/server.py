@@ -70,6 +70,7 @@ from harness.mcp.admin import (
 from harness.mcp.replies import state_problems, tool_result
 from harness.mcp.sessions import SessionExpired, SessionRegistry
 from harness.sandbox import EnvironmentLoadError, SandboxError, SandboxLimits, SandboxPool
+from harness.sandbox.spec import JailSpec
 from harness.schema import Environment, Observation, ObservationKind, Scenario, ToolCall
 
 logger = logging.getLogger(__name__)
@@ -254,7 +255,7 @@ class EnvironmentServer:
         self.environment = environment
         self.scenarios = {s.id: s for s in scenarios if s.environment_id == environment.id}
         self._owns_pool = pool is None
-        self.pool = pool if pool is not None else SandboxPool(workers=workers, limits=limits)
+        self.pool = pool if pool is not None else JailSpec(workers=workers, limits=limits or SandboxLimits()).pool()
         self.registry = SessionRegistry(
             self.pool, environment, dict(initial_state or {}), seed=seed, idle_timeout_s=idle_timeout_s
         )

@@ -120,13 +120,10 @@ async def run(
     scenarios = select_scenarios(library, config)
     config = resolve_rules(config, library, scenarios)
     # One pool screens the scenarios and runs the episodes, so the confinement it requires covers both.
-    async with SandboxPool(
-        workers=config.workers,
-        limits=sandbox_limits,
-        require_full_confinement=library.from_hub and not config.allow_weak_sandbox,
-        optional_modules=library.optional_modules(scenarios),
-        code_to_lint=code_of(library, scenarios),
-    ) as pool:
+    jail = library.jail(
+        scenarios, allow_weak_sandbox=config.allow_weak_sandbox, workers=config.workers, limits=sandbox_limits
+    )
+    async with jail.pool(code_to_lint=code_of(library, scenarios)) as pool:
         with tuned_for_throughput():
             scenarios, invalid = await drop_invalid(pool, library, scenarios, config)
             specs = await checked_plan(config, library, scenarios, user_factory)

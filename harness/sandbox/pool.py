@@ -89,6 +89,16 @@ class WeakSandbox(BadInput, SandboxError):
     user must opt in with --allow-weak-sandbox)."""
 
 
+def weak_sandbox_message(missing: list[dict[str, Any]]) -> str:
+    """Why code that is not the user's own is refused on this machine."""
+    names = ", ".join(f"{layer['name']} ({layer['detail']})" for layer in missing)
+    return (
+        f"confinement layers missing on this machine: {names}; refusing to run code that is not from a local "
+        "folder (a Hub dataset, an imported source) (pass --allow-weak-sandbox to run it anyway; `harness doctor` "
+        "explains each layer)"
+    )
+
+
 _BYTECODE_CACHE_SIZE = 512
 
 
@@ -378,10 +388,7 @@ class SandboxPool:
                 names = ", ".join(f"{layer['name']} ({layer['detail']})" for layer in missing)
                 if self.require_full_confinement:
                     await self.close()
-                    raise WeakSandbox(
-                        f"confinement layers missing on this machine: {names}; refusing to run code from the Hub "
-                        "(pass --allow-weak-sandbox to run it anyway; `harness doctor` explains each layer)"
-                    )
+                    raise WeakSandbox(weak_sandbox_message(missing))
                 logger.warning("sandbox running without: %s (see `harness doctor`)", names)
             self._started = True
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine, Iterable
+from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-from harness.sandbox import SandboxLimits, SandboxPool
+from harness.sandbox.spec import JailSpec
 
 T = TypeVar("T")
 
@@ -19,20 +19,11 @@ T = TypeVar("T")
 class JailThread:
     """One event loop thread and the :class:`SandboxPool` that lives on it."""
 
-    def __init__(
-        self,
-        *,
-        workers: int | None = None,
-        limits: SandboxLimits | None = None,
-        require_full_confinement: bool = False,
-        optional_modules: Iterable[str] | None = None,
-    ) -> None:
+    def __init__(self, jail: JailSpec | None = None) -> None:
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._serve, name="harness-jail-loop", daemon=True)
         self._thread.start()
-        self.pool = SandboxPool(
-            workers, limits, require_full_confinement=require_full_confinement, optional_modules=optional_modules
-        )
+        self.pool = (jail or JailSpec()).pool()
         self._closed = False
 
     def _serve(self) -> None:

@@ -17,8 +17,9 @@ from harness.library import Library
 from harness.protocols import UserPolicy, agent_turn_from_message
 from harness.reward import CompositeWeights
 from harness.rules import RulesName, rules_profile
-from harness.sandbox import SandboxPool, WeakSandbox
+from harness.sandbox import SandboxPool
 from harness.sandbox.arguments import CallRejected, validate_call
+from harness.sandbox.spec import require_confinement
 from harness.schema import (
     AgentSettings,
     Mode,
@@ -106,11 +107,7 @@ class JailedEpisode:
         if settings.environment_id is not None and scenario.environment_id != settings.environment_id:
             detail = f"scenario {scenario.id!r} belongs to {scenario.environment_id!r}, not {settings.environment_id!r}"
             return self._refuse(scenario.id, OTHER_ENVIRONMENT, detail)
-        if settings.library.from_hub and not settings.allow_weak_sandbox:
-            await self.pool.start()
-            if self.pool.missing_layers:
-                names = ", ".join(layer["name"] for layer in self.pool.missing_layers)
-                raise WeakSandbox(f"confinement layers missing on this machine: {names}; refusing code from the Hub")
+        await require_confinement(self.pool, settings.library.code_origin, settings.allow_weak_sandbox)
         if not settings.include_invalid:
             problem = await self._screen(scenario)
             if problem is not None:

@@ -124,12 +124,12 @@ def environment_factory(
     if not chosen:
         raise ValueError("the library holds no environments")
     jail = jail or JailThread(
-        workers=workers,
-        limits=limits,
-        require_full_confinement=library.from_hub and not allow_weak_sandbox,
-        optional_modules=library.optional_modules(
-            [scenario for scenario in library.scenarios if scenario.environment_id in chosen]
-        ),
+        library.jail(
+            [scenario for scenario in library.scenarios if scenario.environment_id in chosen],
+            allow_weak_sandbox=allow_weak_sandbox,
+            workers=workers,
+            limits=limits,
+        )
     )
     factories: dict[str, Callable[[], JailedToolEnvironment]] = {}
     for environment_id in chosen:

@@ -182,10 +182,7 @@ def rollout_func(
         max_steps=max_steps,
         weights=weights or CompositeWeights(),
     )
-    jail = jail or JailThread(
-        require_full_confinement=library.from_hub and not allow_weak_sandbox,
-        optional_modules=library.optional_modules(),
-    )
+    jail = jail or JailThread(library.jail(allow_weak_sandbox=allow_weak_sandbox))
 
     def rollout(prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
         driver = TokenFaithfulRollout(trainer.processing_class, generator(trainer), settings, jail)

@@ -87,7 +87,7 @@ def shared_jail(envs: Library | str | None, rules: RulesName, include_invalid: b
                 include_invalid=include_invalid,
                 weights=CompositeWeights(),
             )
-            jail = JailThread(require_full_confinement=library.from_hub, optional_modules=library.optional_modules())
+            jail = JailThread(library.jail())
             _shared[key] = SharedJail(settings, jail)
         return _shared[key]
 
