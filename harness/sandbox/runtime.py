@@ -265,6 +265,9 @@ class EnvironmentSession:
         self.clock = Clock(0)
         self.record_diffs = True
         self.last: dict[str, bytes] = {}
+        self.code_ran = False
+        """Whether the environment's code has run in this process: from then on, whatever fails here is its doing
+        (it can reach and rewrite every module of the process)."""
 
     def op_open(self, request: dict[str, Any]) -> dict[str, Any]:
         self.clock = Clock(int(request.get("seed", 0)), float(request.get("epoch") or 0) or Clock(0).epoch)
@@ -305,6 +308,7 @@ class EnvironmentSession:
                 setattr(instance, key, value)
             return instance
 
+        self.code_ran = True
         try:
             self.instance = guarded(self.clock, timeout, instantiate)
             self.last = snapshot(self.instance)
@@ -349,7 +353,7 @@ class EnvironmentSession:
             response = {"ok": False, "kind": "forbidden", "error": _describe(exc)}
         except BadResult as exc:
             response = {"ok": False, "kind": "bad_result", "error": str(exc)}
-        except Exception as exc:
+        except BaseException as exc:  # SystemExit, KeyboardInterrupt, GeneratorExit, ...: the tool raised them
             response = {"ok": False, "kind": "tool_exception", "error": _describe(exc)}
         else:
             if len(payload) > settings.max_result_bytes:
@@ -364,7 +368,7 @@ class EnvironmentSession:
             after = snapshot(self.instance)
         except MemoryError:
             return {"ok": False, "kind": "resource_limit", "error": "the state ran out of memory"}
-        except Exception as exc:
+        except BaseException as exc:
             return {"ok": False, "kind": "bad_result", "error": f"the state is not JSON: {_describe(exc)}"}
         if self.record_diffs and after != self.last:
             response["diff"] = diff_snapshots(self.last, after)
@@ -396,12 +400,17 @@ class EnvironmentSession:
 
 
 def _describe(exc: BaseException) -> str:
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.startswith("<")]
-    where = f" (line {frames[-1].lineno} of {frames[-1].name})" if frames else ""
-    text = str(exc)
-    if len(text) > 500:
-        text = text[:500] + "…"
-    return f"{type(exc).__name__}: {text}{where}"
+    """The exception's type, text and line in the code that raised it. Reading them runs the code's own methods
+    (``__str__``, a metaclass's ``__name__``): whatever they raise is not let out."""
+    try:
+        frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.startswith("<")]
+        where = f" (line {frames[-1].lineno} of {frames[-1].name})" if frames else ""
+        text = str(exc)
+        if len(text) > 500:
+            text = text[:500] + "…"
+        return f"{type(exc).__name__}: {text}{where}"
+    except BaseException:
+        return "an exception whose text could not be read"
 
 
 # ------------------------------------------------------------------------------------------------ I/O
@@ -506,7 +515,9 @@ def serve_session(
         except MemoryError:
             response = {"ok": False, "kind": "resource_limit", "error": "the environment process ran out of memory"}
         except BaseException as exc:
-            response = {"ok": False, "kind": "sandbox_error", "error": _describe(exc)}
+            # Once the environment's code has run here, it can have rewritten anything on this path.
+            kind = "tool_exception" if session.code_ran else "sandbox_error"
+            response = {"ok": False, "kind": kind, "error": _describe(exc)}
         _write_frame(fd, _encode(response), sequence)
         if opening:
             opening = False
