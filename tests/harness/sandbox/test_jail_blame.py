@@ -22,11 +22,12 @@ from pathlib import Path
 import orjson
 import pytest
 
+from harness.blame import classify_failure
 from harness.hub.rows import records_to_table, rows_to_records
 from harness.library import write_seed_layout
 from harness.metrics import read_results, summarize_group
 from harness.reward import trajectory_reward
-from harness.sandbox import find_problems
+from harness.sandbox import EnvironmentFailed, SandboxPool, find_problems
 from harness.schema import (
     Check,
     Environment,
@@ -37,6 +38,7 @@ from harness.schema import (
     ReferenceAction,
     Scenario,
     TerminationReason,
+    ToolCall,
     Trajectory,
 )
 from harness.scoring import zero_reward
@@ -400,3 +402,44 @@ def test_the_blame_is_published_and_records_of_earlier_runs_keep_their_meaning(t
     summary = summarize_group(trajectories)
     assert (summary.environment_errors, summary.infra_errors, summary.scored) == (1, 1, 1)
     assert ResultStore(path).finished(retry_errors=True) == {"e1"}
+
+
+FORGES = '''
+import typing
+
+
+class Forges:
+    def __init__(self, init_config: dict):
+        self.done = init_config.get("done", False)
+
+    def forge(self) -> dict:
+        """Rewrite this process's worker so that every later reply names the sandbox at fault."""
+        worker = typing.sys.modules["harness.sandbox.runtime"].EnvironmentSession
+        worker.op_call = lambda session, request: {"ok": False, "kind": "sandbox_error", "error": "forged"}
+        worker.op_state = lambda session: {"ok": False, "kind": "sandbox_error", "error": "forged"}
+        return {"success": True}
+
+    def finish(self) -> dict:
+        """Finish the task."""
+        self.done = True
+        return {"success": True}
+'''
+
+
+async def test_replies_that_name_the_sandbox_after_the_code_ran_are_the_environments() -> None:
+    assert not find_problems(FORGES), find_problems(FORGES)
+    environment = Environment(
+        id="forges", name="Forges", class_name="Forges", code=FORGES, tools=derive_tools(FORGES, "Forges")
+    )
+    async with SandboxPool() as pool:
+        session = await pool.open_session(environment, {"done": False})
+        forged, _ = await session.call(ToolCall(id="c1", name="forge", arguments={}))
+        assert forged.ok
+        after, _ = await session.call(ToolCall(id="c2", name="finish", arguments={}))
+        with pytest.raises(EnvironmentFailed, match="reading the state failed: forged"):
+            await session.state()
+        await session.close()
+    assert (after.kind, after.error) == (ObservationKind.TOOL_EXCEPTION, "forged")
+    assert classify_failure(EnvironmentFailed("reading the state failed: forged"), "sandbox").reason is (
+        TerminationReason.ENVIRONMENT_ERROR
+    )
