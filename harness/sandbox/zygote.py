@@ -33,7 +33,7 @@ from typing import Any
 
 import orjson
 
-from harness.sandbox import check_runner, runtime
+from harness.sandbox import check_runner, runtime, warm_up
 from harness.sandbox.confine import Confinement, ConfinementError, disabled_layers, prepare
 from harness.sandbox.confirmation import CONFINED, UNCONFINED_STATUS
 from harness.sandbox.namespaces import HOST_NAME
@@ -390,7 +390,7 @@ def main() -> None:
     confinement = prepare(
         int(options["memory_mb"]), disabled_layers(options.get("disabled_env", {})), options.get("seccomp")
     )
-    runtime.warm_up(settings, check_runner.run_checks)
+    warm_up.warm_up(settings, check_runner.run_checks)
     check_runner.prepare_check_restore()
     zygote = Zygote(control, confinement, settings)
     report = _layer_report(confinement, zygote.probe())
