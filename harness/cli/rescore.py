@@ -51,9 +51,8 @@ def rescore(
         raise
     for item in report.not_rescored[:MAX_REFUSALS_SHOWN]:
         label = "refused:" if item.cause is NotRescoredCause.CONTRADICTORY_RECORD else "not re-scored:"
-        err_console.print(
-            labelled(label, "red", f"episode {item.episode_id} ({item.scenario_id}): {item.reason}"), soft_wrap=True
-        )
+        line = f"episode {item.episode_id} ({item.scenario_id}): {item.reason}"
+        err_console.print(labelled(label, "red", line, multiline=False), soft_wrap=True)
     if len(report.not_rescored) > MAX_REFUSALS_SHOWN:
         more = len(report.not_rescored) - MAX_REFUSALS_SHOWN
         err_console.print(outside(f"… and {more} more episodes not re-scored (see rescore.json)"), soft_wrap=True)
