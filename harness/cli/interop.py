@@ -121,18 +121,19 @@ def export_bfcl_command(
 ) -> None:
     """Write a run in BFCL's result-file format, for `bfcl evaluate`."""
     from harness.bfcl.export import export_run
+    from harness.errors import BadInput
     from harness.library import LibraryError, load_library
-    from harness.metrics import MANIFEST_FILE, RESULTS_FILE, read_results
-    from harness.schema import RunManifest
+    from harness.metrics import load_run
 
     try:
-        manifest_path = run_dir / MANIFEST_FILE
-        if not manifest_path.is_file():
-            raise ValueError(f"{run_dir} is not a run folder (no {MANIFEST_FILE})")
-        manifest = RunManifest.model_validate_json(manifest_path.read_bytes())
+        manifest, trajectories = load_run(run_dir)
+    except (FileNotFoundError, ValueError) as exc:  # a run folder refused as it is: status 2
+        raise BadInput(f"cannot export {run_dir}: {exc}") from exc
+    try:
         library = load_library(envs or manifest.dataset.source)
-        trajectories = read_results(run_dir / RESULTS_FILE)
         report = export_run(trajectories, library, out, trial=trial)
+    except BadInput:  # an --out or a library refused as given: status 2
+        raise
     except (ValueError, LibraryError, OSError) as exc:
         if debug:
             raise

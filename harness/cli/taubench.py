@@ -82,6 +82,7 @@ def export_taubench_command(
     from harness.errors import BadInput
     from harness.library import LibraryError, load_library
     from harness.metrics import load_run
+    from harness.outputs import write_output_file
 
     try:
         manifest, trajectories = load_run(run_dir)
@@ -94,8 +95,7 @@ def export_taubench_command(
         raise BadInput(f"cannot export {run_dir}: {error}") from error
     if not records:
         raise BadInput(f"cannot export {run_dir}: it has no scored episode")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(records, indent=2) + "\n", encoding="utf-8")
+    write_output_file(out, (json.dumps(records, indent=2) + "\n").encode("utf-8"))
     left_out = len(trajectories) - len(records)
     curve = ", ".join(f"pass^{k}={value:.4f}" for k, value in upstream_pass_hat_k(records).items())
     console.print(
