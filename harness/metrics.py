@@ -19,17 +19,17 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import BaseModel, Field, ValidationError
 
 from harness.errors import BadInput
 from harness.files import RUN_FOLDER_BUDGET, ReadBudget
-from harness.schema import FailureParty, RunManifest, TerminationReason, Trajectory
-from harness.store import folder_tree, read_records, run_file_exists
-from harness.versions import VersionsSummary, versions_of
+from harness.schema import RunManifest, Trajectory
+from harness.store import RecordListener, StoredResults, folder_tree, run_file_exists
+from harness.versions import VersionsSummary
 
 logger = logging.getLogger(__name__)
 
@@ -166,94 +166,6 @@ def task_key(trajectory: Trajectory) -> tuple[str, str, str]:
     return (trajectory.environment_id, trajectory.scenario_id, trajectory.mode)
 
 
-def _mean(values: Sequence[float]) -> float | None:
-    return math.fsum(values) / len(values) if values else None
-
-
-def pass_hat_k_curve(trajectories: Iterable[Trajectory]) -> dict[int, float]:
-    """pass^k for k = 1..K over the scored trajectories, K the fewest scored trials of any task."""
-    outcomes: dict[tuple[str, str, str], list[bool]] = {}
-    for trajectory in trajectories:
-        if trajectory.reward is None or trajectory.infra_error:
-            continue
-        outcomes.setdefault(task_key(trajectory), []).append(trajectory.reward.success)
-    if not outcomes:
-        return {}
-    max_k = min(len(results) for results in outcomes.values())
-    curve: dict[int, float] = {}
-    for k in range(1, max_k + 1):
-        per_task = [pass_hat_k(len(results), sum(results), k) for results in outcomes.values()]
-        curve[k] = math.fsum(per_task) / len(per_task)
-    return curve
-
-
-def summarize_group(trajectories: Sequence[Trajectory], key: dict[str, str] | None = None) -> GroupSummary:
-    """Metrics of one group of (already de-duplicated) trajectories."""
-    infra = [t for t in trajectories if t.infra_error]
-    ran = [t for t in trajectories if not t.infra_error]
-    scored = [t for t in ran if t.reward is not None]
-    rewards = [t.reward for t in scored if t.reward is not None]
-    deltas = [r.delta_reward for r in rewards if r.delta_reward is not None]
-    terminations = Counter(t.termination.value for t in trajectories)
-    failed = [t for t in trajectories if t.infra_error or t.environment_error]
-    by_user = [t for t in failed if t.failure is not None and t.failure.at_fault is FailureParty.USER_SIMULATOR]
-    return GroupSummary(
-        key=dict(key or {}),
-        episodes=len(trajectories),
-        scored=len(scored),
-        infra_errors=len(infra),
-        unscored=len(ran) - len(scored),
-        environment_errors=sum(1 for t in trajectories if t.environment_error),
-        user_simulator_failures=len(by_user),
-        user_simulator_failure_share=len(by_user) / len(failed) if failed else None,
-        tasks=len({task_key(t) for t in scored}),
-        mean_state_reward=_mean([r.state_reward for r in rewards]),
-        mean_delta_reward=_mean(deltas),
-        delta_defined=len(deltas),
-        success_rate=_mean([1.0 if r.success else 0.0 for r in rewards]),
-        pass_hat_k=pass_hat_k_curve(scored),
-        mean_steps=_mean([float(assistant_turns(t)) for t in ran]),
-        mean_tool_calls=_mean([float(t.num_tool_calls) for t in ran]),
-        mean_tokens=_mean([float(episode_tokens(t)) for t in ran]),
-        total_tokens=sum(episode_tokens(t) for t in trajectories),
-        total_cost_usd=math.fsum(episode_cost(t) for t in trajectories),
-        mean_cost_usd=_mean([episode_cost(t) for t in ran]),
-        unpriced_requests=sum(u.unpriced_requests for t in trajectories for u in t.usage.values()),
-        terminations={
-            reason.value: terminations[reason.value] for reason in TerminationReason if terminations[reason.value]
-        },
-    )
-
-
-def summarize(trajectories: Iterable[Trajectory], group_by: Sequence[str] = DEFAULT_GROUP_BY) -> list[GroupSummary]:
-    """One summary per distinct value of ``group_by``, sorted by key; duplicates by episode_id: last wins."""
-    unique = deduplicate(trajectories)
-    groups: dict[tuple[str, ...], list[Trajectory]] = {}
-    for trajectory in unique:
-        groups.setdefault(tuple(group_value(trajectory, key) for key in group_by), []).append(trajectory)
-    return [
-        summarize_group(members, dict(zip(group_by, values, strict=True))) for values, members in sorted(groups.items())
-    ]
-
-
-def summarize_overall(trajectories: Iterable[Trajectory]) -> GroupSummary:
-    """The summary of every episode together (key ``{}``)."""
-    return summarize_group(deduplicate(trajectories))
-
-
-def summarize_run(
-    trajectories: Iterable[Trajectory], run_id: str | None = None, group_by: Sequence[str] = DEFAULT_GROUP_BY
-) -> RunSummary:
-    unique = deduplicate(trajectories)
-    return RunSummary(
-        run_id=run_id,
-        group_by=list(group_by),
-        overall=summarize_group(unique),
-        groups=summarize(unique, group_by),
-        versions=versions_of(unique),
-    )
-
-
 # ---------------------------------------------------------------------------------------------- run folders
 
 
@@ -265,19 +177,21 @@ def deduplicate(trajectories: Iterable[Trajectory]) -> list[Trajectory]:
     return list(by_id.values())
 
 
-def read_results(path: Path) -> list[Trajectory]:
-    """Every trajectory of a ``results.jsonl`` file, last line winning per episode_id; none when the file is absent.
+def open_results(path: Path, listener: RecordListener | None = None) -> StoredResults:
+    """The records of a ``results.jsonl`` file as they stand (the last line of each episode wins, in the place of its
+    first), read one at a time (:class:`harness.store.StoredResults`); none when the file is absent.
 
     The file is read as hostile (see :func:`harness.store.read_records`): a symlink is refused with its path, and a
     line that does not hold a trajectory (a final line cut short by a killed run, a damaged, over-deep or
-    over-budget line) is skipped with a warning naming it.
+    over-budget line) is skipped with a warning naming it. ``listener`` (a running summary) is told each record.
     """
-    if not run_file_exists(path.parent, path.name):
-        return []
-    by_id: dict[str, Trajectory] = {}
-    for _, trajectory in read_records(path, Trajectory):
-        by_id[trajectory.episode_id] = trajectory
-    return list(by_id.values())
+    return StoredResults(path, listener)
+
+
+def read_results(path: Path) -> list[Trajectory]:
+    """Every trajectory of a ``results.jsonl`` file as a list (see :func:`open_results`, which holds none of them:
+    this is for runs small enough to hold, as tests and benchmarks make)."""
+    return list(open_results(path))
 
 
 def load_manifest(run_dir: Path | str) -> RunManifest:
@@ -298,9 +212,26 @@ def load_manifest(run_dir: Path | str) -> RunManifest:
 
 
 def load_run(run_dir: Path | str) -> tuple[RunManifest, list[Trajectory]]:
-    """The manifest and the de-duplicated trajectories of a run folder (both read as hostile, see above)."""
-    manifest = load_manifest(run_dir)
-    return manifest, read_results(Path(run_dir) / RESULTS_FILE)
+    """The manifest and every record of a run folder as a list (see :func:`open_run`, which holds none of them:
+    this is for runs small enough to hold, as tests and benchmarks make)."""
+    return load_manifest(run_dir), read_results(Path(run_dir) / RESULTS_FILE)
+
+
+@dataclass(frozen=True)
+class StoredRun:
+    """A run folder opened for reading: its manifest and its records, read one at a time."""
+
+    run_dir: Path
+    manifest: RunManifest
+    results: StoredResults
+
+
+def open_run(run_dir: Path | str, listener: RecordListener | None = None) -> StoredRun:
+    """The manifest and the records of a run folder (both read as hostile, see above); ``listener`` is told each
+    record as the results are first read."""
+    folder = Path(run_dir)
+    manifest = load_manifest(folder)
+    return StoredRun(folder, manifest, open_results(folder / RESULTS_FILE, listener))
 
 
 def write_summary(run_dir: Path | str, summary: RunSummary) -> Path:

@@ -9,15 +9,22 @@ Writing and reading share one codec (:func:`encode_record`, :func:`decode_record
 :data:`RECORD_LIMITS` and pydantic validation, so a record that could not be read back is never written (the
 episode is stored without what made it unreadable, as an infrastructure error saying why), and a damaged line is
 skipped with a warning naming it instead of stopping ``harness show``, a summary or ``--resume``.
+
+Nothing here holds the records of a run: a :class:`RecordIndex` keeps, per episode, its id, its place (the order
+of its first line) and the offset of the line that stands (the last one), and a record is read again from its
+offset when it is needed (:class:`StoredResults`, or to take a replaced record out of a running aggregate, a
+:class:`RecordListener` such as :class:`harness.tally.SummaryTally`).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
+from array import array
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, TypeVar
+from typing import IO, Protocol, TypeVar
 
 import orjson
 from pydantic import BaseModel, ValidationError
@@ -61,22 +68,38 @@ def read_records(
     :class:`~harness.files.UnsafeFile`). A line that holds no record is skipped with a warning naming it: a damaged
     line, a torn last line (from a killed run, told apart), and a line over ``budget`` (more bytes or JSON values
     than one line may hold), which is never held whole nor decoded."""
+    for number, _, record in read_records_at(path, model, budget):
+        yield number, record
+
+
+def read_records_at(
+    path: Path, model: type[RecordT], budget: ReadBudget = RUN_FOLDER_BUDGET
+) -> Iterator[tuple[int, int, RecordT]]:
+    """As :func:`read_records`, with the offset at which each record's line starts."""
     where = str(path)
     with folder_tree(path.parent, budget).open(path.name) as handle:
-        for number, line, refusal in budgeted_lines(handle, budget):
-            if refusal is not None:
-                logger.warning("%s:%d: skipping a line that %s (not decoded)", where, number, refusal)
-                continue
-            if not line.strip():
-                continue
-            try:
-                yield number, decode_record(line, model)
-            except (ValueError, ValidationError) as error:
-                if not line.endswith(b"\n"):  # only the last line can lack its newline
-                    logger.warning("%s:%d: skipping a truncated last line (a killed run)", where, number)
-                else:
-                    reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-                    logger.warning("%s:%d: skipping a line that is not a %s: %s", where, number, model.__name__, reason)
+        for number, offset, line, refusal in budgeted_lines(handle, budget):
+            record = _decoded(f"{where}:{number}", line, refusal, model)
+            if record is not None:
+                yield number, offset, record
+
+
+def _decoded(location: str, line: bytes, refusal: str | None, model: type[RecordT]) -> RecordT | None:
+    """The record of one line, or None (with a warning naming the line's ``location`` when it is not blank)."""
+    if refusal is not None:
+        logger.warning("%s: skipping a line that %s (not decoded)", location, refusal)
+        return None
+    if not line.strip():
+        return None
+    try:
+        return decode_record(line, model)
+    except (ValueError, ValidationError) as error:
+        if not line.endswith(b"\n"):  # only the last line can lack its newline
+            logger.warning("%s: skipping a truncated last line (a killed run)", location)
+        else:
+            reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+            logger.warning("%s: skipping a line that is not a %s: %s", location, model.__name__, reason)
+        return None
 
 
 def folder_tree(folder: Path, budget: ReadBudget = RUN_FOLDER_BUDGET) -> SourceTree:
@@ -100,10 +123,12 @@ def run_file_exists(run_dir: Path | str, name: str) -> bool:
     return kind == FILE
 
 
-def budgeted_lines(handle: IO[bytes], budget: ReadBudget) -> Iterator[tuple[int, bytes, str | None]]:
-    """Each line of ``handle`` with its number, read a chunk at a time; a line over ``budget`` comes as empty bytes
-    with the reason, its chunks dropped as they are read (so it is never held whole)."""
+def budgeted_lines(handle: IO[bytes], budget: ReadBudget) -> Iterator[tuple[int, int, bytes, str | None]]:
+    """Each line of ``handle`` with its number and the offset it starts at (from where ``handle`` stands), read a
+    chunk at a time; a line over ``budget`` comes as empty bytes with the reason, its chunks dropped as they are read
+    (so it is never held whole)."""
     number = 0
+    offset = 0
     while True:
         number += 1
         chunks: list[bytes] = []
@@ -129,7 +154,17 @@ def budgeted_lines(handle: IO[bytes], budget: ReadBudget) -> Iterator[tuple[int,
                 break
         if not size:
             return
-        yield number, b"".join(chunks), refusal
+        yield number, offset, b"".join(chunks), refusal
+        offset += size
+
+
+def line_at(handle: IO[bytes], offset: int, budget: ReadBudget) -> tuple[bytes, str | None]:
+    """The line that starts at ``offset`` of ``handle`` (empty bytes when the file ends there), as
+    :func:`budgeted_lines` gives it."""
+    handle.seek(offset)
+    for _, _, line, refusal in budgeted_lines(handle, budget):
+        return line, refusal
+    return b"", None
 
 
 def complete_length(handle: IO[bytes]) -> int:
@@ -173,26 +208,165 @@ def storable(trajectory: Trajectory) -> tuple[Trajectory, bytes]:
         return stripped, encode_record(stripped)
 
 
-class ResultStore:
-    """``results.jsonl`` of one run, opened for appending. With ``keep_records`` it also holds every record the
-    file holds (read at opening, then each one appended), so the run's summary needs no second reading of it."""
+class RecordListener(Protocol):
+    """What a running aggregate is told as records come: each record that stands, and each one a later line of
+    its episode replaced (``position`` is the episode's place: the order of its first record)."""
 
-    def __init__(self, path: Path, *, fsync: bool = False, keep_records: bool = False):
+    def add(self, trajectory: Trajectory, position: int) -> None: ...
+
+    def remove(self, trajectory: Trajectory, position: int) -> None: ...
+
+
+class RecordIndex:
+    """Per episode of a results file: its id, its position (the order of its first record) and the offset of the
+    line of the record that stands (its last). It holds no record: a replaced one is read again from its offset to
+    be taken out of the ``listener``."""
+
+    def __init__(self, path: Path, listener: RecordListener | None = None, budget: ReadBudget = RUN_FOLDER_BUDGET):
+        self.path = path
+        self.listener = listener
+        self.budget = budget
+        self.positions: dict[str, int] = {}
+        """Episode id → position; in position order."""
+        self.offsets = array("q")
+        """Position → offset of the line that stands."""
+        self._reader: IO[bytes] | None = None
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    def __contains__(self, episode_id: object) -> bool:
+        return episode_id in self.positions
+
+    def note(self, trajectory: Trajectory, offset: int) -> int:
+        """Record that ``trajectory``'s line starts at ``offset`` and stands; returns its episode's position."""
+        position = self.positions.get(trajectory.episode_id)
+        if position is None:
+            position = self.positions[trajectory.episode_id] = len(self.offsets)
+            self.offsets.append(offset)
+        else:
+            if self.listener is not None:
+                replaced = self.record_at(self.offsets[position])
+                if replaced is None:
+                    logger.error(
+                        "%s: the record of episode %s at byte %d no longer reads back; the summary "
+                        "counts it and its replacement",
+                        self.path,
+                        trajectory.episode_id,
+                        self.offsets[position],
+                    )
+                else:
+                    self.listener.remove(replaced, position)
+            self.offsets[position] = offset
+        if self.listener is not None:
+            self.listener.add(trajectory, position)
+        return position
+
+    def record_at(self, offset: int) -> Trajectory | None:
+        """The record whose line starts at ``offset`` (None, with a warning, when it does not read back)."""
+        if self._reader is None:
+            self._reader = folder_tree(self.path.parent, self.budget).open(self.path.name)
+        line, refusal = line_at(self._reader, offset, self.budget)
+        return _decoded(f"{self.path} at byte {offset}", line, refusal, Trajectory)
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
+
+class StoredResults:
+    """The records of a ``results.jsonl`` as they stand, read one at a time: one per episode (the last line of
+    each), in the order of each episode's first line, as :func:`harness.metrics.read_results` lists them.
+
+    Opening reads the file once (every line decoded and checked, as :func:`read_records` does; a ``listener`` is
+    told each record as it comes) and keeps only the index; each iteration reads the standing lines again. A file
+    that grew since is read as it was when it was opened; a line that no longer reads back is skipped with a
+    warning. An absent file holds no records."""
+
+    def __init__(self, path: Path, listener: RecordListener | None = None, budget: ReadBudget = RUN_FOLDER_BUDGET):
+        self.path = path
+        self.budget = budget
+        self.index = RecordIndex(path, listener, budget)
+        try:
+            if run_file_exists(path.parent, path.name):
+                for _, offset, trajectory in read_records_at(path, Trajectory, budget):
+                    self.index.note(trajectory, offset)
+        finally:
+            self.index.close()
+            self.index.listener = None
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def __iter__(self) -> Iterator[Trajectory]:
+        for _, trajectory in self.read(range(len(self.index))):
+            yield trajectory
+
+    def ids(self) -> Iterator[str]:
+        """Every episode id, in position order."""
+        return iter(self.index.positions)
+
+    def position(self, episode_id: str) -> int | None:
+        return self.index.positions.get(episode_id)
+
+    def read(self, positions: Iterable[int]) -> Iterator[tuple[int, Trajectory]]:
+        """The records at ``positions``, in that order, each with its position (one that no longer reads back is
+        left out, with a warning)."""
+        if not len(self.index):
+            return
+        with self.reader() as read:
+            for position in positions:
+                trajectory = read(position)
+                if trajectory is not None:
+                    yield position, trajectory
+
+    @contextmanager
+    def reader(self) -> Iterator[Callable[[int], Trajectory | None]]:
+        """A function reading the record at a position (None, with a warning, when it no longer reads back), on one
+        handle of the file kept open while the block runs."""
+        where = str(self.path)
+        with folder_tree(self.path.parent, self.budget).open(self.path.name) as handle:
+
+            def read(position: int) -> Trajectory | None:
+                offset = self.index.offsets[position]
+                line, refusal = line_at(handle, offset, self.budget)
+                return _decoded(f"{where} at byte {offset}", line, refusal, Trajectory)
+
+            yield read
+
+    def at(self, position: int) -> Trajectory | None:
+        """The record at ``position`` (None when it no longer reads back)."""
+        with self.reader() as read:
+            return read(position)
+
+
+_TERMINATIONS = list(TerminationReason)
+_UNRETRYABLE = 0x80
+
+
+class ResultStore:
+    """``results.jsonl`` of one run, opened for appending. It keeps per episode its id, where its record stands and
+    how it ended (for ``--resume``), never the record; a ``listener`` (the run's running summary) is told every
+    record the file holds as it is read at opening, then each one appended."""
+
+    def __init__(self, path: Path, *, fsync: bool = False, listener: RecordListener | None = None):
         self.path = path
         self.fsync = fsync
-        self.terminations: dict[str, str] = {}
-        self.unretryable: set[str] = set()
-        """Infrastructure errors whose record says a retry cannot help."""
+        self.index = RecordIndex(path, listener)
+        self._states = bytearray()
+        """Position → the index of its termination in TerminationReason, with _UNRETRYABLE set for an
+        infrastructure error whose record says a retry cannot help."""
         self._handle: IO[bytes] | None = None
-        self._records: dict[str, Trajectory] | None = {} if keep_records else None
+        self._size = 0
         self._load()
 
-    def records(self) -> list[Trajectory]:
-        """What :func:`harness.metrics.read_results` would read from the file now: the last record per episode, in
-        the order of each episode's first line. Needs ``keep_records``."""
-        if self._records is None:
-            raise RuntimeError("this ResultStore was opened without keep_records")
-        return list(self._records.values())
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def episode_ids(self) -> Iterator[str]:
+        """The episodes recorded, in the order of their first line."""
+        return iter(self.index.positions)
 
     def _load(self) -> None:
         if not run_file_exists(self.path.parent, self.path.name):
@@ -207,29 +381,32 @@ class ResultStore:
                 os.ftruncate(descriptor, end)
             finally:
                 os.close(descriptor)
-        for _, trajectory in read_records(self.path, Trajectory):
-            self._note(trajectory)
+        self._size = end
+        for _, offset, trajectory in read_records_at(self.path, Trajectory):
+            self._note(trajectory, offset)
 
-    def _note(self, trajectory: Trajectory) -> None:
-        if self._records is not None:
-            self._records[trajectory.episode_id] = trajectory
-        self.terminations[trajectory.episode_id] = trajectory.termination.value
+    def _note(self, trajectory: Trajectory, offset: int) -> None:
+        position = self.index.note(trajectory, offset)
+        state = _TERMINATIONS.index(trajectory.termination)
         failure = trajectory.failure
         if failure is not None and failure.retryable is False:
-            self.unretryable.add(trajectory.episode_id)
+            state |= _UNRETRYABLE
+        if position == len(self._states):
+            self._states.append(state)
         else:
-            self.unretryable.discard(trajectory.episode_id)
+            self._states[position] = state
 
     def finished(self, retry_errors: bool = False, retry_unretryable: bool = False) -> set[str]:
         """Episode ids whose result stands. With ``retry_errors``, infrastructure errors a retry can help do not
         (with ``retry_unretryable`` too, none do)."""
         if not retry_errors:
-            return set(self.terminations)
+            return set(self.index.positions)
+        infra = _TERMINATIONS.index(TerminationReason.INFRA_ERROR)
         return {
             episode
-            for episode, termination in self.terminations.items()
-            if termination != TerminationReason.INFRA_ERROR.value
-            or (episode in self.unretryable and not retry_unretryable)
+            for episode, position in self.index.positions.items()
+            if (self._states[position] & ~_UNRETRYABLE) != infra
+            or (self._states[position] & _UNRETRYABLE and not retry_unretryable)
         }
 
     def append(self, trajectory: Trajectory) -> None:
@@ -244,12 +421,15 @@ class ResultStore:
         self._handle.flush()
         if self.fsync:
             os.fsync(self._handle.fileno())
-        if self._records is not None and redacted != text:
+        offset = self._size
+        self._size += len(written) + 1
+        if self.index.listener is not None and redacted != text:
             # What the file holds (and a reader gets) is the redacted record, not the one in memory.
             stored = decode_record(written, Trajectory)
-        self._note(stored)
+        self._note(stored, offset)
 
     def close(self) -> None:
         if self._handle is not None:
             self._handle.close()
             self._handle = None
+        self.index.close()

@@ -8,7 +8,9 @@ scenario and checks produced a verdict, so a leaderboard never merges verdicts o
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from collections.abc import Iterable
+from typing import TypeVar
 
 import orjson
 from pydantic import BaseModel, Field
@@ -18,6 +20,8 @@ from harness.scenario_json import scenario_json
 from harness.schema import Environment, RecordVersions, Scenario, Trajectory
 
 HASH_DIGITS = 16
+
+_Key = TypeVar("_Key", str, tuple[str, str, str])
 
 # What a scenario hash leaves out: the checks (hashed on their own), and what never reaches an episode.
 SCENARIO_EXCLUDED = frozenset({"checks", "provenance", "tags", "difficulty", "schema_version"})
@@ -80,14 +84,59 @@ class VersionsSummary(BaseModel):
     unversioned_episodes: int = Field(default=0, description="Episodes recorded before versions existed.")
 
 
+class VersionsTally:
+    """The versions of a group of episodes, counted as they come and go (a record replaced by a later line is taken
+    out): :meth:`summary` is :func:`versions_of` of the episodes it holds."""
+
+    def __init__(self) -> None:
+        self.episodes = 0
+        self.environments: Counter[str] = Counter()
+        self.rules: Counter[str] = Counter()
+        self.packages: Counter[str] = Counter()
+        self.pairs: Counter[tuple[str, str, str]] = Counter()
+        """(environment, scenario, checks version) of the versioned episodes."""
+
+    def count(self, trajectory: Trajectory, times: int = 1) -> None:
+        """Count ``trajectory`` (``times=-1`` takes it out)."""
+        self.episodes += times
+        versions = trajectory.versions
+        if versions is None:
+            return
+        if versions.environment is not None:
+            _count(self.environments, versions.environment, times)
+        _count(self.rules, versions.rules, times)
+        _count(self.packages, versions.package, times)
+        _count(self.pairs, (trajectory.environment_id, trajectory.scenario_id, versions.checks), times)
+
+    def merge(self, other: VersionsTally) -> None:
+        self.episodes += other.episodes
+        for mine, theirs in (
+            (self.environments, other.environments),
+            (self.rules, other.rules),
+            (self.packages, other.packages),
+        ):
+            mine.update(theirs)
+        self.pairs.update(other.pairs)
+
+    def summary(self) -> VersionsSummary:
+        pairs = sorted(self.pairs)
+        return VersionsSummary(
+            environments=sorted(self.environments),
+            checks=content_hash(pairs) if pairs else None,
+            rules=sorted(self.rules),
+            packages=sorted(self.packages),
+            unversioned_episodes=self.episodes - self.rules.total(),
+        )
+
+
+def _count(counter: Counter[_Key], key: _Key, times: int) -> None:
+    counter[key] += times
+    if counter[key] <= 0:
+        del counter[key]
+
+
 def versions_of(trajectories: Iterable[Trajectory]) -> VersionsSummary:
-    episodes = list(trajectories)
-    versioned = [t.versions for t in episodes if t.versions is not None]
-    pairs = sorted({(t.environment_id, t.scenario_id, t.versions.checks) for t in episodes if t.versions is not None})
-    return VersionsSummary(
-        environments=sorted({v.environment for v in versioned if v.environment is not None}),
-        checks=content_hash(pairs) if pairs else None,
-        rules=sorted({v.rules for v in versioned}),
-        packages=sorted({v.package for v in versioned}),
-        unversioned_episodes=len(episodes) - len(versioned),
-    )
+    tally = VersionsTally()
+    for trajectory in trajectories:
+        tally.count(trajectory)
+    return tally.summary()

@@ -20,7 +20,7 @@ from typing import Any
 from harness.collector import tuned_for_throughput
 from harness.library import Library
 from harness.llm import EndpointLimits, EndpointUnreachable, LLMClient, RequestRejected
-from harness.metrics import RESULTS_FILE, summarize_run, write_summary
+from harness.metrics import RESULTS_FILE, write_summary
 from harness.sandbox import SandboxLimits, SandboxPool
 from harness.schema import RunManifest, Scenario, TerminationReason, Trajectory
 from harness.scoring import known_reset_results, prepared_checks
@@ -55,9 +55,8 @@ from .progress import (
     RunOutcome,
     RunPlan,
     RunProgress,
+    RunTally,
     StartCallback,
-    environment_error_causes,
-    infra_error_causes,
     report_usage,
 )
 from .spending import SpendLimit, spend_limit_for
@@ -202,14 +201,16 @@ async def run_planned(context: RunContext) -> RunOutcome:
     check_agent(config, specs[0].scenario, client, context.agent_factory)
     manifest = build_manifest(config, run_dir.name, context.library, client, len(specs), context.invalid)
     manifest = resumed_manifest(run_dir, manifest)
-    store = ResultStore(run_dir / RESULTS_FILE, keep_records=True)
+    tally = RunTally()
+    store = ResultStore(run_dir / RESULTS_FILE, listener=tally)
     await check_models(config, client)
-    covered = {spec.episode_id for spec in specs} | set(store.terminations)
+    covered = {spec.episode_id for spec in specs}
+    covered.update(store.episode_ids())
     manifest = manifest.model_copy(update={"episodes_planned": len(covered)})
     if config.skip_bad_records and context.library.problems:
         manifest.config["skipped_records"] = list(context.library.problems)
     run_dir.mkdir(parents=True, exist_ok=True)
-    spend_limit = spend_limit_for(config, client, store.records())
+    spend_limit = spend_limit_for(config, client, tally.recorded_usd)
     job = EpisodeJob(
         config,
         context.library,
@@ -244,7 +245,7 @@ async def run_planned(context: RunContext) -> RunOutcome:
                 max_steps=config.max_steps,
                 episodes=len(specs),
                 to_run=len(todo),
-                recorded=len(set(store.terminations)),
+                recorded=len(store),
                 models={m: resolution_line(manifest.model_resolution.get(m)) for m in models_in_use(config)},
                 in_flight=min(in_flight, max(len(todo), 1)),
             )
@@ -260,7 +261,7 @@ async def run_planned(context: RunContext) -> RunOutcome:
         context.on_progress(progress)
     skipped = len(specs) - len(todo)
     outcome = summarize(
-        context, manifest, progress, store.records(), skipped=skipped, planned=len(covered), stopped_by=stopped_by
+        context, manifest, progress, tally, skipped=skipped, planned=len(covered), stopped_by=stopped_by
     )
     if spend_limit is not None and spend_limit.not_started:
         outcome.cost_limit = CostLimitStop(spend_limit.limit_usd, spend_limit.spent_usd, spend_limit.not_started)
@@ -328,15 +329,15 @@ def summarize(
     context: RunContext,
     manifest: RunManifest,
     progress: RunProgress,
-    results: list[Trajectory],
+    tally: RunTally,
     *,
     skipped: int,
     planned: int,
     stopped_by: int | None,
 ) -> RunOutcome:
-    """Write the summary of ``results``, every result in the folder (as the store holds them: reading the file
-    again would only validate each record a second time), and say what this invocation did."""
-    summary = summarize_run(results, run_id=manifest.run_id)
+    """Write the summary of every result in the folder, as the run's tally counted them (each record as it was read
+    at the start or appended since), and say what this invocation did."""
+    summary = tally.summary.run_summary(manifest.run_id)
     write_summary(context.run_dir, summary)
     return RunOutcome(
         context.run_dir,
@@ -346,11 +347,9 @@ def summarize(
         skipped=skipped,
         planned=planned,
         stopped_by=stopped_by,
-        infra_causes=infra_error_causes(results),
-        unretryable_errors=sum(
-            t.infra_error and t.failure is not None and t.failure.retryable is False for t in results
-        ),
-        environment_causes=environment_error_causes(results),
+        infra_causes=tally.infra_causes(),
+        unretryable_errors=tally.unretryable_errors,
+        environment_causes=tally.environment_causes(),
     )
 
 

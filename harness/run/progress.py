@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from harness.llm import LLMClient
 from harness.metrics import RunSummary
 from harness.schema import RunManifest, TerminationReason, Trajectory
+from harness.tally import SummaryTally
 
 
 @dataclass
@@ -133,27 +134,101 @@ async def report_usage(progress: RunProgress, client: LLMClient, on_progress: Pr
             on_progress(progress)
 
 
-def infra_error_causes(results: list[Trajectory]) -> list[tuple[str, int]]:
-    """What ended episodes in infrastructure errors, each cause once with its count, most frequent first; a cause
-    a retry cannot help says so (``--retry-errors`` leaves those unless ``--retry-unretryable``)."""
-    counts: Counter[str] = Counter()
-    for trajectory in results:
+def infra_cause(trajectory: Trajectory) -> str:
+    """What ended an infrastructure error, as its cause is listed: the first line of its detail, and, when a retry
+    cannot help, that it is not retryable (``--retry-errors`` leaves those unless ``--retry-unretryable``)."""
+    detail = (trajectory.termination_detail or "").strip().splitlines()
+    cause = detail[0][:400] if detail else "no detail recorded"
+    failure = trajectory.failure
+    if failure is not None and failure.retryable is False:
+        kind = failure.kind.value if failure.kind is not None else "unretryable"
+        cause = f"{cause} (not retryable: {kind})"
+    return cause
+
+
+def environment_cause(trajectory: Trajectory) -> tuple[str, str]:
+    """(environment id, first line of the detail) of an environment failure."""
+    detail = (trajectory.termination_detail or "").strip().splitlines()
+    return trajectory.environment_id, detail[0][:400] if detail else "no detail recorded"
+
+
+class RunTally:
+    """What a run's summary and outcome say, counted as each record is read or written and never held (a
+    :class:`harness.store.RecordListener`): the summary, the causes of failed episodes and the spend recorded.
+
+    Causes are listed most frequent first and, between equal counts, in the order of their first episode; so
+    each cause keeps the positions of its episodes (failed episodes only)."""
+
+    def __init__(self) -> None:
+        self.summary = SummaryTally()
+        self.unretryable_errors = 0
+        """Infrastructure errors recorded as ones a retry cannot help (see ``Failure.retryable``)."""
+        self._infra: dict[str, set[int]] = {}
+        self._environment: dict[tuple[str, str], set[int]] = {}
+
+    def add(self, trajectory: Trajectory, position: int) -> None:
+        self._count(trajectory, position, 1)
+
+    def remove(self, trajectory: Trajectory, position: int) -> None:
+        self._count(trajectory, position, -1)
+
+    def _count(self, trajectory: Trajectory, position: int, times: int) -> None:
+        self.summary.count(trajectory, times)
         if trajectory.termination is TerminationReason.INFRA_ERROR:
-            detail = (trajectory.termination_detail or "").strip().splitlines()
-            cause = detail[0][:400] if detail else "no detail recorded"
+            _place(self._infra, infra_cause(trajectory), position, times)
             failure = trajectory.failure
             if failure is not None and failure.retryable is False:
-                kind = failure.kind.value if failure.kind is not None else "unretryable"
-                cause = f"{cause} (not retryable: {kind})"
-            counts[cause] += 1
-    return counts.most_common()
+                self.unretryable_errors += times
+        elif trajectory.termination is TerminationReason.ENVIRONMENT_ERROR:
+            _place(self._environment, environment_cause(trajectory), position, times)
+
+    @property
+    def recorded_usd(self) -> float:
+        """What the recorded episodes cost (``math.fsum`` of their costs)."""
+        return self.summary.overall.cost.value
+
+    def infra_causes(self) -> list[tuple[str, int]]:
+        """Each cause of the infrastructure errors once with its count, most frequent first."""
+        return [(cause, len(positions)) for cause, positions in _most_common(self._infra)]
+
+    def environment_causes(self) -> list[tuple[str, str, int]]:
+        """(environment id, cause, count) of the environment failures, most frequent first."""
+        return [
+            (environment, cause, len(positions)) for (environment, cause), positions in _most_common(self._environment)
+        ]
 
 
-def environment_error_causes(results: list[Trajectory]) -> list[tuple[str, str, int]]:
+_Cause = TypeVar("_Cause", str, tuple[str, str])
+
+
+def _place(causes: dict[_Cause, set[int]], cause: _Cause, position: int, times: int) -> None:
+    positions = causes.setdefault(cause, set())
+    if times > 0:
+        positions.add(position)
+    else:
+        positions.discard(position)
+        if not positions:
+            del causes[cause]
+
+
+def _most_common(causes: dict[_Cause, set[int]]) -> list[tuple[_Cause, set[int]]]:
+    return sorted(causes.items(), key=lambda item: (-len(item[1]), min(item[1])))
+
+
+def run_tally(results: Iterable[Trajectory]) -> RunTally:
+    """The tally of ``results`` (each episode once, in order)."""
+    tally = RunTally()
+    for position, trajectory in enumerate(results):
+        tally.add(trajectory, position)
+    return tally
+
+
+def infra_error_causes(results: Iterable[Trajectory]) -> list[tuple[str, int]]:
+    """What ended episodes in infrastructure errors, each cause once with its count, most frequent first; a cause
+    a retry cannot help says so (``--retry-errors`` leaves those unless ``--retry-unretryable``)."""
+    return run_tally(results).infra_causes()
+
+
+def environment_error_causes(results: Iterable[Trajectory]) -> list[tuple[str, str, int]]:
     """Which environments failed their episodes and how, each (environment, cause) once with its count."""
-    counts: Counter[tuple[str, str]] = Counter()
-    for trajectory in results:
-        if trajectory.termination is TerminationReason.ENVIRONMENT_ERROR:
-            detail = (trajectory.termination_detail or "").strip().splitlines()
-            counts[(trajectory.environment_id, detail[0][:400] if detail else "no detail recorded")] += 1
-    return [(environment, cause, count) for (environment, cause), count in counts.most_common()]
+    return run_tally(results).environment_causes()

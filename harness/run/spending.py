@@ -8,8 +8,6 @@ finish and are recorded; the rest are not started, and ``--resume`` with a highe
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from harness.llm import LLMClient
@@ -45,9 +43,9 @@ def unpriced_models(config: RunConfig, client: LLMClient) -> list[str]:
     return [model for model in models_in_use(config) if client.price_of(client.resolve(model)) is None]
 
 
-def spend_limit_for(config: RunConfig, client: LLMClient, recorded: Iterable[Trajectory]) -> SpendLimit | None:
+def spend_limit_for(config: RunConfig, client: LLMClient, recorded_usd: float) -> SpendLimit | None:
     """The run's limit, or None without ``--cost-limit``; :class:`RunRefused` when it cannot be kept or when the
-    folder's results already spent it."""
+    folder's results already spent it (``recorded_usd``, what they cost)."""
     if config.cost_limit is None:
         return None
     unpriced = unpriced_models(config, client)
@@ -59,7 +57,7 @@ def spend_limit_for(config: RunConfig, client: LLMClient, recorded: Iterable[Tra
                 for model in unpriced
             )
         )
-    before = math.fsum(episode_cost(t) for t in recorded)
+    before = recorded_usd
     if before >= config.cost_limit:
         raise RunRefused(
             f"--cost-limit ${config.cost_limit:.4f} is already reached: the run folder's results cost ${before:.4f}; "

@@ -15,12 +15,10 @@ from harness.metrics import (
     load_run,
     pass_hat_k,
     read_results,
-    summarize,
-    summarize_overall,
-    summarize_run,
     write_summary,
 )
 from harness.schema import TerminationReason
+from harness.tally import summarize, summarize_overall, summarize_run
 from tests.support.leaderboard_runs import make_trajectory, write_run
 
 INFRA = TerminationReason.INFRA_ERROR

@@ -1,19 +1,19 @@
-"""The records a result store holds for the run's summary are the ones a reader of its file gets."""
+"""What a result store counts for the run's summary is what a reader of its file gets."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from harness.metrics import read_results
 from harness.redact import REDACTED, register_secret
+from harness.run.progress import RunTally
 from harness.schema import (
     Observation,
     TerminationReason,
     Trajectory,
 )
 from harness.store import ResultStore
+from tests.support import held_records
 from tests.support.trajectories import one_call_trajectory
 
 SECRET = "sk-store-test-0d1e5c7a9b"
@@ -32,7 +32,7 @@ def deep(levels: int) -> object:
     return value
 
 
-def test_the_records_kept_are_what_reading_the_file_gives(tmp_path: Path) -> None:
+def test_what_the_store_counts_is_what_reading_the_file_gives(tmp_path: Path) -> None:
     path = tmp_path / "results.jsonl"
     earlier = ResultStore(path)
     earlier.append(trajectory("retried", "first", TerminationReason.INFRA_ERROR))
@@ -40,22 +40,22 @@ def test_the_records_kept_are_what_reading_the_file_gives(tmp_path: Path) -> Non
     earlier.close()
     register_secret(SECRET)
 
-    store = ResultStore(path, keep_records=True)
+    tally = RunTally()
+    store = ResultStore(path, listener=tally)
     store.append(trajectory("retried", "second", TerminationReason.AGENT_DONE))  # the last line of an episode wins
-    store.append(trajectory("secret", f"the key is {SECRET}", TerminationReason.AGENT_DONE))
+    store.append(trajectory("secret", f"the key is {SECRET}", TerminationReason.INFRA_ERROR))
     store.append(trajectory("too-deep", deep(150), TerminationReason.AGENT_DONE))  # stored as an infra error
     store.close()
 
-    kept = [record.model_dump(mode="json") for record in store.records()]
-    read = [record.model_dump(mode="json") for record in read_results(path)]
-    assert kept == read
-    assert [record["episode_id"] for record in kept] == ["retried", "kept", "secret", "too-deep"]
-    assert kept[0]["steps"][0]["observation"]["content"] == "second"
-    assert kept[2]["steps"][0]["observation"]["content"] == f"the key is {REDACTED}"
-    assert kept[3]["termination"] == "infra_error" and kept[3]["steps"] == []
-
-
-def test_a_store_opened_without_keeping_records_says_so(tmp_path: Path) -> None:
-    store = ResultStore(tmp_path / "results.jsonl")
-    with pytest.raises(RuntimeError, match="keep_records"):
-        store.records()
+    read = read_results(path)
+    assert [record.episode_id for record in read] == ["retried", "kept", "secret", "too-deep"]
+    assert list(store.episode_ids()) == ["retried", "kept", "secret", "too-deep"]
+    assert read[0].steps[0].observation.content == "second"
+    assert read[2].steps[0].observation.content == f"the key is {REDACTED}"
+    assert read[3].termination is TerminationReason.INFRA_ERROR and read[3].steps == []
+    assert tally.summary.run_summary() == held_records.summarize_run(read)
+    # The cause is what the file says: the secret in the detail is redacted there, and so in the count.
+    assert tally.infra_causes() == held_records.infra_error_causes(read)
+    assert SECRET not in str(tally.infra_causes())
+    assert store.finished() == {"retried", "kept", "secret", "too-deep"}
+    assert store.finished(retry_errors=True) == {"retried", "kept"}

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from harness.blame import classify_failure
 from harness.llm import LLMError
-from harness.metrics import summarize_group
 from harness.schema import (
     AgentSettings,
     Failure,
@@ -15,6 +14,7 @@ from harness.schema import (
     TerminationReason,
     Trajectory,
 )
+from harness.tally import summarize_group
 
 
 def record(termination: TerminationReason = TerminationReason.AGENT_DONE, **fields: object) -> Trajectory:

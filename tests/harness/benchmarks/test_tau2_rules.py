@@ -18,9 +18,9 @@ import pytest
 from harness.episode_config import EpisodeConfig
 from harness.library import load_library
 from harness.message_limits import MessageLimits
-from harness.metrics import pass_hat_k_curve
 from harness.rules import TAU2_AGENT_GREETING, TAU2_RULES
 from harness.schema import Observation, ObservationKind, Scenario, TerminationReason
+from harness.tally import pass_hat_k_curve
 from harness.tool_messages import observation_content
 from tests.doubles.mock_openai import MockOpenAIServer, ReplayPolicy, SimulatedUserPolicy
 from tests.harness.benchmarks.test_tau2_import import airline_library, tau2_wheel  # noqa: F401  (fixtures)

@@ -8,7 +8,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from harness.metrics import load_run, summarize
+from harness.metrics import load_run
+from harness.tally import summarize
 from tests.support.cli_process import harness
 from tests.support.stored_runs import lines_of, mock_model_run
 

@@ -25,7 +25,7 @@ import pytest
 from harness.blame import classify_failure
 from harness.hub.rows import records_to_table, rows_to_records
 from harness.library import write_seed_layout
-from harness.metrics import read_results, summarize_group
+from harness.metrics import read_results
 from harness.reward import trajectory_reward
 from harness.sandbox import EnvironmentFailed, SandboxPool, find_problems
 from harness.schema import (
@@ -43,6 +43,7 @@ from harness.schema import (
 )
 from harness.scoring import zero_reward
 from harness.store import ResultStore
+from harness.tally import summarize_group
 from harness.toolspec import derive_tools
 from tests.doubles.mock_openai import Fault
 from tests.doubles.seed_replay import alias_file, serving_mock
