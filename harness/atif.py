@@ -19,6 +19,7 @@ import orjson
 from harness import __version__
 from harness.outputs import OutputFolder
 from harness.schema import PolicyTokens, Trajectory
+from harness.store import StoredResults
 
 ATIF_VERSION = "ATIF-v1.4"
 SAFE_FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}")
@@ -173,18 +174,20 @@ class UnsafeEpisodeId(ValueError):
     """An episode id that cannot name a file (a damaged or hostile record)."""
 
 
-def write_atif(trajectories: list[Trajectory], out: Path) -> list[Path]:
-    """One ``<episode_id>.json`` per trajectory in ``out``; returns the files written. Every id, and every path it
-    makes inside ``out``, is checked before anything is written."""
-    for trajectory in trajectories:
-        if not SAFE_FILE_NAME.fullmatch(trajectory.episode_id):
-            raise UnsafeEpisodeId(f"episode id {trajectory.episode_id[:80]!r} cannot name a file; nothing was written")
+def write_atif(results: StoredResults, out: Path) -> int:
+    """One ``<episode_id>.json`` per episode of ``results`` in ``out``; returns how many were written. Every id, and
+    every path it makes inside ``out``, is checked (from the ids alone) before anything is written; then each
+    episode is read, converted and written in turn."""
+    for episode_id in results.ids():
+        if not SAFE_FILE_NAME.fullmatch(episode_id):
+            raise UnsafeEpisodeId(f"episode id {episode_id[:80]!r} cannot name a file; nothing was written")
     folder = OutputFolder(out)
-    for trajectory in trajectories:
-        folder.path(f"{trajectory.episode_id}.json")
+    for episode_id in results.ids():
+        folder.path(f"{episode_id}.json")
     out.mkdir(parents=True, exist_ok=True)
-    written = []
-    for trajectory in trajectories:
+    written = 0
+    for trajectory in results:
         document = orjson.dumps(to_atif(trajectory), option=orjson.OPT_INDENT_2) + b"\n"
-        written.append(folder.write_bytes(f"{trajectory.episode_id}.json", document))
+        folder.write_bytes(f"{trajectory.episode_id}.json", document)
+        written += 1
     return written

@@ -14,7 +14,10 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import IO
 
 from harness.errors import BadInput
 from harness.names import is_safe_id
@@ -66,6 +69,14 @@ class OutputFolder:
 
     def write_bytes(self, parts: tuple[str, ...] | str, data: bytes) -> Path:
         """Write ``data`` to ``parts`` inside the folder (its folders made first) and return its path."""
+        with self.writer(parts) as handle:
+            handle.write(data)
+        return self.path(*((parts,) if isinstance(parts, str) else parts))
+
+    @contextmanager
+    def writer(self, parts: tuple[str, ...] | str) -> Iterator[IO[bytes]]:
+        """A handle to write ``parts`` inside the folder piece by piece (its folders made first): what is written
+        lands at its name when the block ends, and nothing does when it raises."""
         names = (parts,) if isinstance(parts, str) else parts
         path = self.path(*names)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -74,12 +85,11 @@ class OutputFolder:
         descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         try:
             with os.fdopen(descriptor, "wb") as handle:
-                handle.write(data)
+                yield handle
         except BaseException:
             temporary.unlink(missing_ok=True)
             raise
         os.replace(temporary, path)
-        return path
 
     def write_text(self, parts: tuple[str, ...] | str, text: str) -> Path:
         return self.write_bytes(parts, text.encode("utf-8"))
@@ -88,3 +98,10 @@ class OutputFolder:
 def write_output_file(out: Path, data: bytes) -> Path:
     """Write the one file an export's ``--out`` names (atomically, its folder made first)."""
     return OutputFolder(out.parent).write_bytes(out.name, data)
+
+
+@contextmanager
+def output_file_writer(out: Path) -> Iterator[IO[bytes]]:
+    """A handle to write the one file an export's ``--out`` names piece by piece (see :meth:`OutputFolder.writer`)."""
+    with OutputFolder(out.parent).writer(out.name) as handle:
+        yield handle

@@ -19,11 +19,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import shutil
-from collections.abc import Iterable
+from collections import deque
+from collections.abc import AsyncIterator, Coroutine, Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import orjson
 from pydantic import BaseModel, Field
@@ -32,7 +33,7 @@ from harness.contradictions import contradictions
 from harness.dispatch import open_tool_session
 from harness.errors import BadInput
 from harness.library import Library
-from harness.metrics import MANIFEST_FILE, RESULTS_FILE, load_run, summarize_run, write_summary
+from harness.metrics import MANIFEST_FILE, RESULTS_FILE, open_run, write_summary
 from harness.reward import CompositeWeights
 from harness.rules import DEFAULT_RULES, EpisodeRules, UnknownRules, rules_profile
 from harness.sandbox import SandboxError, SandboxPool
@@ -47,7 +48,8 @@ from harness.schema import (
     Trajectory,
 )
 from harness.scoring import zero_reward
-from harness.store import ResultStore
+from harness.store import ResultStore, StoredResults
+from harness.tally import SummaryTally
 from harness.tool_messages import pass_through_tools
 from harness.verdict import EndedEpisode, episode_verdict
 from harness.versions import environment_hash, library_checks_hash, record_versions
@@ -55,6 +57,7 @@ from harness.versions import environment_hash, library_checks_hash, record_versi
 logger = logging.getLogger(__name__)
 
 REPORT_FILE = "rescore.json"
+T = TypeVar("T")
 Outcome = Literal["replayed", "rules"]
 
 
@@ -117,11 +120,12 @@ class RescoreReport(BaseModel):
 
 @dataclass
 class RescorePlan:
-    """A run folder checked against a library: what will be replayed with what."""
+    """A run folder checked against a library: what will be replayed with what (the run's records are read one at
+    a time)."""
 
     run_dir: Path
     manifest: RunManifest
-    trajectories: list[Trajectory]
+    trajectories: StoredResults
     library: Library
     rules: EpisodeRules
     seed: int
@@ -133,7 +137,7 @@ def plan_rescore(run_dir: Path, library: Library, out: Path) -> RescorePlan:
     """Read the run and check, before any work, that ``out`` is free and that the library holds the environment and
     scenario of at least one of the run's episodes. Raises :class:`RescoreRefused` with one line per problem."""
     try:
-        manifest, trajectories = load_run(run_dir)
+        run = open_run(run_dir)
     except FileNotFoundError as exc:
         raise RescoreRefused(str(exc)) from None
     except ValueError as exc:
@@ -142,6 +146,7 @@ def plan_rescore(run_dir: Path, library: Library, out: Path) -> RescorePlan:
         raise RescoreRefused(f"{out} exists and is not empty; choose another --out")
     if out.resolve() == run_dir.resolve():
         raise RescoreRefused("--out must be a new folder, not the run folder itself")
+    manifest, trajectories = run.manifest, run.results
     try:
         rules = rules_profile(str(manifest.config.get("rules") or DEFAULT_RULES))
     except UnknownRules as exc:
@@ -152,7 +157,7 @@ def plan_rescore(run_dir: Path, library: Library, out: Path) -> RescorePlan:
             "jail, so its final states cannot be rebuilt here"
         )
     scenarios = {(s.environment_id, s.id): s for s in library.scenarios}
-    if trajectories and not any((t.environment_id, t.scenario_id) in scenarios for t in trajectories):
+    if len(trajectories) and not any((t.environment_id, t.scenario_id) in scenarios for t in trajectories):
         raise RescoreRefused(
             f"the library {library.source.source} holds none of the environments and scenarios of {run_dir}",
             *missing_ids(trajectories, library, scenarios),
@@ -337,7 +342,9 @@ def verdict_of(trajectory: Trajectory) -> bytes:
 
 
 async def rescore_run(plan: RescorePlan, pool: SandboxPool, *, concurrency: int = 16) -> RescoreReport:
-    """Re-score every episode of ``plan`` into its new folder (manifest, results, summary, report)."""
+    """Re-score every episode of ``plan`` into its new folder (manifest, results, summary, report). Episodes are
+    read one at a time and written in the run's order as they are done: at most a window of them (four times
+    ``concurrency``) is held, running or waiting for an earlier one to be written."""
     out = plan.out
     report = RescoreReport(
         run_id=plan.manifest.run_id, source_dir=str(plan.run_dir), out_dir=str(out), episodes=len(plan.trajectories)
@@ -363,41 +370,58 @@ async def rescore_run(plan: RescorePlan, pool: SandboxPool, *, concurrency: int 
     )
     (out / MANIFEST_FILE).write_text(manifest.model_dump_json(indent=2) + "\n", encoding="utf-8")
     store = ResultStore(out / RESULTS_FILE)
+    # The summary counts only what was re-scored here: an episode left out never counts with its old verdict.
+    summary = SummaryTally()
     limit = asyncio.Semaphore(max(1, concurrency))
-    finished: dict[str, Trajectory] = {}
 
-    async def one(trajectory: Trajectory) -> None:
-        async with limit:
-            try:
+    async def one(trajectory: Trajectory) -> Trajectory | None:
+        try:
+            async with limit:
                 outcome, rescored = await rescore_episode(pool, plan, trajectory)
-            except EpisodeRefused as refused:
-                report.not_rescored.append(
-                    NotRescored(
-                        episode_id=trajectory.episode_id,
-                        scenario_id=trajectory.scenario_id,
-                        cause=refused.cause,
-                        reason=str(refused),
-                    )
+        except EpisodeRefused as refused:
+            report.not_rescored.append(
+                NotRescored(
+                    episode_id=trajectory.episode_id,
+                    scenario_id=trajectory.scenario_id,
+                    cause=refused.cause,
+                    reason=str(refused),
                 )
-                return
+            )
+            return None
         report.rescored += 1
         report.by_rules += outcome == "rules"
         report.changed += verdict_of(rescored) != verdict_of(trajectory)
-        finished[trajectory.episode_id] = rescored
+        summary.count(rescored)
+        return rescored
 
     try:
-        await asyncio.gather(*(one(t) for t in plan.trajectories))
         # Written in the original's order, so the two folders read side by side.
-        for trajectory in plan.trajectories:
-            if trajectory.episode_id in finished:
-                store.append(finished[trajectory.episode_id])
+        async for rescored in in_order(map(one, plan.trajectories), window=4 * max(1, concurrency)):
+            if rescored is not None:
+                store.append(rescored)
     finally:
         store.close()
     report.not_rescored.sort(key=lambda r: r.episode_id)
-    # The summary counts only what was re-scored here: an episode left out never counts with its old verdict.
-    write_summary(out, summarize_run(finished.values(), run_id=manifest.run_id))
+    write_summary(out, summary.run_summary(manifest.run_id))
     (out / REPORT_FILE).write_text(report.model_dump_json(indent=2) + "\n", encoding="utf-8")
     return report
+
+
+async def in_order(jobs: Iterator[Coroutine[Any, Any, T]], *, window: int) -> AsyncIterator[T]:
+    """The results of ``jobs``, run at most ``window`` at a time, in the order the jobs come (a job is taken from
+    ``jobs`` only when one of the window's is done and given back)."""
+    pending: deque[asyncio.Task[T]] = deque()
+    try:
+        for job in jobs:
+            pending.append(asyncio.ensure_future(job))
+            if len(pending) >= window:
+                yield await pending.popleft()
+        while pending:
+            yield await pending.popleft()
+    finally:
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
 
 
 def discard_output(out: Path) -> None:

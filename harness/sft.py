@@ -18,15 +18,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-import statistics
 from collections import Counter
 from collections.abc import Callable, Iterable
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import orjson
 from pydantic import BaseModel, Field
 
+from harness.exact_sum import ExactSum
 from harness.schema import TerminationReason, Trajectory
 
 
@@ -61,30 +62,44 @@ def _drop_reason(trajectory: Trajectory, rule: SelectionRule) -> str | None:
     return None
 
 
-def _signature(trajectory: Trajectory) -> str:
+def _signature(trajectory: Trajectory) -> bytes:
     calls = [(s.call.name, s.call.arguments) for s in trajectory.steps]
     key = [trajectory.scenario_id, trajectory.mode, calls]
-    return hashlib.sha256(orjson.dumps(key, option=orjson.OPT_SORT_KEYS)).hexdigest()
+    return hashlib.sha256(orjson.dumps(key, option=orjson.OPT_SORT_KEYS)).digest()
+
+
+class Selection:
+    """Which episodes reach the bar, one per distinct (scenario, mode, tool-call sequence), decided one episode at a
+    time: of the episodes kept only a digest of their signature is held."""
+
+    def __init__(self, rule: SelectionRule) -> None:
+        self.rule = rule
+        self.episodes = 0
+        self.kept = 0
+        self.dropped: Counter[str] = Counter()
+        self._seen: set[bytes] = set()
+
+    def keep(self, trajectory: Trajectory) -> bool:
+        self.episodes += 1
+        reason = _drop_reason(trajectory, self.rule)
+        if reason is None:
+            signature = _signature(trajectory)
+            if signature in self._seen:
+                reason = "duplicate"
+            else:
+                self._seen.add(signature)
+        if reason is not None:
+            self.dropped[reason] += 1
+            return False
+        self.kept += 1
+        return True
 
 
 def select(trajectories: Iterable[Trajectory], rule: SelectionRule) -> tuple[list[Trajectory], Counter[str]]:
     """Trajectories that reach the bar, one per distinct (scenario, mode, tool-call sequence)."""
-    kept: list[Trajectory] = []
-    dropped: Counter[str] = Counter()
-    seen: set[str] = set()
-    for trajectory in trajectories:
-        reason = _drop_reason(trajectory, rule)
-        if reason is None:
-            signature = _signature(trajectory)
-            if signature in seen:
-                reason = "duplicate"
-            else:
-                seen.add(signature)
-        if reason is None:
-            kept.append(trajectory)
-        else:
-            dropped[reason] += 1
-    return kept, dropped
+    selection = Selection(rule)
+    kept = [trajectory for trajectory in trajectories if selection.keep(trajectory)]
+    return kept, selection.dropped
 
 
 def _clean_message(message: dict[str, Any], keep_reasoning: bool) -> dict[str, Any]:
@@ -239,15 +254,38 @@ def split_turns(row: dict[str, Any]) -> list[dict[str, Any]]:
     return samples
 
 
-def _describe(values: list[float]) -> dict[str, float]:
-    if not values:
-        return {}
-    return {
-        "mean": statistics.fmean(values),
-        "median": statistics.median(values),
-        "min": min(values),
-        "max": max(values),
-    }
+class Distribution:
+    """Values counted as they come (each distinct value with its count): their mean, median, min and max as
+    :mod:`statistics` gives them for the list of values."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[float] = Counter()
+
+    def add(self, value: float) -> None:
+        self.counts[value] += 1
+
+    def describe(self) -> dict[str, float]:
+        n = self.counts.total()
+        if not n:
+            return {}
+        total = ExactSum()
+        for value, count in self.counts.items():
+            total.add(value, count)
+        ordered = sorted(self.counts)
+        middle = (
+            self._nth(ordered, n // 2)
+            if n % 2 == 1
+            else (self._nth(ordered, n // 2 - 1) + self._nth(ordered, n // 2)) / 2
+        )
+        return {"mean": total.value / n, "median": middle, "min": ordered[0], "max": ordered[-1]}
+
+    def _nth(self, ordered: list[float], index: int) -> float:
+        """The value at ``index`` of the sorted list of values."""
+        for value in ordered:
+            index -= self.counts[value]
+            if index < 0:
+                return value
+        raise IndexError(index)
 
 
 SHAREGPT_FORMAT: dict[str, Any] = {
@@ -271,7 +309,7 @@ def llamafactory_entries(stems: list[str], prefix: str = "envharness") -> dict[s
 
 
 def export(
-    trajectories: list[Trajectory],
+    trajectories: Iterable[Trajectory],
     out: Path,
     *,
     rule: SelectionRule | None = None,
@@ -279,37 +317,54 @@ def export(
     split: bool = False,
     count_tokens: TokenCounter | None = None,
 ) -> SftStats:
-    """Write the SFT files for the trajectories that reach the bar, and return the statistics.
+    """Write the SFT files for the trajectories that reach the bar, and return the statistics. Each trajectory is
+    selected, converted and written as it comes (none is held).
 
     Each row records its length in ``tokens``; ``count_tokens`` defaults to litellm's tokenizer for the
-    teacher's model."""
-    rule = rule or SelectionRule()
-    kept, dropped = select(trajectories, rule)
+    teacher's model (the first kept episode's)."""
+    selection = Selection(rule or SelectionRule())
     out.mkdir(parents=True, exist_ok=True)
-    if count_tokens is None:
-        count_tokens = litellm_counter(kept[0].agent.model.model if kept else None)
-    messages_rows = [to_messages_row(t, keep_reasoning) for t in kept]
-    sharegpt_rows = [to_sharegpt_row(t, keep_reasoning) for t in kept]
-    files: dict[str, list[dict[str, Any]]] = {"messages": messages_rows, "sharegpt": sharegpt_rows}
-    if split:
-        files["sharegpt_turns"] = [sample for row in sharegpt_rows for sample in split_turns(row)]
-    for rows in files.values():
-        for row in rows:
-            row["tokens"] = count_tokens(row)
-    for stem, rows in files.items():
-        (out / f"{stem}.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
-    sharegpt_stems = [stem for stem in files if stem.startswith("sharegpt")]
+    stems = ["messages", "sharegpt", *(["sharegpt_turns"] if split else [])]
+    samples = dict.fromkeys(stems, 0)
+    turns, tool_calls, tokens = Distribution(), Distribution(), Distribution()
+    with ExitStack() as files:
+        handles = {stem: files.enter_context((out / f"{stem}.jsonl").open("wb")) for stem in stems}
+
+        def write(stem: str, row: dict[str, Any]) -> None:
+            handles[stem].write(orjson.dumps(row) + b"\n")
+            samples[stem] += 1
+
+        for trajectory in trajectories:
+            if not selection.keep(trajectory):
+                continue
+            if count_tokens is None:
+                count_tokens = litellm_counter(trajectory.agent.model.model)
+            messages_row = to_messages_row(trajectory, keep_reasoning)
+            sharegpt_row = to_sharegpt_row(trajectory, keep_reasoning)
+            turn_rows = split_turns(sharegpt_row) if split else []
+            for stem, rows in (
+                ("messages", [messages_row]),
+                ("sharegpt", [sharegpt_row]),
+                ("sharegpt_turns", turn_rows),
+            ):
+                for row in rows:
+                    row["tokens"] = count_tokens(row)
+                    write(stem, row)
+            turns.add(sum(m["role"] == "assistant" for m in trajectory.messages))
+            tool_calls.add(len(trajectory.steps))
+            tokens.add(float(messages_row["tokens"]))
+    sharegpt_stems = [stem for stem in stems if stem.startswith("sharegpt")]
     (out / "dataset_info.json").write_bytes(
         orjson.dumps(llamafactory_entries(sharegpt_stems), option=orjson.OPT_INDENT_2) + b"\n"
     )
     stats = SftStats(
-        episodes=len(trajectories),
-        kept=len(kept),
-        dropped=dict(dropped),
-        samples={stem: len(rows) for stem, rows in files.items()},
-        turns=_describe([sum(m["role"] == "assistant" for m in t.messages) for t in kept]),
-        tool_calls=_describe([len(t.steps) for t in kept]),
-        tokens=_describe([float(row["tokens"]) for row in messages_rows]),
+        episodes=selection.episodes,
+        kept=selection.kept,
+        dropped=dict(selection.dropped),
+        samples=samples,
+        turns=turns.describe(),
+        tool_calls=tool_calls.describe(),
+        tokens=tokens.describe(),
     )
     (out / "stats.json").write_bytes(orjson.dumps(stats.model_dump(mode="json"), option=orjson.OPT_INDENT_2))
     return stats

@@ -17,8 +17,9 @@ import orjson
 
 from harness.errors import BadInput
 from harness.library import Library
-from harness.outputs import OutputFolder, safe_file_name, write_output_file
+from harness.outputs import OutputFolder, output_file_writer, safe_file_name
 from harness.schema import Scenario, TerminationReason, Trajectory
+from harness.store import StoredResults
 
 
 @dataclass
@@ -62,13 +63,16 @@ def _entry_order(entry_id: str) -> tuple[str, int]:
     return (match.group(1), int(match.group(2))) if match else (entry_id, -1)
 
 
-def export_run(trajectories: list[Trajectory], library: Library, out: Path, *, trial: int = 0) -> BfclExport:
+def export_run(results: StoredResults, library: Library, out: Path, *, trial: int = 0) -> BfclExport:
     """Write ``trial``'s BFCL episodes: to ``out`` when they are all of one category and ``out`` ends in
-    ``.json``, otherwise into the folder ``out`` as ``BFCL_v4_<category>_result.json`` (BFCL's file names)."""
+    ``.json``, otherwise into the folder ``out`` as ``BFCL_v4_<category>_result.json`` (BFCL's file names). Every
+    episode is read and checked first (a recorded call in another shape refuses the run before anything is
+    written); then each file's entries are read again and written one at a time, in BFCL's order."""
     scenarios = {scenario.id: scenario for scenario in library.scenarios}
-    rows: dict[str, list[dict[str, Any]]] = {}
+    rows: dict[str, list[tuple[tuple[str, int], int]]] = {}
+    """Category → (entry order, position) of its episodes."""
     report = BfclExport()
-    for trajectory in trajectories:
+    for position, trajectory in results.read(range(len(results))):
         if trajectory.trial != trial:
             continue
         scenario = scenarios.get(trajectory.scenario_id)
@@ -78,19 +82,27 @@ def export_run(trajectories: list[Trajectory], library: Library, out: Path, *, t
         if trajectory.termination is TerminationReason.INFRA_ERROR:
             report.skipped.append(f"{trajectory.scenario_id}: ended in an infrastructure error; re-run it first")
             continue
+        turn_responses(trajectory, scenario)  # refuses a call in another shape before anything is written
         category = str(scenario.provenance.details.get("category"))
-        rows.setdefault(category, []).append({"id": scenario.id, "result": turn_responses(trajectory, scenario)})
+        rows.setdefault(category, []).append((_entry_order(scenario.id), position))
     single = out.suffix == ".json" and len(rows) == 1
     if not single:
         out.mkdir(parents=True, exist_ok=True)
     folder = OutputFolder(out)
-    for category, items in rows.items():
-        items.sort(key=lambda row: _entry_order(row["id"]))
-        data = b"".join(orjson.dumps(item) + b"\n" for item in items)
-        if single:
-            path = write_output_file(out, data)
-        else:
-            path = folder.write_bytes(f"BFCL_v4_{safe_file_name(category)}_result.json", data)
-        report.files[category] = path
-        report.entries[category] = len(items)
+    with results.reader() as read:
+        for category, items in rows.items():
+            items.sort(key=lambda item: item[0])
+            name = f"BFCL_v4_{safe_file_name(category)}_result.json"
+            entries = 0
+            with output_file_writer(out) if single else folder.writer(name) as handle:
+                for _, position in items:
+                    stored = read(position)
+                    if stored is None:
+                        continue
+                    scenario = scenarios[stored.scenario_id]
+                    row = {"id": scenario.id, "result": turn_responses(stored, scenario)}
+                    handle.write(orjson.dumps(row) + b"\n")
+                    entries += 1
+            report.files[category] = out if single else folder.path(name)
+            report.entries[category] = entries
     return report

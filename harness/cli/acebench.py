@@ -104,15 +104,15 @@ def export_acebench_command(
     from harness.benchmarks.acebench.export import AceBenchExportError, export_run
     from harness.errors import BadInput
     from harness.library import load_library
-    from harness.metrics import load_run
+    from harness.metrics import open_run
 
     try:
-        manifest, trajectories = load_run(run_dir)
-        records = load_library(library or manifest.dataset.source)
+        stored = open_run(run_dir)
+        records = load_library(library or stored.manifest.dataset.source)
 
         async def run() -> list[Path]:
             async with records.jail(allow_weak_sandbox=allow_weak_sandbox, workers=1).pool() as pool:
-                return [f.path for f in await export_run(trajectories, records, pool, out)]
+                return [f.path for f in await export_run(stored.results, records, pool, out)]
 
         written = run_to_end(run())
     except (FileNotFoundError, ValueError, AceBenchExportError) as error:

@@ -19,14 +19,13 @@ def export_atif_command(
     """Every episode of a run as an Agent Trajectory Interchange Format (ATIF-v1.4) document."""
     from harness.atif import UnsafeEpisodeId, write_atif
     from harness.errors import BadInput
-    from harness.metrics import load_run
+    from harness.metrics import open_run
 
     try:
-        _, trajectories = load_run(run_dir)
-        written = write_atif(trajectories, out)
+        written = write_atif(open_run(run_dir).results, out)
     except (FileNotFoundError, ValueError, UnsafeEpisodeId) as error:
         raise BadInput(f"cannot export {run_dir}: {error}") from error
-    console.print(outside(f"Wrote {len(written)} ATIF documents to {out}"), soft_wrap=True)
+    console.print(outside(f"Wrote {written} ATIF documents to {out}"), soft_wrap=True)
 
 
 def export_leaderboard_json_command(
@@ -55,21 +54,21 @@ def export_tau2_command(
     ] = None,
 ) -> None:
     """A run under --rules tau2 as τ²-bench's Results file (tau2 evaluate-trajs, tau2 view)."""
-    from harness.benchmarks.tau2.export import Tau2ExportError, build_results, write_results
+    from harness.benchmarks.tau2.export import Tau2ExportError, plan_results, write_results
     from harness.errors import BadInput
     from harness.library import load_library
-    from harness.metrics import load_run
+    from harness.metrics import open_run
 
     try:
-        manifest, trajectories = load_run(run_dir)
-        library = load_library(envs or manifest.dataset.source)
-        results = build_results(manifest, trajectories, library.environments, library.scenarios, run_dir)
-        write_results(results, out)
+        run = open_run(run_dir)
+        library = load_library(envs or run.manifest.dataset.source)
+        export = plan_results(run.manifest, run.results, library.environments, library.scenarios, run_dir)
+        written = write_results(export, run.results, out)
     except (FileNotFoundError, ValueError) as error:
         message = str(error) if isinstance(error, Tau2ExportError) else f"cannot export {run_dir}: {error}"
         raise BadInput(message) from error
     console.print(
-        outside(f"Wrote {len(results.simulations)} simulations of {len(results.tasks)} τ² tasks to {out}"),
+        outside(f"Wrote {written} simulations of {len(export.head.tasks)} τ² tasks to {out}"),
         soft_wrap=True,
     )
 

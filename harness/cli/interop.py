@@ -123,15 +123,15 @@ def export_bfcl_command(
     from harness.bfcl.export import export_run
     from harness.errors import BadInput
     from harness.library import LibraryError, load_library
-    from harness.metrics import load_run
+    from harness.metrics import open_run
 
     try:
-        manifest, trajectories = load_run(run_dir)
+        run = open_run(run_dir)
     except (FileNotFoundError, ValueError) as exc:  # a run folder refused as it is: status 2
         raise BadInput(f"cannot export {run_dir}: {exc}") from exc
     try:
-        library = load_library(envs or manifest.dataset.source)
-        report = export_run(trajectories, library, out, trial=trial)
+        library = load_library(envs or run.manifest.dataset.source)
+        report = export_run(run.results, library, out, trial=trial)
     except BadInput:  # an --out or a library refused as given: status 2
         raise
     except (ValueError, LibraryError, OSError) as exc:

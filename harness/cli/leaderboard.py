@@ -55,7 +55,7 @@ def build(
             err_console.print(labelled("warning:", "yellow", warning), soft_wrap=True)
     console.print(
         f"Wrote {len(leaderboard.rows)} rows in {len(leaderboard.tables)} table(s): {files.rows}, "
-        f"{files.markdown}, {files.html}, {files.index} (every episode) and {len(files.episodes)} episode pages.",
+        f"{files.markdown}, {files.html}, {files.index} (every episode) and {files.episode_pages} episode pages.",
         markup=False,
         highlight=False,
     )
@@ -102,9 +102,9 @@ def show(
 ) -> None:
     """Show a run's summary, or one of its episodes, in the terminal; or what changed between two runs."""
     from harness.errors import BadInput
-    from harness.metrics import load_run
+    from harness.metrics import open_run
     from leaderboards.catalog import load_catalog
-    from leaderboards.terminal import find_episode, run_view, trajectory_view
+    from leaderboards.terminal import find_episode, open_run_view, run_view, trajectory_view
 
     if diff:
         if len(run_dirs) != 2 or episode is not None:
@@ -122,17 +122,20 @@ def show(
         raise BadInput(f"show takes one run folder ({len(run_dirs)} given; --diff compares two)")
     run_dir = run_dirs[0]
     try:
-        manifest, trajectories = load_run(run_dir)
+        if episode is None:
+            run, tally = open_run_view(run_dir)
+        else:
+            run = open_run(run_dir)
     except (FileNotFoundError, ValueError) as error:
         raise BadInput(f"Cannot read the run: {error}") from error
     if episode is None:
-        views = run_view(manifest, trajectories, width=console.width)
+        views = run_view(run, tally, width=console.width)
     else:
         try:
-            trajectory = find_episode(trajectories, episode)
+            trajectory = find_episode(run.results, episode)
         except KeyError as error:
             raise BadInput(f"Cannot show the episode: {error.args[0]}") from error
-        scenario = load_catalog(manifest).scenarios.get(trajectory.scenario_id)
+        scenario = load_catalog(run.manifest).scenarios.get(trajectory.scenario_id)
         views = trajectory_view(trajectory, scenario)
     for view in views:
         console.print(view)

@@ -71,7 +71,7 @@ def sft(
 ) -> None:
     """Roll out a teacher (resumable), keep the episodes that reach the bar, export SFT datasets."""
     from harness.cli.progress import print_exit_line
-    from harness.metrics import read_results
+    from harness.metrics import open_results
     from harness.sft import SelectionRule, export
 
     settings = SFT_FLAGS.values(values)
@@ -87,9 +87,8 @@ def sft(
     again = rerun_command(["--out", str(out)])
     if outcome.stopped_by is not None:
         raise typer.Exit(print_exit_line(console, outcome, {}, resume=again, retry=again))
-    trajectories = read_results(outcome.run_dir / "results.jsonl")
     stats = export(
-        trajectories,
+        open_results(outcome.run_dir / "results.jsonl"),
         out,
         rule=SelectionRule(min_reward=min_reward, allow_errors=allow_errors),
         keep_reasoning=keep_reasoning,

@@ -3,7 +3,6 @@ jail; ``harness export taubench``: a run in upstream's results format (a list of
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
@@ -78,28 +77,34 @@ def export_taubench_command(
     ] = None,
 ) -> None:
     """A run as upstream's results file: a JSON list of EnvRunResult records (task_id, reward, info, traj, trial)."""
-    from harness.benchmarks.taubench.export import NotTauBenchRun, env_run_results, upstream_pass_hat_k
+    from harness.benchmarks.taubench.export import (
+        NotTauBenchRun,
+        pass_hat_k_of_outcomes,
+        scored_order,
+        write_env_run_results,
+    )
     from harness.errors import BadInput
     from harness.library import LibraryError, load_library
-    from harness.metrics import load_run
-    from harness.outputs import write_output_file
+    from harness.metrics import open_run
+    from harness.outputs import output_file_writer
 
     try:
-        manifest, trajectories = load_run(run_dir)
-        library_path = envs or manifest.config.get("envs")
+        run = open_run(run_dir)
+        library_path = envs or run.manifest.config.get("envs")
         scenarios = {}
         if isinstance(library_path, str | Path) and Path(library_path).is_dir():
             scenarios = {s.id: s for s in load_library(library_path).scenarios}
-        records = env_run_results(trajectories, scenarios)
+        order = scored_order(run.results)
     except (FileNotFoundError, ValueError, LibraryError, NotTauBenchRun) as error:
         raise BadInput(f"cannot export {run_dir}: {error}") from error
-    if not records:
+    if not order.positions:
         raise BadInput(f"cannot export {run_dir}: it has no scored episode")
-    write_output_file(out, (json.dumps(records, indent=2) + "\n").encode("utf-8"))
-    left_out = len(trajectories) - len(records)
-    curve = ", ".join(f"pass^{k}={value:.4f}" for k, value in upstream_pass_hat_k(records).items())
+    with output_file_writer(out) as handle:
+        written = write_env_run_results(order, run.results, scenarios, handle)
+    left_out = order.episodes - len(order.positions)
+    curve = ", ".join(f"pass^{k}={value:.4f}" for k, value in pass_hat_k_of_outcomes(order.outcomes).items())
     console.print(
-        outside(f"Wrote {len(records)} EnvRunResult records to {out} ({curve}; {left_out} not scored, left out)"),
+        outside(f"Wrote {written} EnvRunResult records to {out} ({curve}; {left_out} not scored, left out)"),
         soft_wrap=True,
     )
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,7 @@ from harness.outputs import OutputFolder, safe_file_name
 from harness.protocols import parse_arguments
 from harness.sandbox import SandboxPool
 from harness.schema import Environment, Scenario, ToolCall, Trajectory
+from harness.store import StoredResults
 
 
 class AceBenchExportError(ValueError):
@@ -36,10 +39,10 @@ class ExportedFile:
     entries: int
 
 
-def model_folder(trajectories: list[Trajectory]) -> str:
+def model_folder(models: Iterable[str]) -> str:
     """The model's name as a folder (upstream names the folder after ``--model``): its letters, digits, ``.``,
     ``_`` and ``-``, every other run of characters one ``_`` (``../../x`` is ``x``)."""
-    names = sorted({t.agent.model.model for t in trajectories})
+    names = sorted(set(models))
     name = names[0] if len(names) == 1 else "mixed"
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._")[:128] or "model"
 
@@ -74,13 +77,26 @@ async def final_result(
     return list(result) if isinstance(result, list) else []
 
 
-async def export_run(
-    trajectories: list[Trajectory], library: Library, pool: SandboxPool, out: Path
-) -> list[ExportedFile]:
+@dataclass(frozen=True)
+class Entry:
+    """Where one first trial's result goes: its file (language, category), its place there, its episode."""
+
+    language: str
+    category: str
+    number: int
+    upstream_id: str
+    position: int
+
+
+def plan_entries(results: StoredResults, library: Library) -> tuple[list[Entry], set[str]]:
+    """The first trials' entries in the run's order, and the run's models (its records read once); raises
+    :class:`AceBenchExportError` for an episode that is not of an imported ACEBench scenario."""
     scenarios = {s.id: s for s in library.scenarios}
     environments = library.environments
-    groups: dict[tuple[str, str], list[tuple[int, dict[str, Any]]]] = {}
-    for trajectory in trajectories:
+    entries: list[Entry] = []
+    models: set[str] = set()
+    for position, trajectory in results.read(range(len(results))):
+        models.add(trajectory.agent.model.model)
         scenario = scenarios.get(trajectory.scenario_id)
         if scenario is None or scenario.provenance.source != "acebench":
             raise AceBenchExportError(f"episode {trajectory.episode_id} is not of an imported ACEBench scenario")
@@ -98,21 +114,42 @@ async def export_run(
         environment = environments.get(scenario.environment_id)
         if environment is None or environment.call_dispatcher is None or environment.provenance.source != "acebench":
             raise AceBenchExportError(f"scenario {scenario.id}'s environment is not an imported ACEBench environment")
-        result = await final_result(pool, environment, scenario, trajectory)
-        process = transcript_process([dict(m) for m in trajectory.messages])
-        entry = {"id": upstream_id, "result": result, "process": process}
-        groups.setdefault((language, category), []).append((int(upstream_id.rsplit("_", 1)[-1]), entry))
-    folder = model_folder(trajectories)
+        entries.append(Entry(language, category, int(upstream_id.rsplit("_", 1)[-1]), upstream_id, position))
+    return entries, models
+
+
+async def export_run(results: StoredResults, library: Library, pool: SandboxPool, out: Path) -> list[ExportedFile]:
+    """Write the run's result files: every episode is checked first (nothing is written for a run that cannot be
+    exported), then each file's entries are read, replayed and written one at a time, in upstream's order."""
+    scenarios = {s.id: s for s in library.scenarios}
+    entries, models = plan_entries(results, library)
+    groups: dict[tuple[str, str], list[Entry]] = {}
+    for entry in entries:
+        groups.setdefault((entry.language, entry.category), []).append(entry)
+    folder = model_folder(models)
     target = OutputFolder(out)
     written = []
-    for (language, category), entries in sorted(groups.items()):
-        parts = (
-            "result_all",
-            f"result_{safe_file_name(language)}",
-            folder,
-            f"data_agent_{safe_file_name(category)}_result.json",
-        )
-        lines = [json.dumps(entry, ensure_ascii=False) for _, entry in sorted(entries, key=lambda item: item[0])]
-        path = target.write_text(parts, "".join(line + "\n" for line in lines))
-        written.append(ExportedFile(path=path, entries=len(lines)))
+    # Every file lands at its name only once all are written: a replay that fails leaves none of them.
+    with ExitStack() as files, results.reader() as read:
+        for (language, category), members in sorted(groups.items()):
+            parts = (
+                "result_all",
+                f"result_{safe_file_name(language)}",
+                folder,
+                f"data_agent_{safe_file_name(category)}_result.json",
+            )
+            handle = files.enter_context(target.writer(parts))
+            count = 0
+            for entry in sorted(members, key=lambda entry: entry.number):
+                trajectory = read(entry.position)
+                if trajectory is None:
+                    continue
+                scenario = scenarios[trajectory.scenario_id]
+                environment = library.environments[scenario.environment_id]
+                result = await final_result(pool, environment, scenario, trajectory)
+                process = transcript_process([dict(m) for m in trajectory.messages])
+                line = {"id": entry.upstream_id, "result": result, "process": process}
+                handle.write((json.dumps(line, ensure_ascii=False) + "\n").encode("utf-8"))
+                count += 1
+            written.append(ExportedFile(path=target.path(*parts), entries=count))
     return written

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -38,7 +39,7 @@ from harness.benchmarks.tau2.results_shapes import (
     Tau2UserInfo,
 )
 from harness.dual_control import user_tool_message
-from harness.outputs import write_output_file
+from harness.outputs import output_file_writer
 from harness.rules import TAU2_RULES
 from harness.schema import (
     CheckResult,
@@ -50,6 +51,7 @@ from harness.schema import (
     TerminationReason,
     Trajectory,
 )
+from harness.store import StoredResults
 
 log = logging.getLogger(__name__)
 
@@ -327,8 +329,8 @@ def simulation_run(
     )
 
 
-def _domain(environments: dict[str, Environment], trajectories: list[Trajectory], run_dir: Path) -> Environment:
-    used = sorted({t.environment_id for t in trajectories})
+def _domain(environments: dict[str, Environment], used_ids: set[str], run_dir: Path) -> Environment:
+    used = sorted(used_ids)
     missing = [e for e in used if e not in environments]
     if missing:
         raise Tau2ExportError(f"{run_dir} ran {', '.join(missing)}, which the library does not hold (give --envs)")
@@ -342,57 +344,87 @@ def _domain(environments: dict[str, Environment], trajectories: list[Trajectory]
     return environments[used[0]]
 
 
-def build_results(
+@dataclass
+class Tau2Export:
+    """A run checked for the export, without its records: everything of the Results file but its simulations,
+    and the order of the simulations (the positions of the run's episodes, by scenario, trial and episode id)."""
+
+    head: Tau2Results
+    order: list[int]
+    scenarios: dict[str, Scenario]
+    seed: int | None
+
+
+def _problem(trajectory: Trajectory, by_id: dict[str, Scenario], run_dir: Path) -> str | None:
+    """Why ``trajectory`` cannot be one of the file's simulations, or None."""
+    scenario = by_id.get(trajectory.scenario_id)
+    if scenario is None:
+        return f"the library has no scenario {trajectory.scenario_id} (give --envs)"
+    if not isinstance(scenario.provenance.details.get("upstream_task"), dict):
+        return f"{scenario.id} does not keep upstream's task: import the library again with harness import tau2"
+    if any(step.before_message is None for step in trajectory.user_steps):
+        return (
+            f"{run_dir}: episode {trajectory.episode_id} does not record where its user's calls were made "
+            "(run before the export carried them); run it again"
+        )
+    return None
+
+
+def plan_results(
     manifest: RunManifest,
-    trajectories: list[Trajectory],
+    results: StoredResults,
     environments: dict[str, Environment],
     scenarios: list[Scenario],
     run_dir: Path,
-) -> Tau2Results:
-    """The run as upstream's ``Results``; raises :class:`Tau2ExportError` for a run it cannot represent."""
-    if not trajectories:
+) -> Tau2Export:
+    """The run checked for upstream's ``Results`` (its records read once); raises :class:`Tau2ExportError` for a run
+    it cannot represent, the first problem in the file's order."""
+    if not len(results):
         raise Tau2ExportError(f"{run_dir} holds no episodes")
-    environment = _domain(environments, trajectories, run_dir)
+    by_id = {s.id: s for s in scenarios}
+    used: set[str] = set()
+    keys: list[tuple[str, int, str, int]] = []
+    problems: list[tuple[tuple[str, int, str], str]] = []
+    first: Trajectory | None = None
+    for position, trajectory in results.read(range(len(results))):
+        first = first or trajectory
+        used.add(trajectory.environment_id)
+        key = (trajectory.scenario_id, trajectory.trial, trajectory.episode_id)
+        keys.append((*key, position))
+        problem = _problem(trajectory, by_id, run_dir)
+        if problem is not None:
+            problems.append((key, problem))
+    if first is None:
+        raise Tau2ExportError(f"{run_dir} holds no episodes")
+    environment = _domain(environments, used, run_dir)
     rules = manifest.config.get("rules")
     if rules != TAU2_RULES.name:
         raise Tau2ExportError(
             f"{run_dir} ran under --rules {rules or 'harness'}; upstream's rewards are those of --rules tau2 "
             "(run it again with --rules tau2 --mode conv)"
         )
-    by_id = {s.id: s for s in scenarios}
+    if problems:
+        raise Tau2ExportError(min(problems)[1])
+    keys.sort()
+    tasks: dict[str, dict[str, Any]] = {}
+    for scenario_id, *_ in keys:
+        task = by_id[scenario_id].provenance.details["upstream_task"]
+        assert isinstance(task, dict)
+        tasks.setdefault(str(task["id"]), task)
     seed = manifest.config.get("seed")
     seed = seed if isinstance(seed, int) else None
-    tasks: dict[str, dict[str, Any]] = {}
-    simulations: list[Tau2SimulationRun] = []
-    for trajectory in sorted(trajectories, key=lambda t: (t.scenario_id, t.trial, t.episode_id)):
-        scenario = by_id.get(trajectory.scenario_id)
-        if scenario is None:
-            raise Tau2ExportError(f"the library has no scenario {trajectory.scenario_id} (give --envs)")
-        task = scenario.provenance.details.get("upstream_task")
-        if not isinstance(task, dict):
-            raise Tau2ExportError(
-                f"{scenario.id} does not keep upstream's task: import the library again with harness import tau2"
-            )
-        if any(step.before_message is None for step in trajectory.user_steps):
-            raise Tau2ExportError(
-                f"{run_dir}: episode {trajectory.episode_id} does not record where its user's calls were made "
-                "(run before the export carried them); run it again"
-            )
-        tasks.setdefault(str(task["id"]), task)
-        simulations.append(simulation_run(trajectory, scenario, task, seed))
     config = manifest.config
     max_steps = config.get("max_steps")
     trials = config.get("trials")
     temperature = config.get("temperature")
-    agent_kind = trajectories[0].agent.kind
-    user_settings = trajectories[0].user
+    user_settings = first.user
     info = Tau2Info(
         git_commit=f"envharness {manifest.package_version} {manifest.git_revision or 'unknown'}",
         num_trials=trials if isinstance(trials, int) else 1,
         max_steps=max_steps if isinstance(max_steps, int) else (TAU2_RULES.default_max_steps or 0),
         max_errors=TAU2_RULES.max_tool_errors or 0,
         agent_info=Tau2AgentInfo(
-            implementation=f"envharness_{agent_kind}",
+            implementation=f"envharness_{first.agent.kind}",
             llm=_llm(manifest, str(config.get("model") or "")),
             llm_args={"temperature": temperature, "seed": seed},
         ),
@@ -404,18 +436,39 @@ def build_results(
         environment_info=Tau2EnvironmentInfo(domain_name=environment.domain, policy=environment.introduction),
         seed=seed,
     )
-    return Tau2Results(
+    head = Tau2Results(
         timestamp=manifest.created_at.isoformat(),
         info=info,
         tasks=[tasks[key] for key in sorted(tasks, key=_task_order)],
-        simulations=simulations,
+        simulations=[],
     )
+    return Tau2Export(head, [position for *_, position in keys], by_id, seed)
 
 
 def _task_order(task_id: str) -> tuple[int, str]:
     return (int(task_id), "") if task_id.isdigit() else (1 << 30, task_id)
 
 
-def write_results(results: Tau2Results, out: Path) -> None:
-    write_output_file(out, orjson.dumps(results.model_dump(mode="json"), option=orjson.OPT_INDENT_2))
-    log.info("wrote %d simulations of %d tasks to %s", len(results.simulations), len(results.tasks), out)
+_EMPTY_SIMULATIONS = b'"simulations": []\n}'
+
+
+def write_results(export: Tau2Export, results: StoredResults, out: Path) -> int:
+    """Write the Results file (the bytes ``orjson`` gives for the whole document, indented by two), one simulation
+    at a time, each read from the run as it is written; returns how many were written."""
+    head = orjson.dumps(export.head.model_dump(mode="json"), option=orjson.OPT_INDENT_2)
+    if not head.endswith(_EMPTY_SIMULATIONS):
+        raise RuntimeError("the Results document no longer ends with its simulations")
+    written = 0
+    with output_file_writer(out) as handle:
+        handle.write(head[: -len(b"[]\n}")] + b"[\n")
+        for _, trajectory in results.read(export.order):
+            scenario = export.scenarios[trajectory.scenario_id]
+            task = scenario.provenance.details["upstream_task"]
+            assert isinstance(task, dict)
+            simulation = simulation_run(trajectory, scenario, task, export.seed).model_dump(mode="json")
+            lines = orjson.dumps(simulation, option=orjson.OPT_INDENT_2).split(b"\n")
+            handle.write((b",\n" if written else b"") + b"\n".join(b"    " + line for line in lines))
+            written += 1
+        handle.write(b"\n  ]\n}")
+    log.info("wrote %d simulations of %d tasks to %s", written, len(export.head.tasks), out)
+    return written

@@ -8,11 +8,14 @@ out, as they are of our own metrics.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
+from dataclasses import dataclass
 from math import comb
-from typing import Any
+from typing import IO, Any
 
 from harness.schema import Scenario, Trajectory
+from harness.store import StoredResults
 
 SCENARIO_PREFIX = "taubench-"
 
@@ -66,37 +69,105 @@ def _info(trajectory: Trajectory, reward: float, scenario: Scenario | None) -> d
     return info
 
 
+def env_run_result(trajectory: Trajectory, scenarios: dict[str, Scenario]) -> dict[str, Any]:
+    """Upstream's ``EnvRunResult`` record of one scored episode."""
+    assert trajectory.reward is not None
+    reward = float(trajectory.reward.state_reward)
+    return {
+        "task_id": task_index(trajectory.scenario_id),
+        "reward": reward,
+        "info": _info(trajectory, reward, scenarios.get(trajectory.scenario_id)),
+        "traj": list(trajectory.messages),
+        "trial": trajectory.trial,
+    }
+
+
 def env_run_results(trajectories: Iterable[Trajectory], scenarios: dict[str, Scenario]) -> list[dict[str, Any]]:
     """Upstream's ``EnvRunResult`` records of the scored episodes, by trial then task."""
     trajectories = list(trajectories)
-    splits = sorted({t.scenario_id.rpartition("-")[0] for t in trajectories})
+    check_one_split(t.scenario_id for t in trajectories)
+    return [
+        env_run_result(trajectory, scenarios)
+        for trajectory in sorted(trajectories, key=lambda t: (t.trial, task_index(t.scenario_id)))
+        if trajectory.reward is not None and not trajectory.infra_error
+    ]
+
+
+def check_one_split(scenario_ids: Iterable[str]) -> None:
+    """:class:`NotTauBenchRun` when the episodes come from more than one domain and split."""
+    splits = sorted({scenario_id.rpartition("-")[0] for scenario_id in scenario_ids})
     if len(splits) > 1:
         raise NotTauBenchRun(f"the run mixes {', '.join(splits)}; upstream's file holds one domain and split")
-    records: list[dict[str, Any]] = []
-    for trajectory in sorted(trajectories, key=lambda t: (t.trial, task_index(t.scenario_id))):
-        if trajectory.reward is None or trajectory.infra_error:
+
+
+@dataclass
+class ScoredOrder:
+    """Which episodes of a run upstream's file holds and in what order (by trial, then task), without their
+    records: their positions, and per each its task, trial and success, for pass^k."""
+
+    positions: list[int]
+    outcomes: list[tuple[int, int, bool]]
+    """(task id, trial, success) in the file's order."""
+    episodes: int
+
+
+def scored_order(results: StoredResults) -> ScoredOrder:
+    """The order of upstream's file over ``results`` (read once); :class:`NotTauBenchRun` for a run that is not of
+    one τ-bench domain and split."""
+    splits: set[str] = set()
+    keys: list[tuple[int, int, int, bool, bool]] = []
+    unordered: list[str] = []
+    for position, trajectory in results.read(range(len(results))):
+        splits.add(trajectory.scenario_id.rpartition("-")[0])
+        try:
+            index = task_index(trajectory.scenario_id)
+        except NotTauBenchRun:
+            unordered.append(trajectory.scenario_id)
             continue
-        reward = float(trajectory.reward.state_reward)
-        records.append(
-            {
-                "task_id": task_index(trajectory.scenario_id),
-                "reward": reward,
-                "info": _info(trajectory, reward, scenarios.get(trajectory.scenario_id)),
-                "traj": list(trajectory.messages),
-                "trial": trajectory.trial,
-            }
-        )
-    return records
+        scored = trajectory.reward is not None and not trajectory.infra_error
+        success = scored and trajectory.reward is not None and 1 - 1e-6 <= trajectory.reward.state_reward <= 1 + 1e-6
+        keys.append((trajectory.trial, index, position, scored, success))
+    check_one_split(splits)
+    if unordered:
+        task_index(unordered[0])  # raises, naming the first episode that is not of a τ-bench import
+    keys.sort(key=lambda key: key[:2])
+    kept = [key for key in keys if key[3]]
+    return ScoredOrder(
+        positions=[position for _, _, position, _, _ in kept],
+        outcomes=[(index, trial, success) for trial, index, _, _, success in kept],
+        episodes=len(results),
+    )
+
+
+def write_env_run_results(
+    order: ScoredOrder, results: StoredResults, scenarios: dict[str, Scenario], handle: IO[bytes]
+) -> int:
+    """Write upstream's file (the bytes ``json.dumps(records, indent=2)`` gives, and a newline), one record at a
+    time, each read from the run as it is written; returns how many were written."""
+    written = 0
+    handle.write(b"[")
+    for _, trajectory in results.read(order.positions):
+        text = json.dumps(env_run_result(trajectory, scenarios), indent=2)
+        handle.write((b",\n" if written else b"\n") + "\n".join("  " + line for line in text.split("\n")).encode())
+        written += 1
+    handle.write(b"\n]\n" if written else b"]\n")
+    return written
 
 
 def upstream_pass_hat_k(records: Iterable[dict[str, Any]]) -> dict[int, float]:
     """``display_metrics`` of upstream's ``run.py``: a reward within 1e-6 of 1 is a success; for k = 1..(number
     of distinct trials), the mean over tasks of C(c, k) / C(trials, k)."""
-    results = list(records)
-    trials = len({r["trial"] for r in results})
+    return pass_hat_k_of_outcomes((r["task_id"], r["trial"], 1 - 1e-6 <= r["reward"] <= 1 + 1e-6) for r in records)
+
+
+def pass_hat_k_of_outcomes(outcomes: Iterable[tuple[int, int, bool]]) -> dict[int, float]:
+    """As :func:`upstream_pass_hat_k`, from each record's (task id, trial, success), in the file's order."""
+    trials_seen: set[int] = set()
     successes: dict[int, int] = {}
-    for r in results:
-        successes[r["task_id"]] = successes.get(r["task_id"], 0) + (1 if 1 - 1e-6 <= r["reward"] <= 1 + 1e-6 else 0)
+    for task_id, trial, success in outcomes:
+        trials_seen.add(trial)
+        successes[task_id] = successes.get(task_id, 0) + (1 if success else 0)
+    trials = len(trials_seen)
     return {
         k: sum(comb(c, k) / comb(trials, k) for c in successes.values()) / len(successes) for k in range(1, trials + 1)
     }
