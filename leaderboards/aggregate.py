@@ -16,26 +16,22 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 import re
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from harness.metrics import (
-    GroupSummary,
-    deduplicate,
-    load_run,
-    pass_hat_k,
-    summarize_group,
-    task_key,
-)
+from harness.metrics import open_run
 from harness.rules import DEFAULT_RULES
-from harness.schema import AgentSettings, DatasetRef, RunManifest, Scenario, Trajectory
+from harness.schema import AgentSettings, DatasetRef, RunManifest
+from harness.store import StoredResults
 from leaderboards.catalog import Catalog, CatalogCache
 from leaderboards.collisions import check_episode_collisions
+from leaderboards.pages import EpisodePages
+from leaderboards.row_tally import FailureTally, RowTally, interval_of_counts, wilson_interval
+from leaderboards.standing import RunOwners, standing_records
 
 logger = logging.getLogger(__name__)
 
@@ -142,10 +138,9 @@ class LeaderboardTable(BaseModel):
 @dataclass
 class Leaderboard:
     tables: list[LeaderboardTable]
-    episodes: dict[str, Trajectory] = field(default_factory=dict)
-    """Every episode of the runs (de-duplicated), by episode id: each gets a page and a row in the index."""
-    scenarios: dict[str, Scenario] = field(default_factory=dict)
-    """The scenarios of those trajectories, by episode id, when their environment set is at hand."""
+    episodes: EpisodePages
+    """Every episode of the runs (de-duplicated): each gets a page and a row in the index, read from its run when
+    the page is written."""
 
     @property
     def rows(self) -> list[LeaderboardRow]:
@@ -154,9 +149,11 @@ class Leaderboard:
 
 @dataclass
 class LoadedRun:
+    """A run folder opened for the leaderboard: its manifest and its records, read one at a time."""
+
     run_dir: Path
     manifest: RunManifest
-    trajectories: list[Trajectory]
+    results: StoredResults
 
 
 # ------------------------------------------------------------------------------------------------- helpers
@@ -216,14 +213,26 @@ def _seedless(settings: AgentSettings) -> AgentSettings:
     return settings.model_copy(update={"model": settings.model.model_copy(update={"seed": None})})
 
 
-def _run_user(trajectories: Sequence[Trajectory]) -> AgentSettings | None:
-    """The simulated user of a run's conversational episodes when they all share one, else None."""
-    users = {
-        settings_id({"user": _without_seed(t.user)}): t.user
-        for t in trajectories
-        if t.mode == "conv" and t.user is not None
-    }
-    return next(iter(users.values())) if len(users) == 1 else None
+class RunPass:
+    """What one pass over a run's own records finds: the environments of its episodes (in order), the simulated
+    users of its conversational episodes, and where its scored episodes failed."""
+
+    def __init__(self, results: StoredResults) -> None:
+        self.environments: dict[str, None] = {}
+        self.users: dict[str, AgentSettings] = {}
+        self.failures = FailureTally()
+        for trajectory in results:
+            self.environments.setdefault(trajectory.environment_id)
+            if trajectory.mode == "conv" and trajectory.user is not None:
+                key = settings_id({"user": _without_seed(trajectory.user)})
+                if key in self.users or len(self.users) < 2:  # two are enough to know there is no one user
+                    self.users[key] = trajectory.user
+            self.failures.add(trajectory)
+
+    @property
+    def user(self) -> AgentSettings | None:
+        """The simulated user of the run's conversational episodes when they all share one, else None."""
+        return next(iter(self.users.values())) if len(self.users) == 1 else None
 
 
 def settings_id(identity: dict[str, object]) -> str:
@@ -273,55 +282,6 @@ def settings_label(agent: AgentSettings, user: AgentSettings | None, run: dict[s
     return ", ".join(parts)
 
 
-Z95 = 1.959963984540054
-
-
-def wilson_interval(successes: int, n: int) -> list[float] | None:
-    """95% Wilson score interval of a proportion (sound at 0%, 100% and small n, unlike the normal one)."""
-    if n < 1:
-        return None
-    p = successes / n
-    denominator = 1 + Z95**2 / n
-    centre = (p + Z95**2 / (2 * n)) / denominator
-    half = Z95 * math.sqrt(p * (1 - p) / n + Z95**2 / (4 * n * n)) / denominator
-    return [max(0.0, centre - half), min(1.0, centre + half)]
-
-
-def mean_interval(values: Sequence[float]) -> list[float] | None:
-    """95% interval of a mean of values in [0, 1] (normal approximation, clipped); None below two values."""
-    n = len(values)
-    if n < 2:
-        return None
-    mean = math.fsum(values) / n
-    variance = math.fsum((v - mean) ** 2 for v in values) / (n - 1)
-    half = Z95 * math.sqrt(variance / n)
-    return [max(0.0, mean - half), min(1.0, mean + half)]
-
-
-def pass_hat_k_within_runs(members: Sequence[Trajectory], run_of: dict[str, str]) -> dict[int, float]:
-    """pass^k for k = 1..K where the trials of a task are those of one run: runs of one setting add tasks to
-    the average, never trials to a task (separate runs may differ in ways their settings do not record)."""
-    outcomes: dict[tuple[str, str, str, str], list[bool]] = {}
-    for trajectory in members:
-        if trajectory.reward is None or trajectory.infra_error:
-            continue
-        outcomes.setdefault((run_of[trajectory.episode_id], *task_key(trajectory)), []).append(
-            trajectory.reward.success
-        )
-    if not outcomes:
-        return {}
-    max_k = min(len(results) for results in outcomes.values())
-    return {
-        k: math.fsum(pass_hat_k(len(r), sum(r), k) for r in outcomes.values()) / len(outcomes)
-        for k in range(1, max_k + 1)
-    }
-
-
-def _mean_reward(trajectories: Iterable[Trajectory]) -> float | None:
-    rewards = [t.reward.state_reward for t in trajectories if t.reward is not None and not t.infra_error]
-    return sum(rewards) / len(rewards) if rewards else None
-
-
 def _rank_key(row: LeaderboardRow) -> tuple[bool, float, float, str, str]:
     return (
         row.mean_state_reward is None,
@@ -338,8 +298,8 @@ def _rank_key(row: LeaderboardRow) -> tuple[bool, float, float, str, str]:
 def load_runs(run_dirs: Sequence[Path | str]) -> list[LoadedRun]:
     runs = []
     for run_dir in run_dirs:
-        manifest, trajectories = load_run(run_dir)
-        runs.append(LoadedRun(run_dir=Path(run_dir), manifest=manifest, trajectories=trajectories))
+        run = open_run(run_dir)
+        runs.append(LoadedRun(run_dir=Path(run_dir), manifest=run.manifest, results=run.results))
     return runs
 
 
@@ -369,76 +329,66 @@ def build_leaderboard(run_dirs: Sequence[Path | str], split_by_dataset: bool = F
 
 
 def build_leaderboard_from_runs(runs: Sequence[LoadedRun], split_by_dataset: bool = False) -> Leaderboard:
+    """Rank ``runs``, reading their records a few times over (the standing ones, each run's own) and holding none:
+    per episode only its id and which runs hold it."""
     if not split_by_dataset:
         check_same_dataset(runs)
+    owners = RunOwners([run.results for run in runs])
     check_episode_collisions(
-        [(run.run_dir, run.manifest, run.trajectories) for run in runs],
+        [(run.run_dir, run.manifest) for run in runs],
+        owners,
         run_settings,
         lambda manifest: _dataset_key(manifest.dataset),
     )
     by_dataset: dict[tuple[str, ...], list[LoadedRun]] = {}
     for run in runs:
         by_dataset.setdefault(_dataset_key(run.manifest.dataset), []).append(run)
-    leaderboard = Leaderboard(tables=[])
     catalogs = CatalogCache()
-    for dataset_runs in by_dataset.values():
-        leaderboard.tables.append(_build_table(dataset_runs, leaderboard.episodes, catalogs))
-    # Every episode gets a page and a row in the index, not only the failure lists' examples.
-    for trajectory in deduplicate(t for run in runs for t in run.trajectories):
-        leaderboard.episodes.setdefault(trajectory.episode_id, trajectory)
-    for run in runs:
-        catalog = catalogs.for_run(run.manifest)
-        for trajectory in run.trajectories:
-            scenario = catalog.scenarios.get(trajectory.scenario_id)
-            if trajectory.episode_id in leaderboard.episodes and scenario is not None:
-                leaderboard.scenarios[trajectory.episode_id] = scenario
-    return leaderboard
+    pages = EpisodePages(owners, [catalogs.for_run(run.manifest) for run in runs])
+    index_of = {id(run): index for index, run in enumerate(runs)}
+    tables = [
+        _build_table(dataset_runs, [index_of[id(run)] for run in dataset_runs], pages, catalogs)
+        for dataset_runs in by_dataset.values()
+    ]
+    return Leaderboard(tables=tables, episodes=pages)
 
 
 def _build_table(
-    runs: Sequence[LoadedRun], examples: dict[str, Trajectory], catalogs: CatalogCache
+    runs: Sequence[LoadedRun], indexes: list[int], pages: EpisodePages, catalogs: CatalogCache
 ) -> LeaderboardTable:
-    domain_of: dict[str, str] = {}
-    run_of: dict[str, str] = {}
-    run_settings_of: dict[str, dict[str, object]] = {}
-    for run in runs:
-        resolve = DomainResolver(run.manifest, catalogs.for_run(run.manifest))
-        settings = run_settings(run.manifest)
-        for trajectory in run.trajectories:
-            domain_of.setdefault(trajectory.environment_id, resolve(trajectory.environment_id))
-            run_of[trajectory.episode_id] = run.manifest.run_id
-            run_settings_of[trajectory.episode_id] = settings
-
     # The same episode id in two runs is the same episode re-run: the run given later wins.
-    trajectories = deduplicate(t for run in runs for t in run.trajectories)
+    owners = RunOwners([run.results for run in runs])
+    resolvers = [DomainResolver(run.manifest, catalogs.for_run(run.manifest)) for run in runs]
+    settings = [run_settings(run.manifest) for run in runs]
+    passes = [RunPass(run.results) for run in runs]
     # A row is one agent setting and one simulated user: a run's non-conversational episodes join the row of
     # its conversational ones, so one model run in both modes makes one row with a score per mode.
-    user_of: dict[str, AgentSettings | None] = {}
-    for run in runs:
-        run_user = _run_user(run.trajectories)
-        for trajectory in run.trajectories:
-            user_of[trajectory.episode_id] = run_user if run_user is not None else trajectory.user
+    run_users = [one.user for one in passes]
+    domain_of: dict[str, str] = {}
+    for index, one in enumerate(passes):
+        for environment_id in one.environments:
+            domain_of.setdefault(environment_id, resolvers[index](environment_id))
+
     # Runs join one row only when every setting is equal, run-level ones (transport, step limit) included.
-    entries: dict[str, list[Trajectory]] = {}
-    row_user: dict[str, AgentSettings | None] = {}
-    row_run: dict[str, dict[str, object]] = {}
-    for trajectory in trajectories:
-        user = user_of[trajectory.episode_id]
+    entries: dict[str, RowTally] = {}
+    modes: set[str] = set()
+    for owner, trajectory in standing_records(owners):
+        run_user = run_users[owner]
+        user = run_user if run_user is not None else trajectory.user
         identity: dict[str, object] = {"agent": _without_seed(trajectory.agent), "user": _without_seed(user)}
-        if run_settings_of[trajectory.episode_id]:
-            identity["run"] = run_settings_of[trajectory.episode_id]
+        if settings[owner]:
+            identity["run"] = settings[owner]
         key = settings_id(identity)
-        row_user.setdefault(key, user)
-        row_run.setdefault(key, run_settings_of[trajectory.episode_id])
-        entries.setdefault(key, []).append(trajectory)
+        entry = entries.get(key)
+        if entry is None:
+            entry = entries[key] = RowTally(trajectory.agent, user, settings[owner])
+        entry.add(trajectory, runs[owner].manifest.run_id, domain_of[trajectory.environment_id])
+        modes.add(str(trajectory.mode))
 
     dataset = runs[0].manifest.dataset
-    domains = sorted({domain_of[t.environment_id] for t in trajectories})
-    modes: list[str] = sorted({str(t.mode) for t in trajectories})
-    rows = [
-        _build_row(key, members, row_user[key], row_run[key], dataset, domains, modes, domain_of, run_of)
-        for key, members in entries.items()
-    ]
+    domains = sorted({domain for tally in entries.values() for domain in tally.per_domain})
+    ordered_modes = sorted(modes)
+    rows = [_build_row(key, tally, dataset, domains, ordered_modes) for key, tally in entries.items()]
     rows.sort(key=_rank_key)
     for rank, row in enumerate(rows, start=1):
         row.rank = rank
@@ -453,40 +403,32 @@ def _build_table(
                 dataset=run.manifest.dataset,
                 package_version=run.manifest.package_version,
                 git_revision=run.manifest.git_revision,
-                episodes=len(run.trajectories),
+                episodes=len(run.results),
             )
             for run in runs
         ],
         domains=domains,
-        modes=modes,
-        failures=[_run_failures(run, domain_of, examples) for run in runs],
+        modes=ordered_modes,
+        failures=[
+            _run_failures(run, one.failures, index, domain_of, pages)
+            for run, one, index in zip(runs, passes, indexes, strict=True)
+        ],
         warnings=_coverage_warnings(rows, entries),
     )
 
 
-def _build_row(
-    key: str,
-    members: list[Trajectory],
-    user: AgentSettings | None,
-    run: dict[str, object],
-    dataset: DatasetRef,
-    domains: list[str],
-    modes: list[str],
-    domain_of: dict[str, str],
-    run_of: dict[str, str],
-) -> LeaderboardRow:
-    summary: GroupSummary = summarize_group(members)
-    first = members[0]
+def _build_row(key: str, tally: RowTally, dataset: DatasetRef, domains: list[str], modes: list[str]) -> LeaderboardRow:
+    summary = tally.summary.summary()
     return LeaderboardRow(
-        model=first.agent.model.model,
-        settings=settings_label(first.agent, user, run),
+        model=tally.agent.model.model,
+        settings=settings_label(tally.agent, tally.user, tally.run),
         settings_id=key,
-        agent=_seedless(first.agent),
-        user=_seedless(user) if user is not None else None,
+        agent=_seedless(tally.agent),
+        user=_seedless(tally.user) if tally.user is not None else None,
         dataset_source=dataset.source,
         dataset_revision=dataset.revision,
         dataset_fingerprint=dataset.fingerprint,
-        runs=sorted({run_of[t.episode_id] for t in members}),
+        runs=sorted(tally.runs),
         episodes=summary.episodes,
         scored=summary.scored,
         infra_errors=summary.infra_errors,
@@ -495,16 +437,11 @@ def _build_row(
         mean_state_reward=summary.mean_state_reward,
         mean_delta_reward=summary.mean_delta_reward,
         success_rate=summary.success_rate,
-        reward_ci95=mean_interval(
-            [t.reward.state_reward for t in members if t.reward is not None and not t.infra_error]
-        ),
-        success_ci95=wilson_interval(
-            sum(1 for t in members if t.reward is not None and not t.infra_error and t.reward.success),
-            sum(1 for t in members if t.reward is not None and not t.infra_error),
-        ),
-        pass_hat_k=pass_hat_k_within_runs(members, run_of),
-        per_domain={d: _mean_reward(t for t in members if domain_of[t.environment_id] == d) for d in domains},
-        per_mode={m: _mean_reward(t for t in members if t.mode == m) for m in modes},
+        reward_ci95=interval_of_counts(tally.rewards),
+        success_ci95=wilson_interval(tally.successes, summary.scored),
+        pass_hat_k=tally.pass_hat_k(),
+        per_domain={d: mean.value if (mean := tally.per_domain.get(d)) is not None else None for d in domains},
+        per_mode={m: mean.value if (mean := tally.per_mode.get(m)) is not None else None for m in modes},
         mean_tokens=summary.mean_tokens,
         mean_cost_usd=summary.mean_cost_usd,
         total_cost_usd=summary.total_cost_usd,
@@ -512,11 +449,8 @@ def _build_row(
     )
 
 
-def _coverage_warnings(rows: list[LeaderboardRow], entries: dict[str, list[Trajectory]]) -> list[str]:
-    task_sets = {
-        row.settings_id: {task_key(t) for t in entries[row.settings_id] if t.reward is not None and not t.infra_error}
-        for row in rows
-    }
+def _coverage_warnings(rows: list[LeaderboardRow], entries: dict[str, RowTally]) -> list[str]:
+    task_sets = {row.settings_id: entries[row.settings_id].scored_tasks for row in rows}
     if len({frozenset(tasks) for tasks in task_sets.values()}) <= 1:
         return []
     every = set().union(*task_sets.values())
@@ -528,61 +462,47 @@ def _coverage_warnings(rows: list[LeaderboardRow], entries: dict[str, list[Traje
     ]
 
 
-def _run_failures(run: LoadedRun, domain_of: dict[str, str], examples: dict[str, Trajectory]) -> RunFailures:
-    scored = [t for t in run.trajectories if t.reward is not None and not t.infra_error]
-    by_environment: dict[str, list[Trajectory]] = {}
-    for trajectory in scored:
-        by_environment.setdefault(trajectory.environment_id, []).append(trajectory)
-
+def _run_failures(
+    run: LoadedRun, tally: FailureTally, index: int, domain_of: dict[str, str], pages: EpisodePages
+) -> RunFailures:
+    """Where the run's own records (not those of later runs) failed; each failing scenario's example is noted for
+    its page, as this run recorded it."""
     environments: list[EnvironmentFailures] = []
-    for environment_id, members in by_environment.items():
-        failing = [t for t in members if t.reward is not None and not t.reward.success]
-        if not failing:
+    for environment_id, environment in tally.environments.items():
+        if not environment.failures:
             continue
+        scenarios: list[ScenarioFailures] = []
+        for (scenario_id, mode), scenario in environment.scenarios.items():
+            if scenario.example is None:
+                continue
+            example_id = scenario.example[1]
+            pages.note_example(example_id, index)
+            scenarios.append(
+                ScenarioFailures(
+                    scenario_id=scenario_id,
+                    mode=mode,
+                    scored=scenario.scored,
+                    failures=scenario.failures,
+                    mean_state_reward=scenario.rewards.value,
+                    example_episode_id=example_id,
+                    failed_checks=scenario.failed_checks,
+                )
+            )
+        scenarios.sort(key=lambda s: (-s.failures / s.scored, s.mean_state_reward or 0.0, s.scenario_id, s.mode))
         environments.append(
             EnvironmentFailures(
                 environment_id=environment_id,
                 domain=domain_of[environment_id],
-                scored=len(members),
-                failures=len(failing),
-                success_rate=1 - len(failing) / len(members),
-                mean_state_reward=_mean_reward(members),
-                scenarios=_scenario_failures(members, examples),
+                scored=environment.scored,
+                failures=environment.failures,
+                success_rate=1 - environment.failures / environment.scored,
+                mean_state_reward=environment.rewards.value,
+                scenarios=scenarios[:FAILING_SCENARIOS_PER_ENVIRONMENT],
             )
         )
     environments.sort(key=lambda e: (-e.failures / e.scored, e.mean_state_reward or 0.0, e.environment_id))
     return RunFailures(
         run_id=run.manifest.run_id,
-        models=sorted({t.agent.model.model for t in run.trajectories}),
+        models=sorted(tally.models),
         environments=environments[:FAILING_ENVIRONMENTS_PER_RUN],
     )
-
-
-def _state_reward(trajectory: Trajectory) -> float:
-    return trajectory.reward.state_reward if trajectory.reward is not None else 0.0
-
-
-def _scenario_failures(members: list[Trajectory], examples: dict[str, Trajectory]) -> list[ScenarioFailures]:
-    by_scenario: dict[tuple[str, str], list[Trajectory]] = {}
-    for trajectory in members:
-        by_scenario.setdefault((trajectory.scenario_id, trajectory.mode), []).append(trajectory)
-    found: list[ScenarioFailures] = []
-    for (scenario_id, mode), trials in by_scenario.items():
-        failing = [t for t in trials if t.reward is not None and not t.reward.success]
-        if not failing:
-            continue
-        example = min(failing, key=lambda t: (_state_reward(t), t.episode_id))
-        examples[example.episode_id] = example
-        found.append(
-            ScenarioFailures(
-                scenario_id=scenario_id,
-                mode=mode,
-                scored=len(trials),
-                failures=len(failing),
-                mean_state_reward=_mean_reward(trials),
-                example_episode_id=example.episode_id,
-                failed_checks=[r.check_id for r in example.check_results if not r.passed],
-            )
-        )
-    found.sort(key=lambda s: (-s.failures / s.scored, s.mean_state_reward or 0.0, s.scenario_id, s.mode))
-    return found[:FAILING_SCENARIOS_PER_ENVIRONMENT]

@@ -9,12 +9,13 @@ folders and the first setting that differs, rather than one silently replacing t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from harness.errors import BadInput
 from harness.schema import AgentSettings, RunManifest, Trajectory
+from leaderboards.standing import RunOwners, RunReaders
 
 
 class EpisodeCollisionError(BadInput):
@@ -57,21 +58,23 @@ def first_difference(one: dict[str, Any], other: dict[str, Any]) -> str | None:
 
 
 def check_episode_collisions(
-    runs: Sequence[tuple[Path, RunManifest, Sequence[Trajectory]]],
+    runs: Sequence[tuple[Path, RunManifest]],
+    owners: RunOwners,
     run_settings: Callable[[RunManifest], dict[str, object]],
     dataset_key: Callable[[RunManifest], object],
 ) -> None:
     """Raise :class:`EpisodeCollisionError` when an episode id of one run is in another under a different model or
-    setting (an id repeated under the same ones is a re-run: the later run's counts)."""
-    seen: dict[str, tuple[int, Trajectory]] = {}
-    for index, (_, _, trajectories) in enumerate(runs):
-        for trajectory in trajectories:
-            earlier = seen.setdefault(trajectory.episode_id, (index, trajectory))
-            if earlier[0] == index:
+    setting (an id repeated under the same ones is a re-run: the later run's counts). ``owners`` says which runs
+    hold each id: only the records of ids held by several runs are read, each compared with its first run's."""
+    with RunReaders(owners.runs) as readers:
+        for index, episode_id in _repeated(owners):
+            first = owners.first(episode_id)
+            earlier, trajectory = readers.read(first, episode_id), readers.read(index, episode_id)
+            if earlier is None or trajectory is None:
                 continue
-            first_dir, first_manifest, _ = runs[earlier[0]]
-            run_dir, manifest, _ = runs[index]
-            before = episode_identity(earlier[1], run_settings(first_manifest))
+            first_dir, first_manifest = runs[first]
+            run_dir, manifest = runs[index]
+            before = episode_identity(earlier, run_settings(first_manifest))
             after = episode_identity(trajectory, run_settings(manifest))
             # The checks' version is compared between runs of one environment set only, and only when both runs
             # recorded one: a run and its re-scoring on an edited set share their ids by design.
@@ -88,6 +91,14 @@ def check_episode_collisions(
                     f"{_shown(after.get(setting))} in {run_dir}); one episode id must be one episode, so these runs "
                     "cannot share a leaderboard"
                 )
+
+
+def _repeated(owners: RunOwners) -> Iterator[tuple[int, str]]:
+    """(run index, episode id) of each appearance of an id after its first, runs in order, each in its order."""
+    for index, results in enumerate(owners.runs):
+        for episode_id in results.ids():
+            if owners.first(episode_id) < index:
+                yield index, episode_id
 
 
 def _shown(value: Any, limit: int = 60) -> str:

@@ -7,7 +7,11 @@ table is complete without the script; the script only hides and reorders rows.
 
 from __future__ import annotations
 
+import io
+import secrets
+import tempfile
 from collections.abc import Iterable
+from typing import IO
 
 from harness.schema import Trajectory
 from leaderboards.page import esc, fmt_float, html_page
@@ -109,54 +113,111 @@ def _select(name: str, values: Iterable[str]) -> str:
     )
 
 
-def render_index(trajectories: list[Trajectory], title: str = "Episodes") -> str:
-    """The whole index page: one row per episode, no cap."""
-    values: dict[str, list[str]] = {name: [] for name in FILTERS}
-    rows = []
-    for trajectory in sorted(trajectories, key=lambda t: (t.environment_id, t.scenario_id, t.mode, t.trial)):
-        reward = trajectory.reward.state_reward if trajectory.reward is not None else None
-        cells = {
-            "episode": trajectory.episode_id,
-            "model": trajectory.agent.model.model,
-            "environment": trajectory.environment_id,
-            "scenario": trajectory.scenario_id,
-            "mode": trajectory.mode,
-            "trial": str(trajectory.trial),
-            "outcome": outcome(trajectory),
-            "reward": "" if reward is None else repr(reward),
-            "termination": trajectory.termination.value,
-            "tool_calls": str(trajectory.num_tool_calls),
-        }
+def index_row(trajectory: Trajectory) -> tuple[dict[str, str], str]:
+    """One episode's cells (by column key) and its row of the table."""
+    reward = trajectory.reward.state_reward if trajectory.reward is not None else None
+    cells = {
+        "episode": trajectory.episode_id,
+        "model": trajectory.agent.model.model,
+        "environment": trajectory.environment_id,
+        "scenario": trajectory.scenario_id,
+        "mode": trajectory.mode,
+        "trial": str(trajectory.trial),
+        "outcome": outcome(trajectory),
+        "reward": "" if reward is None else repr(reward),
+        "termination": trajectory.termination.value,
+        "tool_calls": str(trajectory.num_tool_calls),
+    }
+    data = " ".join(f'data-{name}="{esc(cells[name])}"' for name in FILTERS)
+    tds = []
+    for label, kind in COLUMNS:
+        key = _key(label)
+        value = cells[key]
+        shown = fmt_float(reward) if key == "reward" else value
+        if key == "episode":
+            shown_html = f'<a href="{esc(episode_href(value))}">{esc(value[:24])}</a>'
+        elif key == "outcome":
+            css = {"success": "pass", "failure": "fail"}.get(value, "meta")
+            shown_html = f'<span class="{css}">{esc(value)}</span>'
+        else:
+            shown_html = esc(shown)
+        css_class = ' class="num"' if kind == "num" else ""
+        tds.append(f'<td{css_class} data-key="{key}" data-value="{esc(value)}">{shown_html}</td>')
+    return cells, f"<tr {data}>{''.join(tds)}</tr>"
+
+
+class IndexPage:
+    """The index page, built one episode at a time: each row is written to a spool file as it comes, and only its
+    place in the table (environment, scenario, mode, trial, arrival) and where it was spooled are kept, with the
+    values each filter offers. Rows are ordered by environment, scenario, mode and trial, ties in arrival order."""
+
+    def __init__(self) -> None:
+        self._spool: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115  (closed when the page's block ends)
+        self._places: list[tuple[str, str, str, int, int, int, int]] = []
+        self._values: dict[str, set[str]] = {name: set() for name in FILTERS}
+        self._names: dict[str, str] = {}
+
+    def __enter__(self) -> IndexPage:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._spool.close()
+
+    def _shared(self, text: str) -> str:
+        return self._names.setdefault(text, text)
+
+    def add(self, trajectory: Trajectory) -> None:
+        cells, row = index_row(trajectory)
         for name in FILTERS:
-            values[name].append(cells[name])
-        data = " ".join(f'data-{name}="{esc(cells[name])}"' for name in FILTERS)
-        tds = []
-        for label, kind in COLUMNS:
-            key = _key(label)
-            value = cells[key]
-            shown = fmt_float(reward) if key == "reward" else value
-            if key == "episode":
-                shown_html = f'<a href="{esc(episode_href(value))}">{esc(value[:24])}</a>'
-            elif key == "outcome":
-                css = {"success": "pass", "failure": "fail"}.get(value, "meta")
-                shown_html = f'<span class="{css}">{esc(value)}</span>'
-            else:
-                shown_html = esc(shown)
-            css_class = ' class="num"' if kind == "num" else ""
-            tds.append(f'<td{css_class} data-key="{key}" data-value="{esc(value)}">{shown_html}</td>')
-        rows.append(f"<tr {data}>{''.join(tds)}</tr>")
-    header = "".join(
-        f'<th class="{"num" if kind == "num" else ""}" data-key="{_key(label)}" title="sort">{esc(label)}</th>'
-        for label, kind in COLUMNS
-    )
-    filters = " ".join(_select(name, values[name]) for name in FILTERS)
-    filters += ' <label>text <input data-filter="text" type="search" placeholder="any text"></label>'
-    body = (
-        f"<h1>{esc(title)}</h1>"
-        '<p class="meta"><a href="report.html">← the report</a> · '
-        f'<span id="shown">{len(rows)}</span> of {len(rows)} episodes shown. Click a column to sort; filters and '
-        "sort are kept in the address, so a view can be linked.</p>"
-        f'<p class="filters">{filters}</p>'
-        f'<table id="episodes"><thead><tr>{header}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
-    )
-    return html_page(title, body, script=SCRIPT)
+            self._values[name].add(self._shared(cells[name]))
+        data = row.encode("utf-8")
+        offset = self._spool.seek(0, io.SEEK_END)
+        self._spool.write(data)
+        self._places.append(
+            (
+                self._shared(trajectory.environment_id),
+                self._shared(trajectory.scenario_id),
+                self._shared(trajectory.mode),
+                trajectory.trial,
+                len(self._places),
+                offset,
+                len(data),
+            )
+        )
+
+    def write(self, handle: IO[bytes], title: str = "Episodes") -> None:
+        """The whole page: one row per episode, no cap."""
+        header = "".join(
+            f'<th class="{"num" if kind == "num" else ""}" data-key="{_key(label)}" title="sort">{esc(label)}</th>'
+            for label, kind in COLUMNS
+        )
+        filters = " ".join(_select(name, self._values[name]) for name in FILTERS)
+        filters += ' <label>text <input data-filter="text" type="search" placeholder="any text"></label>'
+        count = len(self._places)
+        marker = f"rows-{secrets.token_hex(16)}"  # where the rows go in the page's frame
+        body = (
+            f"<h1>{esc(title)}</h1>"
+            '<p class="meta"><a href="report.html">← the report</a> · '
+            f'<span id="shown">{count}</span> of {count} episodes shown. Click a column to sort; filters and '
+            "sort are kept in the address, so a view can be linked.</p>"
+            f'<p class="filters">{filters}</p>'
+            f'<table id="episodes"><thead><tr>{header}</tr></thead><tbody>{marker}</tbody></table>'
+        )
+        head, tail = html_page(title, body, script=SCRIPT).rsplit(marker, 1)
+        handle.write(head.encode("utf-8"))
+        self._places.sort()
+        self._spool.flush()
+        for *_, offset, length in self._places:
+            self._spool.seek(offset)
+            handle.write(self._spool.read(length))
+        handle.write(tail.encode("utf-8"))
+
+
+def render_index(trajectories: Iterable[Trajectory], title: str = "Episodes") -> str:
+    """The whole index page of ``trajectories`` as text (see :class:`IndexPage`)."""
+    with IndexPage() as page:
+        for trajectory in trajectories:
+            page.add(trajectory)
+        buffer = io.BytesIO()
+        page.write(buffer, title)
+    return buffer.getvalue().decode("utf-8")

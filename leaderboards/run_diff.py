@@ -11,8 +11,10 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from harness.metrics import GroupSummary, load_run, summarize_overall
+from harness.metrics import GroupSummary, open_run
 from harness.schema import Trajectory
+from harness.store import StoredResults
+from harness.tally import SummaryTally
 
 from .terminal import plain
 
@@ -59,39 +61,50 @@ def changed_checks(old: Trajectory, new: Trajectory) -> list[str]:
 
 
 def diff_runs(old_dir: Path, new_dir: Path) -> RunDiff:
-    """Raises FileNotFoundError or ValueError for a folder that is not a run."""
-    old_manifest, old = load_run(old_dir)
-    new_manifest, new = load_run(new_dir)
-    old_by_id = {t.episode_id: t for t in old}
-    new_by_id = {t.episode_id: t for t in new}
+    """Raises FileNotFoundError or ValueError for a folder that is not a run. Each run is read once for its summary
+    and its ids, then the episodes of both are read in pairs."""
+    old_summary, new_summary = SummaryTally(()), SummaryTally(())
+    old_run = open_run(old_dir, old_summary)
+    new_run = open_run(new_dir, new_summary)
+    old, new = old_run.results, new_run.results
+    paired = sorted(episode for episode in old.ids() if new.position(episode) is not None)
     changed = []
-    for episode_id in sorted(old_by_id.keys() & new_by_id.keys()):
-        before, after = old_by_id[episode_id], new_by_id[episode_id]
-        checks = changed_checks(before, after)
-        if checks or _success(before) != _success(after) or _reward(before) != _reward(after):
-            changed.append(
-                ChangedVerdict(
-                    episode_id=episode_id,
-                    scenario_id=after.scenario_id,
-                    mode=after.mode,
-                    trial=after.trial,
-                    success_before=_success(before),
-                    success_after=_success(after),
-                    reward_before=_reward(before),
-                    reward_after=_reward(after),
-                    checks_changed=checks,
+    with old.reader() as read_old, new.reader() as read_new:
+        for episode_id in paired:
+            before, after = read_old(_position(old, episode_id)), read_new(_position(new, episode_id))
+            if before is None or after is None:
+                continue
+            checks = changed_checks(before, after)
+            if checks or _success(before) != _success(after) or _reward(before) != _reward(after):
+                changed.append(
+                    ChangedVerdict(
+                        episode_id=episode_id,
+                        scenario_id=after.scenario_id,
+                        mode=after.mode,
+                        trial=after.trial,
+                        success_before=_success(before),
+                        success_after=_success(after),
+                        reward_before=_reward(before),
+                        reward_after=_reward(after),
+                        checks_changed=checks,
+                    )
                 )
-            )
     return RunDiff(
-        old_run=old_manifest.run_id,
-        new_run=new_manifest.run_id,
-        paired=len(old_by_id.keys() & new_by_id.keys()),
-        only_old=sorted(old_by_id.keys() - new_by_id.keys()),
-        only_new=sorted(new_by_id.keys() - old_by_id.keys()),
+        old_run=old_run.manifest.run_id,
+        new_run=new_run.manifest.run_id,
+        paired=len(paired),
+        only_old=sorted(episode for episode in old.ids() if new.position(episode) is None),
+        only_new=sorted(episode for episode in new.ids() if old.position(episode) is None),
         changed=changed,
-        old_summary=summarize_overall(old),
-        new_summary=summarize_overall(new),
+        old_summary=old_summary.overall.summary(),
+        new_summary=new_summary.overall.summary(),
     )
+
+
+def _position(results: StoredResults, episode_id: str) -> int:
+    position = results.position(episode_id)
+    assert position is not None  # paired ids are in both runs
+    return position
 
 
 def _number(value: float | None) -> str:

@@ -14,10 +14,11 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from harness import __version__
-from harness.metrics import load_run, summarize
+from harness.metrics import open_run
 from harness.outputs import write_output_file
 from harness.schema import RunManifest, Trajectory
-from harness.versions import VersionsSummary, versions_of
+from harness.tally import SummaryTally, summary_tally
+from harness.versions import VersionsSummary
 
 SUBMISSION_FORMAT = "envharness-leaderboard/1"
 
@@ -50,17 +51,19 @@ class Submission(BaseModel):
 
 
 def build_submission(manifest: RunManifest, trajectories: Iterable[Trajectory]) -> Submission:
-    episodes = list(trajectories)
-    groups: dict[tuple[str, str], list[Trajectory]] = {}
-    for trajectory in episodes:
-        groups.setdefault((trajectory.environment_id, trajectory.mode), []).append(trajectory)
+    """The submission of a run's records (each episode once, the last of its records)."""
+    return submission_of(manifest, summary_tally(trajectories, ("environment_id", "mode")))
+
+
+def submission_of(manifest: RunManifest, tally: SummaryTally) -> Submission:
+    """The submission of a run whose records ``tally`` (by environment and mode) counted."""
     entries = []
-    for summary in summarize(episodes, ("environment_id", "mode")):
-        key = (summary.key["environment_id"], summary.key["mode"])
+    for values, group in sorted(tally.groups.items()):
+        summary = group.summary()
         entries.append(
             SubmissionEntry(
-                environment_id=key[0],
-                mode=key[1],
+                environment_id=values[0],
+                mode=values[1],
                 episodes=summary.episodes,
                 scored=summary.scored,
                 infra_errors=summary.infra_errors,
@@ -69,7 +72,7 @@ def build_submission(manifest: RunManifest, trajectories: Iterable[Trajectory]) 
                 mean_reward=summary.mean_state_reward,
                 pass_hat_k=summary.pass_hat_k,
                 total_cost_usd=summary.total_cost_usd,
-                versions=versions_of(groups[key]),
+                versions=group.versions.summary(),
             )
         )
     config = manifest.config
@@ -87,8 +90,10 @@ def build_submission(manifest: RunManifest, trajectories: Iterable[Trajectory]) 
 
 
 def export_submission(run_dir: Path, out: Path) -> Submission:
-    """Write ``run_dir``'s submission to the file ``out``; raises FileNotFoundError/ValueError for a bad folder."""
-    manifest, trajectories = load_run(run_dir)
-    submission = build_submission(manifest, trajectories)
+    """Write ``run_dir``'s submission to the file ``out``; raises FileNotFoundError/ValueError for a bad folder. The
+    records are counted as they are read, once."""
+    tally = SummaryTally(("environment_id", "mode"))
+    run = open_run(run_dir, tally)
+    submission = submission_of(run.manifest, tally)
     write_output_file(out, (submission.model_dump_json(indent=2) + "\n").encode("utf-8"))
     return submission

@@ -7,7 +7,9 @@ wrote can restyle or take over the terminal.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from rich import box
@@ -19,14 +21,16 @@ from rich.text import Text
 from harness.console import terminal_text
 from harness.metrics import (
     GroupSummary,
+    StoredRun,
     assistant_turns,
     episode_cost,
     episode_tokens,
-    summarize,
-    summarize_overall,
+    open_run,
 )
-from harness.schema import DiffEntry, RunManifest, Scenario, Trajectory
-from harness.versions import VersionsSummary, versions_of
+from harness.schema import DiffEntry, Scenario, Trajectory
+from harness.store import StoredResults
+from harness.tally import SummaryTally
+from harness.versions import VersionsSummary
 from leaderboards.aggregate import LeaderboardTable, dataset_label
 from leaderboards.page import fmt_cost, fmt_float, fmt_percent, fmt_tokens, to_json_text
 from leaderboards.verdicts import closed_gates
@@ -183,13 +187,55 @@ def versions_line(versions: VersionsSummary) -> str:
     return " · ".join(parts)
 
 
-def run_view(
-    manifest: RunManifest, trajectories: Sequence[Trajectory], width: int | None = None
-) -> list[RenderableType]:
-    """The summary of a run: what it ran on, one line per environment and mode, and its failed episodes.
-    ``width`` is the terminal's: below ``WIDE_TERMINAL`` the summary is split so every column stays legible."""
+def is_failed(trajectory: Trajectory) -> bool:
+    """An infrastructure or environment error, or a scored episode that did not succeed."""
+    return (
+        trajectory.infra_error
+        or trajectory.environment_error
+        or (trajectory.reward is not None and not trajectory.reward.success)
+    )
+
+
+class RunViewTally:
+    """What :func:`run_view` shows of a run's records, counted as they are read (a
+    :class:`harness.store.RecordListener`): the summary by environment and mode and by model, environment and mode,
+    the models, and how many episodes failed."""
+
+    def __init__(self) -> None:
+        self.by_environment = SummaryTally()
+        self.by_model = SummaryTally(("model", "environment_id", "mode"))
+        self.models: Counter[str] = Counter()
+        self.failed = 0
+
+    def add(self, trajectory: Trajectory, position: int = 0) -> None:
+        self._count(trajectory, 1)
+
+    def remove(self, trajectory: Trajectory, position: int = 0) -> None:
+        self._count(trajectory, -1)
+
+    def _count(self, trajectory: Trajectory, times: int) -> None:
+        self.by_environment.count(trajectory, times)
+        self.by_model.count(trajectory, times)
+        model = trajectory.agent.model.model
+        self.models[model] += times
+        if not self.models[model]:
+            del self.models[model]
+        self.failed += times * is_failed(trajectory)
+
+
+def open_run_view(run_dir: Path | str) -> tuple[StoredRun, RunViewTally]:
+    """A run folder opened for :func:`run_view`: its records counted as they are read (once)."""
+    tally = RunViewTally()
+    return open_run(run_dir, tally), tally
+
+
+def run_view(run: StoredRun, tally: RunViewTally, width: int | None = None) -> list[RenderableType]:
+    """The summary of a run (counted by ``tally`` as it was opened, see :func:`open_run_view`): what it ran on, one
+    line per environment and mode, and its failed episodes (the first few are read again). ``width`` is the
+    terminal's: below ``WIDE_TERMINAL`` the summary is split so every column stays legible."""
+    manifest = run.manifest
     dataset = manifest.dataset
-    models = sorted({t.agent.model.model for t in trajectories})
+    models = sorted(tally.models)
     header = Table.grid(padding=(0, 2))
     header.add_row(Text("run", style="bold"), plain(manifest.run_id))
     header.add_row(Text("created", style="bold"), plain(manifest.created_at.isoformat(timespec="seconds")))
@@ -200,28 +246,25 @@ def run_view(
     header.add_row(Text("models", style="bold"), plain(", ".join(models) or "–"))
     header.add_row(
         Text("episodes", style="bold"),
-        plain(f"{len(trajectories)} recorded of {manifest.episodes_planned} planned"),
+        plain(f"{len(run.results)} recorded of {manifest.episodes_planned} planned"),
     )
-    overall = summarize_overall(trajectories)
+    overall = tally.by_environment.overall.summary()
     terminations = ", ".join(f"{reason} {count}" for reason, count in overall.terminations.items())
     header.add_row(Text("terminations", style="bold"), plain(terminations or "–"))
-    header.add_row(Text("graded by", style="bold"), plain(versions_line(versions_of(trajectories))))
+    header.add_row(
+        Text("graded by", style="bold"), plain(versions_line(tally.by_environment.overall.versions.summary()))
+    )
     views: list[RenderableType] = [Panel(header, title="Run", expand=False)]
     if len(models) > 1:
-        groups = summarize(trajectories, group_by=("model", "environment_id", "mode"))
+        groups = tally.by_model.group_summaries()
         views.extend(summary_tables(groups, overall, "By model, environment and mode", width))
     else:
-        views.extend(summary_tables(summarize(trajectories), overall, "By environment and mode", width))
-    failed = [
-        t
-        for t in trajectories
-        if t.infra_error or t.environment_error or (t.reward is not None and not t.reward.success)
-    ]
-    if failed:
-        listing = Table(title=f"Failed episodes (first {min(len(failed), FAILED_EPISODES_LISTED)} of {len(failed)})")
+        views.extend(summary_tables(tally.by_environment.group_summaries(), overall, "By environment and mode", width))
+    if tally.failed:
+        listing = Table(title=f"Failed episodes (first {min(tally.failed, FAILED_EPISODES_LISTED)} of {tally.failed})")
         for name in ("episode", "scenario", "mode", "trial", "termination", "reward"):
             listing.add_column(name)
-        for trajectory in failed[:FAILED_EPISODES_LISTED]:
+        for trajectory in first_failed(run.results, FAILED_EPISODES_LISTED):
             reward = trajectory.reward.state_reward if trajectory.reward is not None else None
             listing.add_row(
                 plain(trajectory.episode_id),
@@ -236,17 +279,32 @@ def run_view(
     return views
 
 
-def find_episode(trajectories: Sequence[Trajectory], episode_id: str) -> Trajectory:
-    """The trajectory whose id is ``episode_id`` or, failing that, the only one it is a prefix of."""
-    for trajectory in trajectories:
-        if trajectory.episode_id == episode_id:
-            return trajectory
-    matches = [t for t in trajectories if t.episode_id.startswith(episode_id)]
-    if len(matches) == 1:
-        return matches[0]
-    if not matches:
-        raise KeyError(f"no episode {episode_id!r} in this run")
-    raise KeyError(f"{len(matches)} episodes start with {episode_id!r}; give more of the id")
+def first_failed(results: StoredResults, count: int) -> list[Trajectory]:
+    """The first ``count`` failed episodes, in the run's order (reading no further than the last of them)."""
+    found: list[Trajectory] = []
+    for trajectory in results:
+        if is_failed(trajectory):
+            found.append(trajectory)
+            if len(found) == count:
+                break
+    return found
+
+
+def find_episode(results: StoredResults, episode_id: str) -> Trajectory:
+    """The trajectory whose id is ``episode_id`` or, failing that, the only one it is a prefix of (found by id,
+    then read)."""
+    position = results.position(episode_id)
+    if position is None:
+        matches = [known for known in results.ids() if known.startswith(episode_id)]
+        if not matches:
+            raise KeyError(f"no episode {episode_id!r} in this run")
+        if len(matches) > 1:
+            raise KeyError(f"{len(matches)} episodes start with {episode_id!r}; give more of the id")
+        position = results.position(matches[0])
+    trajectory = results.at(position) if position is not None else None
+    if trajectory is None:
+        raise KeyError(f"episode {episode_id!r} no longer reads back from this run")
+    return trajectory
 
 
 def _diff_lines(entries: Sequence[DiffEntry]) -> Text:

@@ -172,7 +172,8 @@ def test_domain_comes_from_manifest_then_library_then_prefix(tmp_path: Path) -> 
     assert leaderboard.tables[0].domains == ["bank", "e-commerce", "healthcare"]
 
     # the failing example's page shows the task and what each check verifies
-    assert leaderboard.scenarios["1"].task == "Cancel order O-7 <now>."
+    scenario = leaderboard.episodes.scenario_of("1")
+    assert scenario is not None and scenario.task == "Cancel order O-7 <now>."
     write_leaderboard(leaderboard, tmp_path / "out")
     page = (tmp_path / "out" / "episodes" / "1.html").read_text()
     assert "Cancel order O-7 &lt;now&gt;." in page and "Order O-7 is cancelled (part 3)" in page
@@ -186,7 +187,7 @@ def test_domain_comes_from_manifest_then_library_then_prefix(tmp_path: Path) -> 
     )
     stale = build_leaderboard([changed])
     assert stale.tables[0].domains == ["bank", "clinic", "shop"]
-    assert stale.scenarios == {}
+    assert [stale.episodes.scenario_of(episode) for episode in stale.episodes.ids()] == [None, None, None]
 
 
 def test_written_files(report_dir: Path) -> None:
