@@ -16,20 +16,24 @@ from leaderboards.aggregate import (
 )
 from leaderboards.collisions import EpisodeCollisionError, check_episode_collisions
 from leaderboards.output import ReportFiles, write_leaderboard
+from leaderboards.pages import EpisodePages
 from leaderboards.render import render_trajectory_html
 from leaderboards.report_html import render_html
 from leaderboards.report_md import render_markdown
+from leaderboards.standing import RunOwners, standing_records
 
 __all__ = [
     "DatasetMismatchError",
     "EnvironmentFailures",
     "EpisodeCollisionError",
+    "EpisodePages",
     "Leaderboard",
     "LeaderboardRow",
     "LeaderboardTable",
     "ReportFiles",
     "RunFailures",
     "RunInfo",
+    "RunOwners",
     "ScenarioFailures",
     "build_leaderboard",
     "build_leaderboard_from_runs",
@@ -39,5 +43,6 @@ __all__ = [
     "render_html",
     "render_markdown",
     "render_trajectory_html",
+    "standing_records",
     "write_leaderboard",
 ]

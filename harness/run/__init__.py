@@ -9,7 +9,7 @@ from harness.run.driver import run
 from harness.run.episodes import AgentFactory, EpisodeContext, UserFactory, run_one_episode
 from harness.run.local import LocalBackend
 from harness.run.plan import EpisodeSpec
-from harness.run.progress import RunOutcome, RunPlan, RunProgress
+from harness.run.progress import RunOutcome, RunPlan, RunProgress, RunTally
 
 __all__ = [
     "AgentFactory",
@@ -24,6 +24,7 @@ __all__ = [
     "RunPlan",
     "RunProgress",
     "RunRefused",
+    "RunTally",
     "UserFactory",
     "run",
     "run_one_episode",
