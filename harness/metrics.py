@@ -1,4 +1,5 @@
-"""Metrics over trajectories: the numbers a run summary and a leaderboard show.
+"""Metrics over trajectories: the numbers a run summary and a leaderboard show (counted one record at a time by
+:mod:`harness.tally`), and the readers of a run folder's files.
 
 Accounting rules:
 - An episode that ended in an infrastructure error (``termination == infra_error``) is counted and reported,

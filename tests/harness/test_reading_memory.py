@@ -85,3 +85,16 @@ def test_a_leaderboard_with_every_episode_page_holds_one_record_at_a_time(large_
     assert peak_of(lambda: write_leaderboard(build_leaderboard([large_run]), out)) < BOUND
     assert len(list((out / "episodes").iterdir())) == RECORDS
     assert (out / "index.html").read_text().count("<tr data-environment") == RECORDS
+
+
+def test_no_command_reads_a_run_folder_into_a_list() -> None:
+    """``read_results`` and ``load_run`` hold every record: only ``publish`` (which uploads them as one table) may
+    call them outside the module that defines them."""
+    root = Path(__file__).resolve().parents[2]
+    callers = sorted(
+        path.relative_to(root).as_posix()
+        for folder in ("harness", "leaderboards", "agents", "synth")
+        for path in (root / folder).rglob("*.py")
+        if any(f"{name}(" in path.read_text() for name in ("read_results", "load_run"))
+    )
+    assert callers == ["harness/hub/sources.py", "harness/metrics.py"]
