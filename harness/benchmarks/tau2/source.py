@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from harness.files import (
-    FOLDER,
     RELEASE_BUDGET,
     SOURCE_TEXT_BYTES,
     SourceTree,
@@ -67,7 +66,7 @@ class Tau2Source:
                 raise Tau2SourceError(f"{self.path} holds no {PACKAGE}/domains/: it is not a τ²-bench wheel")
             return self.tree.sub(PACKAGE), ""
         for folder, beside in _PACKAGE_FOLDERS:
-            if self.tree.kind(folder) == FOLDER and all(
+            if self.tree.is_dir(folder) and all(  # a symbolic link on the way is refused, naming it
                 self.tree.is_dir(f"{folder}/{part}") for part in ("domains", "environment")
             ):
                 return self.tree.sub(folder), beside
