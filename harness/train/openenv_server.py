@@ -6,7 +6,12 @@ scenario's episode; ``step`` takes OpenEnv's MCP actions (``list_tools``, ``call
 the agent calls :data:`FINISH_TOOL` (its ``answer`` is the agent's last message), or on its own when the episode
 rules end it (the step limit, an environment failure); that observation carries ``done`` and the reward of the
 rules' checks. A session is created by a WebSocket that names none, or by ``openenv/session/create`` (what
-``MCPToolClient`` does before attaching its WebSocket); at most ``max_sessions`` exist at once.
+``MCPToolClient`` does before attaching its WebSocket); at most ``max_sessions`` exist at once. A session unused for
+``idle_timeout_s`` is destroyed, whether a WebSocket holds it or not (WebSocket pings are not use); its WebSocket is
+closed with code 1001.
+
+Every request passes the :class:`~harness.mcp.access.AccessGuard` first; bodies and frames are JSON within
+:data:`~harness.train.openenv_wire.REQUEST_LIMITS`, and anything else gets the protocol's error reply.
 
 The library has no splits: every scenario the server offers is in the one split :data:`SPLIT`.
 """
@@ -18,7 +23,9 @@ import contextlib
 import json
 import logging
 import secrets
+import socket
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,8 +35,9 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
-from starlette.websockets import WebSocket, WebSocketDisconnect
+from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
+from harness.mcp.access import AccessGuard, AccessPolicy
 from harness.mcp.server import server_instructions
 from harness.protocols import agent_turn_from_message
 from harness.sandbox.arguments import CallRejected, validate_call
@@ -42,6 +50,7 @@ from harness.train.openenv_wire import (
     EpisodeState,
     ErrorCode,
     IncomingFrame,
+    MalformedRequest,
     McpFrame,
     Outcome,
     ResetData,
@@ -49,8 +58,10 @@ from harness.train.openenv_wire import (
     RpcCode,
     RpcRequest,
     StepFrame,
+    TaskQuery,
     ToolError,
     ToolErrorKind,
+    decode_request,
     error_frame,
     frame,
     rpc_error,
@@ -72,6 +83,8 @@ FINISH_LISTING = {
     },
 }
 _frames: TypeAdapter[Any] = TypeAdapter(IncomingFrame)
+IDLE_CLOSE_CODE = 1001
+"""WebSocket close code of a session destroyed for being idle ("going away": its server side is gone)."""
 
 
 class RequestRefused(Exception):
@@ -171,12 +184,25 @@ class OpenEnvServer:
         logger.info("OpenEnv session %s closed (%d active)", session_id, len(self.sessions))
 
     async def _evict_idle(self) -> None:
-        if self.idle_timeout_s is None:
-            return
-        deadline = time.monotonic() - self.idle_timeout_s
-        for session in [s for s in self.sessions.values() if not s.websocket_attached and s.last_used < deadline]:
-            logger.info("OpenEnv session %s idle for over %.0f s: evicted", session.id, self.idle_timeout_s)
+        """Destroy the sessions no WebSocket holds that stayed unused past the idle timeout (a WebSocket's own
+        loop evicts the session it holds: :meth:`_next_frame`)."""
+        for session in [s for s in self.sessions.values() if not s.websocket_attached and self._idle(s)]:
+            logger.info("OpenEnv session %s idle for over %g s: evicted", session.id, self.idle_timeout_s)
             await self.destroy_session(session.id)
+
+    def _idle(self, session: OpenEnvSession) -> bool:
+        """Unused (no frame, no request) for longer than the idle timeout, and not in the middle of one."""
+        if self.idle_timeout_s is None or session.lock.locked():
+            return False
+        return time.monotonic() - session.last_used > self.idle_timeout_s
+
+    async def _sweep(self) -> None:
+        assert self.idle_timeout_s is not None
+        period = min(max(self.idle_timeout_s / 4, 0.05), 30.0)
+        while True:
+            await asyncio.sleep(period)
+            async with self._table_lock:
+                await self._evict_idle()
 
     def session(self, session_id: Any) -> OpenEnvSession:
         session = self.sessions.get(session_id) if isinstance(session_id, str) else None
@@ -344,6 +370,7 @@ class OpenEnvServer:
         await websocket.accept()
         session: OpenEnvSession | None = None
         owned = False
+        evicted = False
         requested: str | None = None
         try:
             requested = websocket.query_params.get("session_id")
@@ -360,10 +387,17 @@ class OpenEnvServer:
                 owned = True
                 session.websocket_attached = True
             while True:
-                reply = await self._answer(session, await websocket.receive_text())
+                raw = await self._next_frame(websocket, session)
+                if raw is None:
+                    evicted = True
+                    logger.info("OpenEnv session %s idle for over %g s: evicted", session.id, self.idle_timeout_s)
+                    await websocket.close(IDLE_CLOSE_CODE, f"session idle for over {self.idle_timeout_s:g} s")
+                    break
+                reply = await self._answer(session, raw)
                 if reply is None:
                     break
                 await websocket.send_text(json.dumps(reply))
+                session.touch()
         except WebSocketDisconnect:
             pass
         except RequestRefused as exc:
@@ -371,23 +405,46 @@ class OpenEnvServer:
                 await websocket.send_text(json.dumps(error_frame(exc.code, str(exc), **exc.extra)))
         finally:
             if session is not None:
-                if owned or session.close_when_detached:
+                if owned or evicted or session.close_when_detached:
                     await self.destroy_session(session.id)
                 elif requested:
                     session.websocket_attached = False
                     session.touch()
-            with contextlib.suppress(RuntimeError, WebSocketDisconnect):
-                await websocket.close()
+            if websocket.application_state is not WebSocketState.DISCONNECTED:
+                with contextlib.suppress(RuntimeError, WebSocketDisconnect):
+                    await websocket.close()
 
-    async def _answer(self, session: OpenEnvSession, raw: str) -> dict[str, Any] | None:
+    async def _next_frame(self, websocket: WebSocket, session: OpenEnvSession) -> str | bytes | None:
+        """The next data frame, text or binary; None once the session has been idle past the timeout. Only data
+        frames and HTTP requests on the session are use: WebSocket pings are answered below the app."""
+        while True:
+            wait: float | None = None
+            if self.idle_timeout_s is not None:
+                wait = session.last_used + self.idle_timeout_s - time.monotonic()
+                if wait <= 0:
+                    if self._idle(session):
+                        return None
+                    wait = self.idle_timeout_s  # in the middle of a request over HTTP: look again later
+            try:
+                message = await asyncio.wait_for(websocket.receive(), wait)
+            except TimeoutError:
+                continue
+            if message["type"] == "websocket.disconnect":
+                raise WebSocketDisconnect(message.get("code", 1000), message.get("reason"))
+            text = message.get("text")
+            if text is not None:
+                return str(text)
+            return bytes(message.get("bytes") or b"")
+
+    async def _answer(self, session: OpenEnvSession, raw: str | bytes) -> dict[str, Any] | None:
         """The reply frame to one incoming frame; None for ``close``. A bad frame gets an error frame."""
         try:
-            message = json.loads(raw)
-        except json.JSONDecodeError as exc:
+            message = decode_request(raw)
+        except MalformedRequest as exc:
             return error_frame(ErrorCode.INVALID_JSON, f"Invalid JSON: {exc}")
         kind = message.get("type") if isinstance(message, dict) else None
-        if kind not in FRAME_TYPES:
-            return error_frame(ErrorCode.UNKNOWN_TYPE, f"Unknown message type: {kind}")
+        if not isinstance(kind, str) or kind not in FRAME_TYPES:
+            return error_frame(ErrorCode.UNKNOWN_TYPE, f"Unknown message type: {_shown(kind)}")
         try:
             incoming = _frames.validate_python(message)
         except ValidationError as exc:
@@ -414,8 +471,8 @@ class OpenEnvServer:
 
     async def _mcp_endpoint(self, request: Request) -> Response:
         try:
-            body = json.loads(await request.body())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            body = decode_request(await request.body())
+        except MalformedRequest as exc:
             return JSONResponse(rpc_error(None, RpcCode.PARSE_ERROR, f"Parse error: {exc}"))
         try:
             return JSONResponse(await self.rpc(body))
@@ -447,21 +504,21 @@ class OpenEnvServer:
             if operation == "splits" and request.method == "GET":
                 self._tasks_of(env_name, SPLIT)
                 return JSONResponse([{"name": SPLIT, "type": SPLIT}])
-            body = await _json_object(request)
-            scenarios = self._tasks_of(env_name, body.get("split"))
+            query = await _task_query(request)
+            scenarios = self._tasks_of(env_name, query.split)
             if operation == "tasks":
                 return JSONResponse({"tasks": [self._task(s) for s in scenarios], "env_name": self.environment.id})
             if operation == "num_tasks":
                 return JSONResponse({"num_tasks": len(scenarios)})
             if operation == "task":
-                index = body.get("index")
-                if not isinstance(index, int) or not -len(scenarios) <= index < len(scenarios):
+                index = query.index
+                if index is None or not -len(scenarios) <= index < len(scenarios):
                     raise _HttpRefusal(400, "Invalid task index")
                 return JSONResponse({"task": self._task(scenarios[index])})
             if operation == "task_range":
-                chosen = scenarios[slice(body.get("start"), body.get("stop"))]
+                chosen = scenarios[slice(query.start, query.stop)]
                 return JSONResponse({"tasks": [self._task(s) for s in chosen]})
-            raise _HttpRefusal(404, f"no task operation {operation!r}")
+            raise _HttpRefusal(404, f"no task operation {_shown(operation)}")
         except _HttpRefusal as exc:
             return JSONResponse({"detail": exc.detail}, status_code=exc.status)
 
@@ -496,6 +553,18 @@ class OpenEnvServer:
         async def list_environments(_: Request) -> Response:
             return JSONResponse([environment.id])
 
+        @contextlib.asynccontextmanager
+        async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+            sweeper = asyncio.create_task(self._sweep()) if self.idle_timeout_s is not None else None
+            try:
+                yield
+            finally:
+                if sweeper is not None:
+                    sweeper.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await sweeper
+                await self.close_all()
+
         return Starlette(
             routes=[
                 Route("/health", health, methods=["GET"]),
@@ -505,14 +574,30 @@ class OpenEnvServer:
                 Route("/list_environments", list_environments, methods=["GET"]),
                 Route("/{env_name}/{operation}", self._task_api, methods=["GET", "POST"]),
                 WebSocketRoute("/ws", self.websocket),
-            ]
+            ],
+            lifespan=lifespan,
         )
 
-    async def serve(self, host: str, port: int, *, log_level: str = "warning") -> None:
-        """Serve until interrupted, then close every session's jailed episode."""
-        config = uvicorn.Config(self.app(), host=host, port=port, log_level=log_level, ws="websockets-sansio")
+    def http_server(self, access: AccessPolicy, host: str, port: int, *, log_level: str = "warning") -> uvicorn.Server:
+        """A uvicorn server for :meth:`app` behind the access guard; run it with ``serve()``."""
+        config = uvicorn.Config(
+            AccessGuard(self.app(), access),
+            host=host,
+            port=port,
+            log_level=log_level,
+            log_config=None,  # uvicorn's records go through the process's handlers, which redact secrets
+            access_log=False,
+            lifespan="on",
+            ws="websockets-sansio",
+            ws_max_size=access.max_request_bytes,
+            timeout_graceful_shutdown=2,
+        )
+        return uvicorn.Server(config)
+
+    async def serve(self, access: AccessPolicy, host: str, port: int, *, sock: socket.socket | None = None) -> None:
+        """Serve (on ``sock`` when given) until interrupted, then close every session's jailed episode."""
         try:
-            await uvicorn.Server(config).serve()
+            await self.http_server(access, host, port).serve(sockets=[sock] if sock is not None else None)
         finally:
             await self.close_all()
 
@@ -524,14 +609,23 @@ class _HttpRefusal(Exception):
         self.detail = detail
 
 
-async def _json_object(request: Request) -> dict[str, Any]:
+async def _task_query(request: Request) -> TaskQuery:
     try:
-        body = json.loads(await request.body() or b"{}")
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        body = decode_request(await request.body() or b"{}")
+    except MalformedRequest as exc:
         raise _HttpRefusal(400, f"invalid JSON: {exc}") from None
     if not isinstance(body, dict):
         raise _HttpRefusal(400, "the request body must be a JSON object")
-    return body
+    try:
+        return TaskQuery.model_validate(body)
+    except ValidationError as exc:
+        raise _HttpRefusal(400, f"invalid task request: {_first_error(exc)}") from None
+
+
+def _shown(value: Any) -> str:
+    """An outside value in a reply, cut short."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _assistant_call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:

@@ -18,9 +18,37 @@ from __future__ import annotations
 from enum import IntEnum, StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
+from harness.jsonlimits import JSONLimits, UnsafeJSON, check_decoded_json
+from harness.sandbox import SandboxLimits
 from harness.schema import Environment
+
+_JAIL = SandboxLimits()
+REQUEST_LIMITS = JSONLimits(
+    max_depth=_JAIL.max_state_depth + 4, max_items=_JAIL.max_state_items, max_string_chars=_JAIL.max_string_chars
+)
+"""What one request body or frame may hold: as deep and as large as a state the jail admits, and a little more
+for the envelope (the size in bytes is bounded before, by the access guard and the WebSocket layer)."""
+MAX_SEED = (1 << 63) - 1
+
+
+class MalformedRequest(ValueError):
+    """A body or frame that is not JSON, or JSON outside :data:`REQUEST_LIMITS` (the message says why)."""
+
+
+def decode_request(raw: bytes | str) -> Any:
+    """The JSON value of a request body or frame, within :data:`REQUEST_LIMITS`."""
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise MalformedRequest(f"not JSON: {exc}") from None
+    try:
+        check_decoded_json(value, REQUEST_LIMITS, len(raw))
+    except UnsafeJSON as exc:
+        raise MalformedRequest(f"the value {exc}") from None
+    return value
 
 
 class ErrorCode(StrEnum):
@@ -60,9 +88,20 @@ class ResetData(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    seed: int | None = Field(default=None, ge=0)
+    seed: StrictInt | None = Field(default=None, ge=0, le=MAX_SEED)
     episode_id: str | None = Field(default=None, max_length=255)
-    scenario_id: str | None = None
+    scenario_id: str | None = Field(default=None, max_length=255)
+
+
+class TaskQuery(BaseModel):
+    """The body of a task API request (``tasks``, ``num_tasks``, ``task``, ``task_range``)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    split: str | None = None
+    index: StrictInt | None = None
+    start: StrictInt | None = None
+    stop: StrictInt | None = None
 
 
 class ListToolsData(Strict):
