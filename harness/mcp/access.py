@@ -15,14 +15,16 @@ Before any route runs, a request or a WebSocket handshake must pass, in this ord
    anything is read, and a body without one is counted as it arrives and refused once over. (WebSocket messages
    are bounded by the server's WebSocket layer with the same number: close code 1009.)
 
-A refusal is 403 (Host, Origin), 401 (credential) or 413 (size), a WebSocket handshake refused before it is
-accepted, each with a one-line reason, logged at warning level; nothing of the request reaches the app.
+A refusal is 403 (Host, Origin), 401 (credential) or 413 (size), or a WebSocket handshake refused with that
+status before it is accepted; its body is a JSON-RPC error whose message is the one-line reason, and the refusal is
+logged at warning level. Nothing of the request reaches the app.
 """
 
 from __future__ import annotations
 
 import hmac
 import ipaddress
+import json
 import logging
 import re
 import socket
@@ -34,6 +36,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from harness.jsonlimits import JSONLimits
 from harness.sandbox import SandboxLimits
 
 logger = logging.getLogger(__name__)
@@ -41,8 +44,18 @@ logger = logging.getLogger(__name__)
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 REQUEST_ENVELOPE_BYTES = 1 << 20
 """Room for what wraps the largest legitimate payload (a JSON-RPC envelope around a state)."""
-DEFAULT_MAX_REQUEST_BYTES = SandboxLimits().max_state_bytes + REQUEST_ENVELOPE_BYTES
+_JAIL = SandboxLimits()
+DEFAULT_MAX_REQUEST_BYTES = _JAIL.max_state_bytes + REQUEST_ENVELOPE_BYTES
 """The largest legitimate request: a state as large as the jail admits, plus its envelope."""
+REQUEST_LIMITS = JSONLimits(
+    max_depth=_JAIL.max_state_depth + 4, max_items=_JAIL.max_state_items, max_string_chars=_JAIL.max_string_chars
+)
+"""What the JSON of one request (a frame, a body, a tool call's arguments, a state to load) may hold: as deep and
+as large as a state the jail admits, and a little more for the envelope; plain JSON numbers only (64-bit integers,
+finite floats)."""
+REFUSED_CODE = -32001
+"""The JSON-RPC error code of a refusal's body (an implementation-defined server error); the HTTP status says
+which check failed."""
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _SHOWN_CHARS = 120
 
@@ -332,10 +345,16 @@ def _shown(value: str) -> str:
     return repr(text)
 
 
+def _refusal_body(refusal: Refusal) -> bytes:
+    """A JSON-RPC error (what both servers speak on ``/mcp``; MCP clients show its message) holding the reason."""
+    error = {"code": REFUSED_CODE, "message": refusal.reason, "data": {"status": refusal.status}}
+    return json.dumps({"jsonrpc": "2.0", "id": None, "error": error}).encode()
+
+
 async def _refuse_request(send: Send, refusal: Refusal) -> None:
-    body = (refusal.reason + "\n").encode()
+    body = _refusal_body(refusal)
     headers: list[tuple[bytes, bytes]] = [
-        (b"content-type", b"text/plain; charset=utf-8"),
+        (b"content-type", b"application/json"),
         (b"content-length", str(len(body)).encode()),
         (b"connection", b"close"),
     ]
@@ -355,8 +374,8 @@ async def _refuse_handshake(scope: Scope, receive: Receive, send: Send, refusal:
     if "websocket.http.response" not in extensions:
         await send({"type": "websocket.close", "code": 1008, "reason": refusal.reason[:120]})
         return
-    body = (refusal.reason + "\n").encode()
-    headers = [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(body)).encode())]
+    body = _refusal_body(refusal)
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     await send({"type": "websocket.http.response.start", "status": refusal.status, "headers": headers})
     await send({"type": "websocket.http.response.body", "body": body})
 
@@ -364,6 +383,7 @@ async def _refuse_handshake(scope: Scope, receive: Receive, send: Send, refusal:
 __all__ = [
     "DEFAULT_MAX_REQUEST_BYTES",
     "LOOPBACK_HOSTS",
+    "REQUEST_LIMITS",
     "AccessError",
     "AccessGuard",
     "AccessPolicy",

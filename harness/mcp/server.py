@@ -56,7 +56,8 @@ from pydantic import PrivateAttr
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from harness.mcp.access import AccessGuard, AccessPolicy, listening_socket
+from harness.jsonlimits import UnsafeJSON, check_json
+from harness.mcp.access import REQUEST_LIMITS, AccessGuard, AccessPolicy, listening_socket
 from harness.mcp.admin import (
     ADMIN_EXTENSION,
     CLOSE_SESSION,
@@ -184,6 +185,13 @@ class EnvironmentTool(Tool):
 
     async def run(self, arguments: dict[str, Any]) -> ToolResult:
         assert self._dispatch is not None, "EnvironmentTool used without a dispatcher"
+        try:
+            check_json(arguments, REQUEST_LIMITS)
+        except UnsafeJSON as exc:
+            call = ToolCall(id="refused", name=self.name, arguments={})
+            return tool_result(
+                _error(call, ObservationKind.INVALID_ARGUMENTS, f"the arguments are not usable: the value {exc}")
+            )
         return await self._dispatch(self.name, arguments)
 
 
@@ -392,8 +400,8 @@ class EnvironmentServer:
             known = ", ".join(sorted(self.scenarios)) or "none"
             message = f"unknown scenario {scenario_id!r} (known: {known})"
             return tool_result(_error(call, ObservationKind.INVALID_ARGUMENTS, message))
-        if not isinstance(seed, int) or isinstance(seed, bool):
-            return tool_result(_error(call, ObservationKind.INVALID_ARGUMENTS, "seed must be an integer"))
+        if not isinstance(seed, int) or isinstance(seed, bool) or not -(1 << 63) <= seed < 1 << 63:
+            return tool_result(_error(call, ObservationKind.INVALID_ARGUMENTS, "seed must be a 64-bit integer"))
         state = self.scenarios[scenario_id].initial_state if scenario_id is not None else self.registry.default_state
         handle, key = self._keys.mint()
         try:
@@ -443,6 +451,10 @@ class EnvironmentServer:
         scenario_id = params.scenario_id
         if params.state is not None:
             state = params.state
+            try:
+                check_json(state, REQUEST_LIMITS)
+            except UnsafeJSON as exc:
+                raise MCPError(code=INVALID_PARAMS, message=f"not a usable state: the value {exc}") from exc
         elif scenario_id is not None:
             scenario = self.scenarios.get(scenario_id)
             if scenario is None:

@@ -21,16 +21,13 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
-from harness.jsonlimits import JSONLimits, UnsafeJSON, check_decoded_json
-from harness.sandbox import SandboxLimits
+from harness.jsonlimits import UnsafeJSON, check_decoded_json
+from harness.mcp.access import REQUEST_LIMITS as REQUEST_JSON_LIMITS
 from harness.schema import Environment
 
-_JAIL = SandboxLimits()
-REQUEST_LIMITS = JSONLimits(
-    max_depth=_JAIL.max_state_depth + 4, max_items=_JAIL.max_state_items, max_string_chars=_JAIL.max_string_chars
-)
-"""What one request body or frame may hold: as deep and as large as a state the jail admits, and a little more
-for the envelope (the size in bytes is bounded before, by the access guard and the WebSocket layer)."""
+REQUEST_LIMITS = REQUEST_JSON_LIMITS
+"""What one request body or frame may hold (the size in bytes is bounded before, by the access guard and the
+WebSocket layer)."""
 MAX_SEED = (1 << 63) - 1
 
 
