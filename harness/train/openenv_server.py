@@ -580,6 +580,7 @@ class OpenEnvServer:
 
     def http_server(self, access: AccessPolicy, host: str, port: int, *, log_level: str = "warning") -> uvicorn.Server:
         """A uvicorn server for :meth:`app` behind the access guard; run it with ``serve()``."""
+        _quiet_utf8_refusals()
         config = uvicorn.Config(
             AccessGuard(self.app(), access),
             host=host,
@@ -600,6 +601,24 @@ class OpenEnvServer:
             await self.http_server(access, host, port).serve(sockets=[sock] if sock is not None else None)
         finally:
             await self.close_all()
+
+
+class _Utf8RefusalQuiet(logging.Filter):
+    """uvicorn closes a WebSocket whose text frame is not UTF-8 (code 1007), and logs the decoding error with its
+    traceback: a client's bad input, not a failure of the server. The record keeps its line, at warning level."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.getMessage().startswith("Invalid UTF-8 sequence"):
+            record.exc_info = None
+            record.exc_text = None
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
+def _quiet_utf8_refusals() -> None:
+    uvicorn_log = logging.getLogger("uvicorn.error")
+    if not any(isinstance(f, _Utf8RefusalQuiet) for f in uvicorn_log.filters):
+        uvicorn_log.addFilter(_Utf8RefusalQuiet())
 
 
 class _HttpRefusal(Exception):

@@ -116,11 +116,16 @@ class ServedEnvironment:
 
 @contextlib.contextmanager
 def serve_openenv(
-    python: Path, env_id: str, *args: str, startup_s: float = 180, env: Mapping[str, str] | None = None
+    python: Path,
+    env_id: str,
+    *args: str,
+    startup_s: float = 180,
+    env: Mapping[str, str] | None = None,
+    verbose: bool = False,
 ) -> Iterator[ServedEnvironment]:
-    """``harness serve ENV --protocol openenv`` on a free port of 127.0.0.1, until the block ends."""
+    """``harness [--verbose] serve ENV --protocol openenv`` on a free port of 127.0.0.1, until the block ends."""
     command = [env_id, "--protocol", "openenv", "--port", "0", *args]
-    with serve_http(command, env=env, startup_s=startup_s) as server:
+    with serve_http(command, env=env, startup_s=startup_s, verbose=verbose) as server:
         deadline = time.monotonic() + startup_s
         while True:
             with contextlib.suppress(httpx.HTTPError):
