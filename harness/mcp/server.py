@@ -88,6 +88,7 @@ logger = logging.getLogger(__name__)
 ResultT = TypeVar("ResultT")
 
 DEFAULT_IDLE_TIMEOUT_S = 600.0
+_ENDED = f"the episode was ended by its client: call {START_TOOL} for a new one"
 SERVER_AT_CAPACITY = -32000
 """JSON-RPC code (implementation-defined server error) of an administrative request over ``max_sessions``."""
 
@@ -120,17 +121,18 @@ class _SessionKeys:
 
     def __init__(self, registry: SessionRegistry):
         self.registry = registry
-        self.handles: set[str] = set()
 
-    def mint(self) -> tuple[str, str]:
+    @staticmethod
+    def mint() -> tuple[str, str]:
         """A new episode handle and its session key."""
         handle = secrets.token_urlsafe(18)
-        self.handles.add(handle)
         return handle, f"handle:{handle}"
 
     def key(self, ctx: Context, handle: str | None = None) -> str:
         if handle is not None:
-            if handle not in self.handles:
+            # A handle is valid while the registry knows its key: alive, or remembered as evicted or ended (then
+            # the call says so); nothing else is kept per handle, so handles cannot pile up.
+            if not self.registry.knows(f"handle:{handle}"):
                 raise NoSessionError(
                     f"unknown or released {HANDLE_ARGUMENT} {handle!r}: call {START_TOOL} for a new episode"
                 )
@@ -407,7 +409,6 @@ class EnvironmentServer:
         try:
             await self.registry.load(key, state, seed=seed)
         except (SandboxError, EnvironmentLoadError, SessionLimitReached) as exc:
-            self._keys.handles.discard(handle)
             return tool_result(_error(call, ObservationKind.SANDBOX_ERROR, str(exc)))
         payload = {HANDLE_ARGUMENT: handle, "environment_id": self.environment.id, "scenario_id": scenario_id}
         return tool_result(Observation(tool_call_id=call.id, name=START_TOOL, content=payload))
@@ -415,10 +416,9 @@ class EnvironmentServer:
     async def _end_episode(self, _name: str, arguments: dict[str, Any]) -> ToolResult:
         handle = arguments.get(HANDLE_ARGUMENT)
         call = ToolCall(id="end", name=END_TOOL, arguments=arguments)
-        if not isinstance(handle, str) or handle not in self._keys.handles:
+        if not isinstance(handle, str) or not self.registry.knows(f"handle:{handle}"):
             return tool_result(_error(call, ObservationKind.INVALID_ARGUMENTS, f"unknown {HANDLE_ARGUMENT}"))
-        self._keys.handles.discard(handle)
-        closed = await self.registry.close(f"handle:{handle}")
+        closed = await self.registry.close(f"handle:{handle}", _ENDED)
         return tool_result(Observation(tool_call_id=call.id, name=END_TOOL, content={"closed": closed}))
 
     async def _call_tool(self, name: str, arguments: dict[str, Any]) -> ToolResult:
@@ -492,7 +492,7 @@ class EnvironmentServer:
         handle = params.handle if params else None
         key = self._keys.key(get_context(), handle)
         if handle is not None:
-            self._keys.handles.discard(handle)
+            return ClosedResult(closed=await self.registry.close(key, _ENDED))
         return ClosedResult(closed=await self.registry.close(key))
 
     def describe(self) -> DescribeResult:

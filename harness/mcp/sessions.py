@@ -92,6 +92,10 @@ class SessionRegistry:
         entry = self._entries.get(key)
         return entry is not None and entry.session is not None
 
+    def knows(self, key: str) -> bool:
+        """The key has an instance, is getting one, or is remembered as evicted or released."""
+        return key in self._entries or key in self._expired
+
     # ------------------------------------------------------------------------------------------ sessions
 
     @contextlib.asynccontextmanager
