@@ -173,7 +173,8 @@ def serve(
         port = listener.getsockname()[1]
         endpoint = "" if protocol is Protocol.OPENENV else path
         # The first line: what a client passes (the credential goes only to this terminal, never to a log).
-        err_console.print(server_url(host, port, access.token, endpoint), markup=False, highlight=False, soft_wrap=True)
+        url = server_url(_reachable(host), port, access.token, endpoint)
+        err_console.print(url, markup=False, highlight=False, soft_wrap=True)
 
     # One pool serves the screening and the sessions, so whatever confinement it requires covers both.
     pool = JailSpec.for_code(
@@ -292,6 +293,16 @@ def _access_policy(
     if problems or policy is None:
         raise BadInput(*problems)
     return policy
+
+
+def _reachable(host: str) -> str:
+    """The address a client on this machine uses for a server bound to ``host`` (loopback for a wildcard bind)."""
+    from harness.mcp.access import is_wildcard
+
+    bare = host.strip("[]")
+    if is_wildcard(bare):
+        return "::1" if ":" in bare else "127.0.0.1"
+    return bare
 
 
 def _listen(host: str, port: int) -> socket.socket:

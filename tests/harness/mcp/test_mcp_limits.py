@@ -92,6 +92,18 @@ async def test_environment_instances_are_bounded_and_a_client_over_the_bound_get
         assert second.is_error is False and len(server.registry) == 2
 
 
+async def test_the_sdks_handshake_sessions_are_bounded_by_the_same_number(
+    pool: SandboxPool, library_env: tuple[Environment, list[Scenario]]
+) -> None:
+    server = make_server(pool, library_env, max_sessions=1)
+    async with running_http_server(server) as url, Client(url, mode="legacy") as first:
+        assert (await first.call_tool("get_customer", {"customer_id": "C-101"})).is_error is False
+        with pytest.raises(Exception, match="Too many open sessions"):
+            async with Client(url, mode="legacy") as second:
+                await second.list_tools()
+        assert len(server.registry) == 1
+
+
 # ------------------------------------------------------------------------------------------ bodies
 
 

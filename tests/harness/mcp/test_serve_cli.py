@@ -87,6 +87,12 @@ def test_no_auth_serves_without_a_credential_and_says_what_it_gives_up() -> None
     )
 
 
+def test_a_wildcard_bind_needs_allow_remote_and_prints_a_url_this_machine_can_use() -> None:
+    with serve_http([*HTTP, "--port", "0", "--host", "0.0.0.0", "--allow-remote", "--allow-host", "box.lan"]) as served:
+        assert re.fullmatch(r"http://127\.0\.0\.1:\d+/[A-Za-z0-9_-]{43}/mcp", served.url), served.url
+        assert phone_in(served.url, "reader") == ORIGINAL_PHONE
+
+
 @pytest.fixture
 def busy_port() -> Iterator[int]:
     with socket.socket() as sock:
