@@ -58,6 +58,8 @@ REFUSED_CODE = -32001
 which check failed."""
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _SHOWN_CHARS = 120
+_READ = {b"host": "host", b"origin": "origin", b"authorization": "authorization", b"content-length": "content-length"}
+_VERDICTS_KEPT = 256
 
 
 class AccessError(ValueError):
@@ -236,16 +238,18 @@ class AccessGuard:
         self.app = app
         self.policy = policy
         self.refused: Counter[int] = Counter()
+        self._hosts: dict[str, str | None] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
+        headers = _headers(scope)
         try:
-            admitted = self._admitted(scope)
+            admitted = self._admitted(scope, headers)
             if kind == "http":
-                receive = await self._bounded_body(admitted, receive)
+                receive = await self._bounded_body(headers.get("content-length"), receive)
         except Refusal as refusal:
             self.refused[refusal.status] += 1
             what = "a WebSocket handshake" if kind == "websocket" else f"a {scope.get('method', 'HTTP')} request"
@@ -257,13 +261,20 @@ class AccessGuard:
             return
         await self.app(admitted, receive, send)
 
-    def _admitted(self, scope: Scope) -> Scope:
-        headers = _headers(scope)
+    def _admitted(self, scope: Scope, headers: dict[str, str]) -> Scope:
         policy = self.policy
-        problem = policy.host_problem(headers.get("host"))
+        host = headers.get("host")
+        problem = self._hosts.get(host) if host is not None else policy.host_problem(None)
+        if host is not None and host not in self._hosts:
+            problem = policy.host_problem(host)
+            if len(self._hosts) >= _VERDICTS_KEPT:
+                self._hosts.clear()
+            self._hosts[host] = problem
         if problem is None:
-            server = scope.get("server")
-            problem = policy.origin_problem(headers.get("origin"), server[1] if server else None)
+            origin = headers.get("origin")
+            if origin is not None:
+                server = scope.get("server")
+                problem = policy.origin_problem(origin, server[1] if server else None)
         if problem is not None:
             raise Refusal(403, problem)
         path = policy.credential_path(scope["path"], headers.get("authorization"))
@@ -276,10 +287,9 @@ class AccessGuard:
         rest = raw[len(prefix) :] if raw is not None and raw.startswith(prefix) else path.encode()
         return {**scope, "path": path, "raw_path": rest or b"/"}
 
-    async def _bounded_body(self, scope: Scope, receive: Receive) -> Receive:
+    async def _bounded_body(self, declared: str | None, receive: Receive) -> Receive:
         """Read the body as it arrives, refusing it once over the limit; the app then reads the same messages."""
         limit = self.policy.max_request_bytes
-        declared = _headers(scope).get("content-length")
         if declared is not None:
             if not declared.strip().isdigit():
                 raise Refusal(400, "Content-Length is not a number")
@@ -322,16 +332,16 @@ def listening_socket(host: str, port: int) -> socket.socket:
 
 
 def _headers(scope: Scope) -> dict[str, str]:
-    """The request's headers by lower-case name; a repeated Host, Origin or Authorization keeps its first value
-    unless another differs, which makes the header unusable (a value no check passes)."""
+    """The headers the guard reads (ASGI gives names in lower case). A header sent twice with different values
+    becomes unusable: no check passes it."""
     found: dict[str, str] = {}
     for raw_name, raw_value in scope.get("headers", ()):
-        name = raw_name.decode("latin-1").lower()
+        name = _READ.get(raw_name)
+        if name is None:
+            continue
         value = raw_value.decode("latin-1")
-        if name in found and found[name] != value and name in ("host", "origin", "authorization", "content-length"):
+        if found.setdefault(name, value) != value:
             found[name] = "\x00conflicting values"
-        else:
-            found.setdefault(name, value)
     return found
 
 
