@@ -115,6 +115,9 @@ class OpenEnvSession:
     close_when_detached: bool = False
     last_used: float = field(default_factory=time.monotonic)
     final: Outcome | None = None
+    holder: asyncio.Task[Any] | None = None
+    """The task of the WebSocket that holds the session (the idle sweep cancels it to close the socket)."""
+    evicted: bool = False
 
     def touch(self) -> None:
         self.last_used = time.monotonic()
@@ -184,15 +187,19 @@ class OpenEnvServer:
         logger.info("OpenEnv session %s closed (%d active)", session_id, len(self.sessions))
 
     async def _evict_idle(self) -> None:
-        """Destroy the sessions no WebSocket holds that stayed unused past the idle timeout (a WebSocket's own
-        loop evicts the session it holds: :meth:`_next_frame`)."""
-        for session in [s for s in self.sessions.values() if not s.websocket_attached and self._idle(s)]:
+        """Destroy the sessions unused past the idle timeout. A session a WebSocket holds is ended by its own
+        handler, which this cancels: it closes the socket (code 1001) and destroys the session."""
+        for session in [s for s in self.sessions.values() if self._idle(s)]:
             logger.info("OpenEnv session %s idle for over %g s: evicted", session.id, self.idle_timeout_s)
-            await self.destroy_session(session.id)
+            if session.websocket_attached and session.holder is not None:
+                session.evicted = True
+                session.holder.cancel()
+            elif not session.websocket_attached:
+                await self.destroy_session(session.id)
 
     def _idle(self, session: OpenEnvSession) -> bool:
-        """Unused (no frame, no request) for longer than the idle timeout, and not in the middle of one."""
-        if self.idle_timeout_s is None or session.lock.locked():
+        """Unused (no data frame, no request) for longer than the idle timeout, and not in the middle of one."""
+        if self.idle_timeout_s is None or session.lock.locked() or session.evicted:
             return False
         return time.monotonic() - session.last_used > self.idle_timeout_s
 
@@ -370,7 +377,6 @@ class OpenEnvServer:
         await websocket.accept()
         session: OpenEnvSession | None = None
         owned = False
-        evicted = False
         requested: str | None = None
         try:
             requested = websocket.query_params.get("session_id")
@@ -381,31 +387,34 @@ class OpenEnvServer:
                         f"Session {requested} already has an attached WebSocket", ErrorCode.SESSION_ERROR
                     )
                 session = wanted
-                session.websocket_attached = True
             else:
                 session = await self.create_session()
                 owned = True
-                session.websocket_attached = True
+            session.websocket_attached = True
+            session.holder = asyncio.current_task()
             while True:
-                raw = await self._next_frame(websocket, session)
-                if raw is None:
-                    evicted = True
-                    logger.info("OpenEnv session %s idle for over %g s: evicted", session.id, self.idle_timeout_s)
-                    await websocket.close(IDLE_CLOSE_CODE, f"session idle for over {self.idle_timeout_s:g} s")
-                    break
+                raw = await _next_frame(websocket)
+                session.touch()
                 reply = await self._answer(session, raw)
                 if reply is None:
                     break
-                await websocket.send_text(json.dumps(reply))
                 session.touch()
+                await websocket.send_text(json.dumps(reply))
         except WebSocketDisconnect:
             pass
         except RequestRefused as exc:
             with contextlib.suppress(RuntimeError, WebSocketDisconnect):
                 await websocket.send_text(json.dumps(error_frame(exc.code, str(exc), **exc.extra)))
+        except asyncio.CancelledError:
+            if session is None or not session.evicted:
+                raise
+            _uncancel()  # the idle sweep's cancellation, handled here: the socket is closed below
+            with contextlib.suppress(RuntimeError, WebSocketDisconnect):
+                await websocket.close(IDLE_CLOSE_CODE, f"session idle for over {self.idle_timeout_s:g} s")
         finally:
             if session is not None:
-                if owned or evicted or session.close_when_detached:
+                session.holder = None
+                if owned or session.evicted or session.close_when_detached:
                     await self.destroy_session(session.id)
                 elif requested:
                     session.websocket_attached = False
@@ -413,28 +422,6 @@ class OpenEnvServer:
             if websocket.application_state is not WebSocketState.DISCONNECTED:
                 with contextlib.suppress(RuntimeError, WebSocketDisconnect):
                     await websocket.close()
-
-    async def _next_frame(self, websocket: WebSocket, session: OpenEnvSession) -> str | bytes | None:
-        """The next data frame, text or binary; None once the session has been idle past the timeout. Only data
-        frames and HTTP requests on the session are use: WebSocket pings are answered below the app."""
-        while True:
-            wait: float | None = None
-            if self.idle_timeout_s is not None:
-                wait = session.last_used + self.idle_timeout_s - time.monotonic()
-                if wait <= 0:
-                    if self._idle(session):
-                        return None
-                    wait = self.idle_timeout_s  # in the middle of a request over HTTP: look again later
-            try:
-                message = await asyncio.wait_for(websocket.receive(), wait)
-            except TimeoutError:
-                continue
-            if message["type"] == "websocket.disconnect":
-                raise WebSocketDisconnect(message.get("code", 1000), message.get("reason"))
-            text = message.get("text")
-            if text is not None:
-                return str(text)
-            return bytes(message.get("bytes") or b"")
 
     async def _answer(self, session: OpenEnvSession, raw: str | bytes) -> dict[str, Any] | None:
         """The reply frame to one incoming frame; None for ``close``. A bad frame gets an error frame."""
@@ -601,6 +588,23 @@ class OpenEnvServer:
             await self.http_server(access, host, port).serve(sockets=[sock] if sock is not None else None)
         finally:
             await self.close_all()
+
+
+async def _next_frame(websocket: WebSocket) -> str | bytes:
+    """The next data frame, text or binary. Pings and pongs never reach here: the WebSocket layer answers them."""
+    message = await websocket.receive()
+    if message["type"] == "websocket.disconnect":
+        raise WebSocketDisconnect(message.get("code", 1000), message.get("reason"))
+    text = message.get("text")
+    if text is not None:
+        return str(text)
+    return bytes(message.get("bytes") or b"")
+
+
+def _uncancel() -> None:
+    task = asyncio.current_task()
+    if task is not None:
+        task.uncancel()
 
 
 class _Utf8RefusalQuiet(logging.Filter):
