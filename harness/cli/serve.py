@@ -135,13 +135,22 @@ def serve(
         if max_sessions is not None
         else (DEFAULT_OPENENV_SESSIONS if protocol is Protocol.OPENENV else DEFAULT_MCP_SESSIONS)
     )
+    problems = []
     if sessions < 1:
-        raise BadInput(f"--max-sessions must be at least 1, not {sessions}")
-    access = _access_policy(
-        over_http, host, token_file, no_auth, allow_host or [], allow_origin or [], allow_remote, max_request_bytes
-    )
+        problems.append(f"--max-sessions must be at least 1, not {sessions}")
     if not 0 <= port <= 65535:
-        raise BadInput(f"--port must be between 0 and 65535, not {port}")
+        problems.append(f"--port must be between 0 and 65535, not {port}")
+    access = _access_policy(
+        problems,
+        over_http,
+        host,
+        token_file,
+        no_auth,
+        allow_host or [],
+        allow_origin or [],
+        allow_remote,
+        max_request_bytes,
+    )
 
     try:
         library = load_library(envs)
@@ -232,6 +241,7 @@ def serve(
 
 
 def _access_policy(
+    problems: list[str],
     over_http: bool,
     host: str,
     token_file: Path | None,
@@ -241,8 +251,8 @@ def _access_policy(
     allow_remote: bool,
     max_request_bytes: int,
 ) -> AccessPolicy | None:
-    """Who may use an HTTP server (None for stdio, where the pipe is the credential); every problem with the
-    flags, one line each."""
+    """Who may use an HTTP server (None for stdio, where the pipe is the credential); raises BadInput with
+    ``problems`` and every problem with the access flags, one line each."""
     from harness.mcp.access import AccessError, AccessPolicy, is_loopback
     from harness.mcp.credential import CredentialError, fixed_token, make_token
 
@@ -259,12 +269,13 @@ def _access_policy(
             if value
         ]
         if given:
-            raise BadInput(
+            problems.append(
                 f"{', '.join(given)}: for HTTP servers only (--transport http or --protocol openenv); "
                 "a stdio server has no network door (its pipe is the credential)"
             )
+        if problems:
+            raise BadInput(*problems)
         return None
-    problems = []
     loopback = is_loopback(host.strip("[]"))
     if not loopback and not allow_remote:
         problems.append(

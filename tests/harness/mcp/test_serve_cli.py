@@ -151,6 +151,29 @@ def test_bad_access_flags_are_refused_in_one_line_before_anything_is_served(
     assert TOKEN not in refused.stderr
 
 
+def test_every_problem_with_the_flags_is_named_at_once() -> None:
+    refused = harness(
+        [
+            "serve",
+            ENV_ID,
+            "--envs",
+            str(SEED),
+            "--transport",
+            "http",
+            "--host",
+            "0.0.0.0",
+            "--max-sessions",
+            "0",
+            "--allow-origin",
+            "nowhere",
+        ]
+    )
+    assert refused.code == 2
+    assert len(refused.stderr_lines) == 3, refused.stderr
+    assert "--max-sessions must be at least 1" in refused.stderr_lines[0]
+    assert "--allow-remote" in refused.stderr_lines[1] and "--allow-origin 'nowhere'" in refused.stderr_lines[2]
+
+
 UNPRIVILEGED_CLIENT = """
 import json, sys, urllib.request, urllib.error
 url, headers, body, pid = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3].encode(), sys.argv[4]
