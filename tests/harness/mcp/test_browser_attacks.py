@@ -14,6 +14,7 @@ import json
 import shutil
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -21,6 +22,7 @@ from typing import Any
 
 import pytest
 from fastmcp import Client
+from websockets.sync.client import connect
 
 from harness.mcp.admin import SESSION_META_KEY
 from tests.support.cli_process import REPO
@@ -139,7 +141,12 @@ def servers() -> Iterator[tuple[ServeProcess, ServeProcess]]:
         yield openenv_server, mcp_server
 
 
-def count(server: ServeProcess, needle: str) -> int:
+def count(server: ServeProcess, needle: str, *, at_least: int = 0) -> int:
+    """Lines of the server's log holding ``needle``, waiting a while for ``at_least`` of them (the log is read
+    as the server writes it)."""
+    deadline = time.monotonic() + 30
+    while sum(needle in line for line in server.lines) < at_least and time.monotonic() < deadline:
+        time.sleep(0.1)
     return sum(needle in line for line in server.lines)
 
 
@@ -221,11 +228,18 @@ def test_a_web_page_from_another_origin_cannot_drive_either_server(
     # What the servers did: each attempt reached one and was refused at the door...
     openenv_attempts = sum(1 for name in plan["attempts"] if name.startswith(("task", "WebSocket")))
     mcp_attempts = len(plan["attempts"]) - openenv_attempts
-    assert count(openenv, "refused a") - refused_before[0] >= openenv_attempts, openenv.log[-3000:]
-    assert count(mcp, "refused a") - refused_before[1] >= mcp_attempts, mcp.log[-3000:]
+    refused_openenv = count(openenv, "refused a", at_least=refused_before[0] + openenv_attempts) - refused_before[0]
+    refused_mcp = count(mcp, "refused a", at_least=refused_before[1] + mcp_attempts) - refused_before[1]
+    assert refused_openenv >= openenv_attempts, openenv.log[-3000:]
+    assert refused_mcp >= mcp_attempts, mcp.log[-3000:]
     # From another port of 127.0.0.1 the Origin gives the page away; under the made-up name, already the Host.
     reason = f"Origin 'http://{page_host}:{site.port}' may not use" if page_host != EVIL else f"Host '{EVIL}:"
     assert count(openenv, reason) >= openenv_attempts and count(mcp, reason) >= mcp_attempts
-    # ...so no OpenEnv session was opened and no MCP tool ran: the session the page named still has the old phone.
-    assert count(openenv, "opened (") == opened_before
+    # ...so no OpenEnv session was opened (the server logs in order: once the line of a session opened now with the
+    # credential is read, one the page had opened would be counted) and no MCP tool ran: the session the page named
+    # still has the old phone.
+    with connect(openenv.url.replace("http://", "ws://") + "/ws", open_timeout=60) as websocket:
+        websocket.send(json.dumps({"type": "reset", "data": {"scenario_id": "banking-001"}}))
+        assert json.loads(websocket.recv(timeout=120))["type"] == "observation"
+    assert count(openenv, "opened (", at_least=opened_before + 1) == opened_before + 1
     assert phone_in(mcp.url, "browser") == ORIGINAL_PHONE
