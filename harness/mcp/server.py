@@ -38,7 +38,7 @@ import contextlib
 import logging
 import secrets
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from typing import Any, TypeVar
 
 import uvicorn
@@ -47,12 +47,10 @@ from fastmcp.server.context import Context
 from fastmcp.server.dependencies import get_context
 from fastmcp.server.extensions import MethodBinding, ServerExtension
 from fastmcp.server.http import StreamableHTTPASGIApp
-from fastmcp.server.middleware import Middleware, MiddlewareContext
-from fastmcp.tools.base import Tool, ToolResult
+from fastmcp.tools.base import ToolResult
 from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, RequestParams
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import PrivateAttr
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -79,6 +77,14 @@ from harness.mcp.admin import (
 from harness.mcp.credential import make_token, server_url
 from harness.mcp.replies import state_problems, tool_result
 from harness.mcp.sessions import DEFAULT_MAX_SESSIONS, SessionExpired, SessionLimitReached, SessionRegistry
+from harness.mcp.tools import (
+    END_SCHEMA,
+    START_SCHEMA,
+    EnvironmentTool,
+    EpisodeTool,
+    ProtocolListing,
+    error_observation,
+)
 from harness.sandbox import EnvironmentLoadError, SandboxError, SandboxLimits, SandboxPool
 from harness.sandbox.spec import JailSpec
 from harness.schema import Environment, Observation, ObservationKind, Scenario, ToolCall
@@ -172,80 +178,6 @@ class _SessionKeys:
             await registry.forget(key)
 
         connection.exit_stack.push_async_callback(forget)
-
-
-# ------------------------------------------------------------------------------------------------ tools
-
-
-ToolDispatch = Callable[[str, dict[str, Any]], Awaitable[ToolResult]]
-
-
-class EnvironmentTool(Tool):
-    """An environment tool: its schema and description as declared, its calls sent to the session's instance."""
-
-    _dispatch: ToolDispatch | None = PrivateAttr(default=None)
-
-    async def run(self, arguments: dict[str, Any]) -> ToolResult:
-        assert self._dispatch is not None, "EnvironmentTool used without a dispatcher"
-        try:
-            check_json(arguments, REQUEST_LIMITS)
-        except UnsafeJSON as exc:
-            call = ToolCall(id="refused", name=self.name, arguments={})
-            return tool_result(
-                _error(call, ObservationKind.INVALID_ARGUMENTS, f"the arguments are not usable: the value {exc}")
-            )
-        return await self._dispatch(self.name, arguments)
-
-
-class EpisodeTool(EnvironmentTool):
-    """``start_episode`` / ``end_episode``: the handle pattern's tools, listed to 2026-07-28 clients only."""
-
-
-HANDLE_SCHEMA = {
-    "type": "string",
-    "description": f"The episode handle returned by {START_TOOL}; it selects your environment instance.",
-}
-START_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "scenario_id": {"type": "string", "description": "Start from this scenario's initial state."},
-        "seed": {"type": "integer", "description": "Seed of the frozen clock, uuid and random generators."},
-    },
-    "required": [],
-}
-END_SCHEMA = {"type": "object", "properties": {HANDLE_ARGUMENT: HANDLE_SCHEMA}, "required": [HANDLE_ARGUMENT]}
-
-
-def with_handle(parameters: dict[str, Any]) -> dict[str, Any]:
-    """A tool's schema with the optional episode handle added (for 2026-07-28 listings)."""
-    schema = dict(parameters or {"type": "object"})
-    schema["properties"] = {**(schema.get("properties") or {}), HANDLE_ARGUMENT: HANDLE_SCHEMA}
-    return schema
-
-
-def is_sessionless_http(ctx: Context | None) -> bool:
-    """A 2026-07-28 request over HTTP: nothing but a handle (or a _meta key) can tie it to an episode."""
-    request_context = ctx.request_context if ctx is not None else None
-    if request_context is None or ctx is None or ctx.transport == "stdio":
-        return False
-    return request_context.protocol_version in MODERN_PROTOCOL_VERSIONS
-
-
-class _ProtocolListing(Middleware):
-    """Lists the handle pattern only to sessionless HTTP clients; handshake-era clients and stdio (one client
-    per server process) see the declared tools."""
-
-    async def on_list_tools(self, context: MiddlewareContext[Any], call_next: Any) -> Sequence[Tool]:
-        tools: Sequence[Tool] = await call_next(context)
-        if not is_sessionless_http(context.fastmcp_context):
-            return [tool for tool in tools if not isinstance(tool, EpisodeTool)]
-        listed: list[Tool] = []
-        for tool in tools:
-            if isinstance(tool, EpisodeTool):
-                listed.append(tool)
-            else:
-                listed.append(tool.model_copy(update={"parameters": with_handle(tool.parameters)}))
-        return listed
 
 
 # -------------------------------------------------------------------------------------------- the server
@@ -364,8 +296,7 @@ class EnvironmentServer:
                 description=spec.function.description,
                 parameters=spec.function.parameters or {"type": "object", "properties": {}, "required": []},
             )
-            tool._dispatch = self._call_tool
-            server.add_tool(tool)
+            server.add_tool(tool.bound(self._call_tool))
         start = EpisodeTool(
             name=START_TOOL,
             description=(
@@ -375,14 +306,12 @@ class EnvironmentServer:
             ),
             parameters=START_SCHEMA,
         )
-        start._dispatch = self._start_episode
         end = EpisodeTool(
             name=END_TOOL, description="End an episode and release its environment instance.", parameters=END_SCHEMA
         )
-        end._dispatch = self._end_episode
-        server.add_tool(start)
-        server.add_tool(end)
-        server.add_middleware(_ProtocolListing())
+        server.add_tool(start.bound(self._start_episode))
+        server.add_tool(end.bound(self._end_episode))
+        server.add_middleware(ProtocolListing())
         server.add_extension(_AdminExtension(self))
         return server
 
@@ -401,15 +330,17 @@ class EnvironmentServer:
         if scenario_id is not None and scenario_id not in self.scenarios:
             known = ", ".join(sorted(self.scenarios)) or "none"
             message = f"unknown scenario {scenario_id!r} (known: {known})"
-            return tool_result(_error(call, ObservationKind.INVALID_ARGUMENTS, message))
+            return tool_result(error_observation(call, ObservationKind.INVALID_ARGUMENTS, message))
         if not isinstance(seed, int) or isinstance(seed, bool) or not -(1 << 63) <= seed < 1 << 63:
-            return tool_result(_error(call, ObservationKind.INVALID_ARGUMENTS, "seed must be a 64-bit integer"))
+            return tool_result(
+                error_observation(call, ObservationKind.INVALID_ARGUMENTS, "seed must be a 64-bit integer")
+            )
         state = self.scenarios[scenario_id].initial_state if scenario_id is not None else self.registry.default_state
         handle, key = self._keys.mint()
         try:
             await self.registry.load(key, state, seed=seed)
         except (SandboxError, EnvironmentLoadError, SessionLimitReached) as exc:
-            return tool_result(_error(call, ObservationKind.SANDBOX_ERROR, str(exc)))
+            return tool_result(error_observation(call, ObservationKind.SANDBOX_ERROR, str(exc)))
         payload = {HANDLE_ARGUMENT: handle, "environment_id": self.environment.id, "scenario_id": scenario_id}
         return tool_result(Observation(tool_call_id=call.id, name=START_TOOL, content=payload))
 
@@ -417,7 +348,7 @@ class EnvironmentServer:
         handle = arguments.get(HANDLE_ARGUMENT)
         call = ToolCall(id="end", name=END_TOOL, arguments=arguments)
         if not isinstance(handle, str) or not self.registry.knows(f"handle:{handle}"):
-            return tool_result(_error(call, ObservationKind.INVALID_ARGUMENTS, f"unknown {HANDLE_ARGUMENT}"))
+            return tool_result(error_observation(call, ObservationKind.INVALID_ARGUMENTS, f"unknown {HANDLE_ARGUMENT}"))
         closed = await self.registry.close(f"handle:{handle}", _ENDED)
         return tool_result(Observation(tool_call_id=call.id, name=END_TOOL, content={"closed": closed}))
 
@@ -436,12 +367,12 @@ class EnvironmentServer:
             async with self.registry.use(key) as session:
                 observation, diff = await session.call(call)
         except (NoSessionError, SessionExpired) as exc:
-            return tool_result(_error(call, ObservationKind.TOOL_ERROR, str(exc)))
+            return tool_result(error_observation(call, ObservationKind.TOOL_ERROR, str(exc)))
         except SessionLimitReached as exc:
-            return tool_result(_error(call, ObservationKind.SANDBOX_ERROR, str(exc)))
+            return tool_result(error_observation(call, ObservationKind.SANDBOX_ERROR, str(exc)))
         except (SandboxError, EnvironmentLoadError) as exc:
             logger.warning("tool call %s failed in the sandbox: %s", name, exc)
-            return tool_result(_error(call, ObservationKind.SANDBOX_ERROR, str(exc)))
+            return tool_result(error_observation(call, ObservationKind.SANDBOX_ERROR, str(exc)))
         return tool_result(observation, diff if want_diff else None)
 
     # --------------------------------------------------------------------------------------- admin calls
@@ -497,10 +428,6 @@ class EnvironmentServer:
 
     def describe(self) -> DescribeResult:
         return DescribeResult(environment_id=self.environment.id)
-
-
-def _error(call: ToolCall, kind: ObservationKind, message: str) -> Observation:
-    return Observation(tool_call_id=call.id, name=call.name, kind=kind, error=message)
 
 
 def _at_capacity(exc: SessionLimitReached) -> MCPError:

@@ -13,7 +13,7 @@ closed with code 1001.
 Every request passes the :class:`~harness.mcp.access.AccessGuard` first; bodies and frames are JSON within
 :data:`~harness.train.openenv_wire.REQUEST_LIMITS`, and anything else gets the protocol's error reply.
 
-The library has no splits: every scenario the server offers is in the one split :data:`SPLIT`.
+Scenarios are listed through OpenEnv's task API (:mod:`harness.train.openenv_tasks`).
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from harness.protocols import agent_turn_from_message
 from harness.sandbox.arguments import CallRejected, validate_call
 from harness.schema import Environment, ObservationKind, Scenario
 from harness.train.jailed_episode import EpisodeSettings, JailedEpisode
+from harness.train.openenv_tasks import TaskApi
 from harness.train.openenv_wire import (
     FRAME_TYPES,
     BareFrame,
@@ -58,21 +59,23 @@ from harness.train.openenv_wire import (
     RpcCode,
     RpcRequest,
     StepFrame,
-    TaskQuery,
     ToolError,
     ToolErrorKind,
     decode_request,
     error_frame,
+    first_error,
     frame,
+    quiet_utf8_refusals,
     rpc_error,
     rpc_result,
+    shown,
     tool_listing,
+    validation_errors,
 )
 
 logger = logging.getLogger(__name__)
 
 FINISH_TOOL = "finish"
-SPLIT = "test"
 FINISH_LISTING = {
     "name": FINISH_TOOL,
     "description": "End the episode: say your final answer to the user. The episode is then scored.",
@@ -228,7 +231,7 @@ class OpenEnvServer:
         try:
             request = ResetData.model_validate(data)
         except ValidationError as exc:
-            raise RequestRefused(f"invalid reset parameters: {_first_error(exc)}", ErrorCode.VALIDATION_ERROR) from None
+            raise RequestRefused(f"invalid reset parameters: {first_error(exc)}", ErrorCode.VALIDATION_ERROR) from None
         scenario_id = request.scenario_id or self.default_scenario_id
         if scenario_id is None:
             raise RequestRefused(f"no scenario to reset to: {self.environment.id} serves none")
@@ -332,7 +335,7 @@ class OpenEnvServer:
             request = RpcRequest.model_validate(body)
         except ValidationError as exc:
             request_id = body.get("id") if isinstance(body, dict) else None
-            return rpc_error(request_id, RpcCode.INVALID_REQUEST, f"Invalid request: {_first_error(exc)}")
+            return rpc_error(request_id, RpcCode.INVALID_REQUEST, f"Invalid request: {first_error(exc)}")
         params, request_id = request.params, request.id
         try:
             if request.method == "openenv/session/create":
@@ -431,11 +434,13 @@ class OpenEnvServer:
             return error_frame(ErrorCode.INVALID_JSON, f"Invalid JSON: {exc}")
         kind = message.get("type") if isinstance(message, dict) else None
         if not isinstance(kind, str) or kind not in FRAME_TYPES:
-            return error_frame(ErrorCode.UNKNOWN_TYPE, f"Unknown message type: {_shown(kind)}")
+            return error_frame(ErrorCode.UNKNOWN_TYPE, f"Unknown message type: {shown(kind)}")
         try:
             incoming = _frames.validate_python(message)
         except ValidationError as exc:
-            return error_frame(ErrorCode.VALIDATION_ERROR, f"Invalid message: {_first_error(exc)}", errors=_errors(exc))
+            return error_frame(
+                ErrorCode.VALIDATION_ERROR, f"Invalid message: {first_error(exc)}", errors=validation_errors(exc)
+            )
         session.touch()
         try:
             if isinstance(incoming, ResetFrame):
@@ -468,47 +473,6 @@ class OpenEnvServer:
             request_id = body.get("id") if isinstance(body, dict) else None
             return JSONResponse(rpc_error(request_id, RpcCode.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}"))
 
-    def _task(self, scenario: Scenario) -> dict[str, Any]:
-        return {
-            "task_id": scenario.id,
-            "scenario_id": scenario.id,
-            "task": scenario.task,
-            "difficulty": scenario.difficulty,
-            "tags": list(scenario.tags),
-        }
-
-    def _tasks_of(self, env_name: str, split: Any) -> list[Scenario]:
-        if env_name.lower() != self.environment.id.lower():
-            raise _HttpRefusal(404, f"unknown environment {env_name!r}")
-        if split != SPLIT:
-            raise _HttpRefusal(400, f"unknown split {split!r}; this server has one: {SPLIT!r}")
-        return self.scenarios
-
-    async def _task_api(self, request: Request) -> Response:
-        env_name = request.path_params["env_name"]
-        operation = request.path_params["operation"]
-        try:
-            if operation == "splits" and request.method == "GET":
-                self._tasks_of(env_name, SPLIT)
-                return JSONResponse([{"name": SPLIT, "type": SPLIT}])
-            query = await _task_query(request)
-            scenarios = self._tasks_of(env_name, query.split)
-            if operation == "tasks":
-                return JSONResponse({"tasks": [self._task(s) for s in scenarios], "env_name": self.environment.id})
-            if operation == "num_tasks":
-                return JSONResponse({"num_tasks": len(scenarios)})
-            if operation == "task":
-                index = query.index
-                if index is None or not -len(scenarios) <= index < len(scenarios):
-                    raise _HttpRefusal(400, "Invalid task index")
-                return JSONResponse({"task": self._task(scenarios[index])})
-            if operation == "task_range":
-                chosen = scenarios[slice(query.start, query.stop)]
-                return JSONResponse({"tasks": [self._task(s) for s in chosen]})
-            raise _HttpRefusal(404, f"no task operation {_shown(operation)}")
-        except _HttpRefusal as exc:
-            return JSONResponse({"detail": exc.detail}, status_code=exc.status)
-
     def app(self) -> Starlette:
         environment = self.environment
 
@@ -540,6 +504,8 @@ class OpenEnvServer:
         async def list_environments(_: Request) -> Response:
             return JSONResponse([environment.id])
 
+        tasks = TaskApi(environment, lambda: self.scenarios)
+
         @contextlib.asynccontextmanager
         async def lifespan(_app: Starlette) -> AsyncIterator[None]:
             sweeper = asyncio.create_task(self._sweep()) if self.idle_timeout_s is not None else None
@@ -559,7 +525,7 @@ class OpenEnvServer:
                 Route("/schema", schema, methods=["GET"]),
                 Route("/mcp", self._mcp_endpoint, methods=["POST"]),
                 Route("/list_environments", list_environments, methods=["GET"]),
-                Route("/{env_name}/{operation}", self._task_api, methods=["GET", "POST"]),
+                Route("/{env_name}/{operation}", tasks.endpoint, methods=["GET", "POST"]),
                 WebSocketRoute("/ws", self.websocket),
             ],
             lifespan=lifespan,
@@ -567,7 +533,7 @@ class OpenEnvServer:
 
     def http_server(self, access: AccessPolicy, host: str, port: int, *, log_level: str = "warning") -> uvicorn.Server:
         """A uvicorn server for :meth:`app` behind the access guard; run it with ``serve()``."""
-        _quiet_utf8_refusals()
+        quiet_utf8_refusals()
         config = uvicorn.Config(
             AccessGuard(self.app(), access),
             host=host,
@@ -607,50 +573,6 @@ def _uncancel() -> None:
         task.uncancel()
 
 
-class _Utf8RefusalQuiet(logging.Filter):
-    """uvicorn closes a WebSocket whose text frame is not UTF-8 (code 1007), and logs the decoding error with its
-    traceback: a client's bad input, not a failure of the server. The record keeps its line, at warning level."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.getMessage().startswith("Invalid UTF-8 sequence"):
-            record.exc_info = None
-            record.exc_text = None
-            record.levelno, record.levelname = logging.WARNING, "WARNING"
-        return True
-
-
-def _quiet_utf8_refusals() -> None:
-    uvicorn_log = logging.getLogger("uvicorn.error")
-    if not any(isinstance(f, _Utf8RefusalQuiet) for f in uvicorn_log.filters):
-        uvicorn_log.addFilter(_Utf8RefusalQuiet())
-
-
-class _HttpRefusal(Exception):
-    def __init__(self, status: int, detail: str) -> None:
-        super().__init__(detail)
-        self.status = status
-        self.detail = detail
-
-
-async def _task_query(request: Request) -> TaskQuery:
-    try:
-        body = decode_request(await request.body() or b"{}")
-    except MalformedRequest as exc:
-        raise _HttpRefusal(400, f"invalid JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise _HttpRefusal(400, "the request body must be a JSON object")
-    try:
-        return TaskQuery.model_validate(body)
-    except ValidationError as exc:
-        raise _HttpRefusal(400, f"invalid task request: {_first_error(exc)}") from None
-
-
-def _shown(value: Any) -> str:
-    """An outside value in a reply, cut short."""
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
 def _assistant_call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
     call = {"type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
     return {"role": "assistant", "content": "", "tool_calls": [{"id": f"call_{secrets.token_hex(4)}", **call}]}
@@ -667,13 +589,3 @@ def _call_result(outcome: Outcome) -> dict[str, Any]:
         "reward": outcome.reward,
         "metadata": outcome.metadata,
     }
-
-
-def _first_error(exc: ValidationError) -> str:
-    error = exc.errors()[0]
-    where = ".".join(str(part) for part in error["loc"]) or "message"
-    return f"{where}: {error['msg']}"
-
-
-def _errors(exc: ValidationError) -> list[dict[str, Any]]:
-    return [{"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]} for e in exc.errors()]
