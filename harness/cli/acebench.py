@@ -47,19 +47,25 @@ def import_acebench_command(
 ) -> None:
     """Import ACEBench's agent tasks: the scenario classes as tools, one scenario per task with upstream's
     end-to-end and process checks."""
-    from harness.benchmarks.acebench.importer import AceBenchImport, AceBenchImportError, import_acebench
+    from harness.benchmarks.acebench.importer import (
+        AceBenchImport,
+        AceBenchImportError,
+        import_acebench,
+        read_acebench,
+    )
     from harness.benchmarks.acebench.source import AceBenchSource, AceBenchSourceError
     from harness.sandbox.spec import CodeOrigin, JailSpec
 
     try:
         if out.exists() and (not out.is_dir() or any(out.iterdir())):
             raise AceBenchImportError(f"{out} already exists and is not empty; choose another --out")
-        checkout = AceBenchSource(source)
+        # Everything the import needs is read (and refused when it must be) before the jail starts.
+        release = read_acebench(AceBenchSource(source), category, language)
 
         async def run() -> AceBenchImport:
             jail = JailSpec.for_code(CodeOrigin.SOURCE, allow_weak_sandbox=allow_weak_sandbox, workers=workers)
             async with jail.pool() as pool:
-                return await import_acebench(checkout, category, language, pool)
+                return await import_acebench(release, pool)
 
         result = run_to_end(run())
     except (AceBenchSourceError, AceBenchImportError) as exc:

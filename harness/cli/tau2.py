@@ -44,27 +44,30 @@ def import_tau2_command(
     """Import a τ²-bench domain: its tools (telecom: the user's too), and one scenario per task with one check per
     factor of its reward basis, proved by replaying the gold."""
     from harness.archives import ArchiveRefused
-    from harness.benchmarks.tau2.importer import Tau2Import, Tau2ImportError, import_tau2
+    from harness.benchmarks.tau2.importer import Tau2Import, Tau2ImportError, import_tau2, read_tau2
     from harness.benchmarks.tau2.source import Tau2Source, Tau2SourceError
-    from harness.benchmarks.tau2.telecom import TelecomImportError, import_telecom
+    from harness.benchmarks.tau2.telecom import TelecomImportError, import_telecom, read_telecom
     from harness.sandbox.spec import CodeOrigin, JailSpec
 
     try:
         if out.exists() and (not out.is_dir() or any(out.iterdir())):
             raise Tau2ImportError(f"{out} already exists and is not empty; choose another --out")
         tau2 = Tau2Source(source)
-        try:
-
-            async def run() -> Tau2Import:
-                jail = JailSpec.for_code(CodeOrigin.SOURCE, allow_weak_sandbox=allow_weak_sandbox, workers=workers)
-                async with jail.pool() as pool:
-                    if domain == "telecom" and domain in tau2.domains():
-                        return await import_telecom(tau2, split, pool)
-                    return await import_tau2(tau2, domain, split, pool)
-
-            result = run_to_end(run())
+        try:  # everything the import needs is read (and refused when it must be) before the jail starts
+            telecom = read_telecom(tau2, split) if domain == "telecom" and domain in tau2.domains() else None
+            release = read_tau2(tau2, domain, split) if telecom is None else None
         finally:
             tau2.close()
+
+        async def run() -> Tau2Import:
+            jail = JailSpec.for_code(CodeOrigin.SOURCE, allow_weak_sandbox=allow_weak_sandbox, workers=workers)
+            async with jail.pool() as pool:
+                if telecom is not None:
+                    return await import_telecom(telecom, pool)
+                assert release is not None
+                return await import_tau2(release, pool)
+
+        result = run_to_end(run())
     except (ArchiveRefused, Tau2SourceError, Tau2ImportError, TelecomImportError) as exc:
         if debug:
             raise

@@ -30,19 +30,25 @@ def import_taubench_command(
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
 ) -> None:
     """Import a τ-bench domain: its tools, and one scenario per task of a split, checked as upstream rewards it."""
-    from harness.benchmarks.taubench.importer import TauBenchImport, TauBenchImportError, import_taubench
+    from harness.benchmarks.taubench.importer import (
+        TauBenchImport,
+        TauBenchImportError,
+        import_taubench,
+        read_taubench,
+    )
     from harness.benchmarks.taubench.source import TauBenchSource, TauBenchSourceError
     from harness.sandbox.spec import CodeOrigin, JailSpec
 
     try:
         if out.exists() and (not out.is_dir() or any(out.iterdir())):
             raise TauBenchImportError(f"{out} already exists and is not empty; choose another --out")
-        checkout = TauBenchSource(source)
+        # Everything the import needs is read (and refused when it must be) before the jail starts.
+        release = read_taubench(TauBenchSource(source), domain, split)
 
         async def run() -> TauBenchImport:
             jail = JailSpec.for_code(CodeOrigin.SOURCE, allow_weak_sandbox=allow_weak_sandbox, workers=workers)
             async with jail.pool() as pool:
-                return await import_taubench(checkout, domain, split, pool, concurrency=concurrency)
+                return await import_taubench(release, pool, concurrency=concurrency)
 
         result = run_to_end(run())
     except (TauBenchSourceError, TauBenchImportError) as exc:

@@ -76,6 +76,7 @@ def build_manifest(
         ),
         config={
             **config.model_dump(mode="json"),
+            "mcp": config.public_mcp,
             "environment_domains": {env_id: env.domain for env_id, env in library.environments.items() if env.domain},
             "invalid_scenarios": dict(sorted((invalid or {}).items())),
         },
