@@ -51,13 +51,13 @@ async def main(source: Path, concurrency: int, workers: int | None) -> None:
     from harness.importers.bfcl import import_bfcl, verify_import, write_import
     from harness.library import load_library
     from harness.runner import RunConfig, run
-    from harness.sandbox import SandboxPool
+    from harness.sandbox import JailSpec
 
     with tempfile.TemporaryDirectory() as folder:
         started = time.perf_counter()
         imported = import_bfcl(source, ["all"])
         read = time.perf_counter() - started
-        async with SandboxPool(workers=workers) as pool:
+        async with JailSpec(workers=workers).pool() as pool:
             verification = await verify_import(imported, pool)
         verified = time.perf_counter() - started
         library_dir = Path(folder) / "library"

@@ -51,7 +51,7 @@ class Library:
     def optional_modules(self, scenarios: Iterable[Scenario] | None = None) -> frozenset[str]:
         """The optional third-party modules a sandbox pool must load to run these scenarios (by default the whole
         library: every environment, every check): those their environments' code or their checks name
-        (``SandboxPool(optional_modules=...)``)."""
+        (``JailSpec(optional_modules=...)``)."""
         chosen = self.scenarios if scenarios is None else list(scenarios)
         if scenarios is None:
             codes = {environment.code for environment in self.environments.values()}

@@ -66,6 +66,7 @@ def envs_command(
 ) -> None:
     """Build environments from a task set: discover, plan, model, assess and repair, validate."""
     from harness.cli.synth_scenarios import cluster_for
+    from harness.sandbox.spec import CodeOrigin, JailSpec
     from synth.costs import UnknownPriceModel
     from synth.discovery import TaskSourceError
     from synth.pipeline import SynthEnvsConfig, synthesize_environments
@@ -93,7 +94,8 @@ def envs_command(
         timeout=timeout,
         cost_limit=cost_limit,
     )
-    cluster = cluster_for(ray, workers)
+    # The environments are written by this run's model: code of this machine, under its jail.
+    cluster = cluster_for(ray, JailSpec.for_code(CodeOrigin.LOCAL, workers=workers or None))
 
     async def run() -> SynthEnvsResult:
         try:

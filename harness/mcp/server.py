@@ -85,7 +85,7 @@ from harness.mcp.tools import (
     ProtocolListing,
     error_observation,
 )
-from harness.sandbox import EnvironmentLoadError, SandboxError, SandboxLimits, SandboxPool
+from harness.sandbox import EnvironmentLoadError, SandboxError, SandboxPool
 from harness.sandbox.spec import JailSpec
 from harness.schema import Environment, Observation, ObservationKind, Scenario, ToolCall
 
@@ -188,7 +188,9 @@ class EnvironmentServer:
 
     Use as an async context manager (it starts the idle evictor and, when it owns the pool, the pool), then
     :meth:`serve_stdio` or :meth:`serve_http`. ``scenarios`` lets clients load a scenario by id; the default
-    state of a session that uses a tool before loading one is ``initial_state`` (``{}`` when None).
+    state of a session that uses a tool before loading one is ``initial_state`` (``{}`` when None). Without
+    ``pool`` the server makes its own from ``jail`` (made where the code's origin is known, as
+    ``Library.jail``; the default runs local code).
     """
 
     def __init__(
@@ -198,8 +200,7 @@ class EnvironmentServer:
         initial_state: dict[str, Any] | None = None,
         scenarios: Sequence[Scenario] = (),
         pool: SandboxPool | None = None,
-        workers: int | None = None,
-        limits: SandboxLimits | None = None,
+        jail: JailSpec | None = None,
         idle_timeout_s: float | None = DEFAULT_IDLE_TIMEOUT_S,
         seed: int = 0,
         max_sessions: int = DEFAULT_MAX_SESSIONS,
@@ -209,7 +210,7 @@ class EnvironmentServer:
         self.environment = environment
         self.scenarios = {s.id: s for s in scenarios if s.environment_id == environment.id}
         self._owns_pool = pool is None
-        self.pool = pool if pool is not None else JailSpec(workers=workers, limits=limits or SandboxLimits()).pool()
+        self.pool = pool if pool is not None else (jail or JailSpec()).pool()
         self.registry = SessionRegistry(
             self.pool,
             environment,

@@ -18,7 +18,7 @@ from harness.episode import run_episode
 from harness.episode_config import EpisodeConfig
 from harness.library import load_library
 from harness.llm import register_python_model
-from harness.sandbox import SandboxPool
+from harness.sandbox import JailSpec, SandboxPool
 from harness.schema import Check, ReferenceAction, Scenario, TerminationReason
 from harness.validate import validate_environment
 from synth.pipeline import SynthEnvsConfig, synthesize_environments
@@ -35,7 +35,7 @@ TASKS = [
 
 @pytest.fixture
 async def pool() -> AsyncIterator[SandboxPool]:
-    async with SandboxPool(workers=2) as sandbox_pool:
+    async with JailSpec(workers=2).pool() as sandbox_pool:
         yield sandbox_pool
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from harness.library import load_library
 from harness.llm import LLMClient
-from harness.sandbox import SandboxPool
+from harness.sandbox import JailSpec
 from synth.pipeline import synthesize_environments
 from synth.scenarios import ScenarioSynthesisConfig, synthesize_scenarios
 from tests.doubles.scripted_scenarios import ScriptedScenarioWriter
@@ -31,7 +31,7 @@ async def test_environment_report_shows_stages_reasons_coverage_and_cost(tmp_pat
     _narrow, narrow_model = scripted(method_faults={"cancel_permit": "buggy"}, narrow_tester=True)
     (tmp_path / "kept").mkdir()
     (tmp_path / "narrow").mkdir()
-    async with SandboxPool(workers=2) as pool:
+    async with JailSpec(workers=2).pool() as pool:
         await synthesize_environments(config(tmp_path / "kept", kept_model, rounds=12), pool=pool)
         await synthesize_environments(config(tmp_path / "narrow", narrow_model, rounds=9, repairs=0), pool=pool)
 
@@ -59,7 +59,7 @@ async def test_scenario_report_shows_gates_duplicates_and_cost(tmp_path: Path) -
     out = tmp_path / "scen"
     client = LLMClient(cache_dir=None)
     try:
-        async with SandboxPool(workers=2) as pool:
+        async with JailSpec(workers=2).pool() as pool:
             await synthesize_scenarios(
                 [load_library().environments["retail_orders"]],
                 ScenarioSynthesisConfig(model=writer, per_env=3, probes=0, dedup_similarity=None),

@@ -19,7 +19,7 @@ from harness.episode import run_episode
 from harness.episode_config import EpisodeConfig
 from harness.library import load_library
 from harness.protocols import STOP, UserTurn
-from harness.sandbox import SandboxPool
+from harness.sandbox import JailSpec, SandboxPool
 from harness.schema import Environment, Scenario, Trajectory
 from harness.scoring import prepared_checks
 from tests.doubles.mock_openai import MockOpenAIServer, ReplayPolicy
@@ -99,7 +99,7 @@ async def test_every_gold_reaches_upstreams_expected_state(telecom_library: Path
     library = load_library(telecom_library)
     (environment,) = library.environments.values()
     held, broken_at_start = 0, 0
-    async with SandboxPool(workers=2) as pool:
+    async with JailSpec(workers=2).pool() as pool:
         for scenario in library.scenarios:
             start = await _state_after(pool, environment, scenario, gold=False)
             end = await _state_after(pool, environment, scenario, gold=True)
@@ -168,7 +168,7 @@ def by_name(library: Path, fragment: str, *, basis: str) -> tuple[Scenario, Envi
 
 
 async def episode(scenario: Scenario, played: Scenario, environment: Environment, user: OracleUser) -> Trajectory:
-    async with SandboxPool(workers=1) as pool:
+    async with JailSpec(workers=1).pool() as pool:
         return await run_episode(
             scenario,
             environment,

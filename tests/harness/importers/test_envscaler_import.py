@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 from harness.cli import app
 from harness.importers import import_envscaler
 from harness.library import load_library
-from harness.sandbox import SandboxPool
+from harness.sandbox import JailSpec
 from harness.schema import ToolCall
 from harness.scoring import score_final_state
 
@@ -163,7 +163,7 @@ async def test_imported_environment_scores_like_upstream(tmp_path):
     library = load_library(out)
     scenario = library.scenarios[0]
     environment = library.environments[scenario.environment_id]
-    async with SandboxPool(workers=1) as pool:
+    async with JailSpec(workers=1).pool() as pool:
         # The class takes no init_config: the runtime falls back to cls() and setattr's each key, as upstream.
         session = await pool.open_session(environment, scenario.initial_state)
         observation, _ = await session.call(

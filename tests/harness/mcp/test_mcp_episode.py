@@ -21,13 +21,13 @@ from harness.library import load_library
 from harness.mcp.client import McpToolSession
 from harness.mcp.evaluation import run_mcp_episode
 from harness.mcp.server import EnvironmentServer, running_http_server
-from harness.sandbox import SandboxPool
+from harness.sandbox import JailSpec, SandboxPool
 from harness.schema import Check, ReferenceAction, Scenario, TerminationReason, Trajectory
 
 
 @pytest.fixture
 async def pool() -> AsyncIterator[SandboxPool]:
-    async with SandboxPool(workers=2) as sandbox_pool:
+    async with JailSpec(workers=2).pool() as sandbox_pool:
         yield sandbox_pool
 
 

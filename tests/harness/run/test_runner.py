@@ -241,10 +241,10 @@ def test_sigkill_mid_run_then_resume_has_every_episode_exactly_once(tmp_path):
 
 async def test_run_through_an_mcp_server(tmp_path):
     from harness.mcp.server import EnvironmentServer, running_http_server
-    from harness.sandbox import SandboxPool
+    from harness.sandbox import JailSpec
 
     environment = LIBRARY.environments["banking"]
-    async with SandboxPool(workers=1) as pool:
+    async with JailSpec(workers=1).pool() as pool:
         server = EnvironmentServer(environment, pool=pool)
         async with running_http_server(server) as url:
             cfg = config(

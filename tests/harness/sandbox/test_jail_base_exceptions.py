@@ -20,7 +20,7 @@ from fastmcp import Client
 from fastmcp.client.transports import StdioTransport
 
 from harness.mcp.admin import ReadStateRequest, StateResult
-from harness.sandbox import SandboxLimits, SandboxPool
+from harness.sandbox import JailSpec, SandboxLimits
 from harness.schema import Environment, ObservationKind, TerminationReason, ToolCall, Trajectory
 from harness.toolspec import derive_tools
 from tests.support.cli_process import cli_environment, harness
@@ -126,7 +126,7 @@ async def test_the_call_timer_is_still_a_timeout() -> None:
     environment = Environment(
         id="swallows", name="Swallows", class_name="Swallows", code=SWALLOWS, tools=derive_tools(SWALLOWS, "Swallows")
     )
-    async with SandboxPool(limits=SandboxLimits(call_timeout_s=0.5, kill_grace_s=1.0)) as pool:
+    async with JailSpec(limits=SandboxLimits(call_timeout_s=0.5, kill_grace_s=1.0)).pool() as pool:
         session = await pool.open_session(environment, {})
         observation, _ = await session.call(ToolCall(id="c", name="spin", arguments={}))
         await session.close()

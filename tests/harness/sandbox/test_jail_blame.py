@@ -27,7 +27,7 @@ from harness.hub.rows import records_to_table, rows_to_records
 from harness.library import write_seed_layout
 from harness.metrics import read_results, summarize_group
 from harness.reward import trajectory_reward
-from harness.sandbox import EnvironmentFailed, SandboxPool, find_problems
+from harness.sandbox import EnvironmentFailed, JailSpec, find_problems
 from harness.schema import (
     Check,
     Environment,
@@ -431,7 +431,7 @@ async def test_replies_that_name_the_sandbox_after_the_code_ran_are_the_environm
     environment = Environment(
         id="forges", name="Forges", class_name="Forges", code=FORGES, tools=derive_tools(FORGES, "Forges")
     )
-    async with SandboxPool() as pool:
+    async with JailSpec().pool() as pool:
         session = await pool.open_session(environment, {"done": False})
         forged, _ = await session.call(ToolCall(id="c1", name="forge", arguments={}))
         assert forged.ok
