@@ -32,6 +32,7 @@ SFT_FLAGS = ConfigFlags(
         "scenario",
         "limit",
         "concurrency",
+        "max_requests",
         "rpm",
         "tpm",
         "temperature",

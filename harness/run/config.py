@@ -67,6 +67,12 @@ class RunConfig(BaseModel):
     concurrency: int = Field(
         default=32, ge=1, description="Episodes in flight (at most the model alias's max_episodes)."
     )
+    max_requests: int | None = Field(
+        default=None,
+        ge=1,
+        description="Model requests in flight per endpoint, in each process that calls it (default: no cap but the "
+        "episodes in flight, each of which waits for one answer at a time).",
+    )
     rpm: int | None = Field(default=None, ge=1, description="Requests per minute per endpoint.")
     tpm: int | None = Field(default=None, ge=1, description="Tokens per minute per endpoint.")
     temperature: float | None = Field(default=0.0, description="Sampling temperature.")

@@ -1,8 +1,9 @@
 """A run from start to end: load → check → plan → folder → backend → summarize.
 
-Episodes are bounded by ``concurrency``; model calls by the per-endpoint limits of ``harness.llm``; environment
-code runs in the sandbox's confined processes. Results are appended to ``results.jsonl`` as episodes finish;
-``--resume`` runs only the episodes that have no result yet. This module alone writes the run folder.
+Episodes are bounded by ``concurrency``; model calls by the per-endpoint limits of ``harness.llm`` (``max_requests``,
+``rpm``, ``tpm``); environment code runs in the sandbox's confined processes. Results are appended to
+``results.jsonl`` as episodes finish; ``--resume`` runs only the episodes that have no result yet. This module alone
+writes the run folder.
 """
 
 from __future__ import annotations
@@ -188,7 +189,7 @@ async def model_client(config: RunConfig, client: LLMClient | None) -> AsyncIter
         return
     owned = LLMClient(
         cache_dir=config.cache_dir,
-        default_limits=EndpointLimits(concurrency=config.concurrency, rpm=config.rpm, tpm=config.tpm),
+        default_limits=EndpointLimits(concurrency=config.max_requests, rpm=config.rpm, tpm=config.tpm),
         timeout=config.timeout,
     )
     try:
