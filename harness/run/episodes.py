@@ -1,5 +1,7 @@
 """One episode of a run: the policies built for it and the episode loop run, in the run's sandbox pool or
-through its MCP server. The local backend and the Ray executors both run episodes with this code."""
+through its MCP server. The local backend and the Ray executors both run episodes with this code, so both announce
+each episode to their pool's check batches: the trials of one task running together are scored by one check
+process (``harness.sandbox.check_batches``)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from harness.protocols import AgentPolicy, UserPolicy
 from harness.rules import DEFAULT_RULES
 from harness.sandbox import SandboxPool
 from harness.schema import AgentSettings, RecordVersions, Scenario, Trajectory
+from harness.scoring import batch_key
 from harness.versions import record_versions
 
 from .config import RunConfig, agent_settings, user_settings
@@ -73,10 +76,18 @@ class EpisodeContext:
         )
 
 
-async def run_one_episode(spec: EpisodeSpec, context: EpisodeContext) -> Trajectory:
+async def run_one_episode(
+    spec: EpisodeSpec, context: EpisodeContext, *, on_scoring: Callable[[], None] | None = None
+) -> Trajectory:
     """Run ``spec`` to its end; every failure of the episode is recorded in the trajectory it returns, and the
-    versions of what graded it (:mod:`harness.versions`)."""
-    trajectory = await _episode(spec, context)
+    versions of what graded it (:mod:`harness.versions`).
+
+    The episode is announced to the pool for its whole run: a check process for its task waits for the other
+    episodes of the task running now (its trials), so that one process scores them. ``on_scoring`` is called once,
+    when the episode asks to be scored (or ends without asking): a backend frees the episode's slot then, and the
+    next episode starts while this one waits for its batch."""
+    with context.pool.scores_expected(batch_key(spec.scenario), on_scoring):
+        trajectory = await _episode(spec, context)
     return trajectory.model_copy(update={"versions": context.versions_of(spec.scenario)})
 
 
