@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -22,12 +23,14 @@ from harness.dual_control import UserToolSession, user_call_messages
 from harness.library import Library
 from harness.protocols import openai_tool_call
 from harness.rules import BENCHMARK_SOURCES
-from harness.sandbox.pool import EnvironmentLoadError, SandboxError, SandboxPool
+from harness.sandbox.pool import EnvironmentFailed, EnvironmentLoadError, SandboxError, SandboxPool
 from harness.schema import CheckResult, Environment, ReferenceAction, Scenario, Step, ToolCall, UserReferenceAction
 from harness.scoring import check_transcript, checks_at_reset, prepared_checks, reward_from_results
 from harness.state_encodings import READ_ONLY_STATES
 from harness.tool_messages import tool_message
 from harness.toolspec import ToolDerivationError, derive_tools
+
+logger = logging.getLogger(__name__)
 
 
 class RecordReport(BaseModel):
@@ -311,8 +314,13 @@ async def invalid_scenarios(
             try:
                 environment = library.environments[scenario.environment_id]
                 report, _, _ = await screen_scenario(pool, scenario, environment, snapshots)
-            except (SandboxError, EnvironmentLoadError) as exc:
+            except (EnvironmentLoadError, EnvironmentFailed) as exc:
                 return scenario.id, [f"sandbox: {exc}"]
+            except SandboxError as exc:
+                # The jail failed, not the scenario: it is not left out for it. Its episodes meet the same failure
+                # and are recorded as infrastructure errors, which --retry-errors re-runs.
+                logger.warning("scenario %s could not be screened, the sandbox failed: %s", scenario.id, exc)
+                return scenario.id, []
             return scenario.id, report.problems
 
     candidates = [s for s in scenarios if s.environment_id in library.environments]

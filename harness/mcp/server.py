@@ -55,13 +55,14 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from harness.jsonlimits import UnsafeJSON, check_json
-from harness.mcp.access import REQUEST_LIMITS, AccessGuard, AccessPolicy, listening_socket
+from harness.mcp.access import AccessGuard, AccessPolicy, listening_socket
 from harness.mcp.admin import (
     ADMIN_EXTENSION,
     CLOSE_SESSION,
     DESCRIBE,
     DIFF_META_KEY,
     END_TOOL,
+    ENVIRONMENT_FAILED,
     HANDLE_ARGUMENT,
     LOAD_STATE,
     READ_STATE,
@@ -83,9 +84,10 @@ from harness.mcp.tools import (
     EnvironmentTool,
     EpisodeTool,
     ProtocolListing,
+    environment_failure,
     error_observation,
 )
-from harness.sandbox import EnvironmentLoadError, SandboxError, SandboxPool
+from harness.sandbox import EnvironmentFailed, EnvironmentLoadError, SandboxError, SandboxPool
 from harness.sandbox.spec import JailSpec
 from harness.schema import Environment, Observation, ObservationKind, Scenario, ToolCall
 
@@ -340,7 +342,9 @@ class EnvironmentServer:
         handle, key = self._keys.mint()
         try:
             await self.registry.load(key, state, seed=seed)
-        except (SandboxError, EnvironmentLoadError, SessionLimitReached) as exc:
+        except (EnvironmentLoadError, EnvironmentFailed) as exc:
+            return tool_result(environment_failure(call, exc))
+        except (SandboxError, SessionLimitReached) as exc:
             return tool_result(error_observation(call, ObservationKind.SANDBOX_ERROR, str(exc)))
         payload = {HANDLE_ARGUMENT: handle, "environment_id": self.environment.id, "scenario_id": scenario_id}
         return tool_result(Observation(tool_call_id=call.id, name=START_TOOL, content=payload))
@@ -371,7 +375,9 @@ class EnvironmentServer:
             return tool_result(error_observation(call, ObservationKind.TOOL_ERROR, str(exc)))
         except SessionLimitReached as exc:
             return tool_result(error_observation(call, ObservationKind.SANDBOX_ERROR, str(exc)))
-        except (SandboxError, EnvironmentLoadError) as exc:
+        except (EnvironmentLoadError, EnvironmentFailed) as exc:
+            return tool_result(environment_failure(call, exc))
+        except SandboxError as exc:
             logger.warning("tool call %s failed in the sandbox: %s", name, exc)
             return tool_result(error_observation(call, ObservationKind.SANDBOX_ERROR, str(exc)))
         return tool_result(observation, diff if want_diff else None)
@@ -384,7 +390,7 @@ class EnvironmentServer:
         if params.state is not None:
             state = params.state
             try:
-                check_json(state, REQUEST_LIMITS)
+                check_json(state, self.pool.reply_limits.state)  # what reading it back admits
             except UnsafeJSON as exc:
                 raise MCPError(code=INVALID_PARAMS, message=f"not a usable state: the value {exc}") from exc
         elif scenario_id is not None:
@@ -402,8 +408,8 @@ class EnvironmentServer:
             await self.registry.load(key, state, seed=params.seed)
         except SessionLimitReached as exc:
             raise _at_capacity(exc) from exc
-        except EnvironmentLoadError as exc:
-            raise MCPError(code=INVALID_PARAMS, message=str(exc)) from exc
+        except (EnvironmentLoadError, EnvironmentFailed) as exc:
+            raise MCPError(code=INVALID_PARAMS, message=str(exc), data=ENVIRONMENT_FAILED) from exc
         except SandboxError as exc:
             raise MCPError(code=INTERNAL_ERROR, message=str(exc)) from exc
         return LoadStateResult(environment_id=self.environment.id, scenario_id=scenario_id)
@@ -417,7 +423,9 @@ class EnvironmentServer:
             raise MCPError(code=INVALID_PARAMS, message=str(exc)) from exc
         except SessionLimitReached as exc:
             raise _at_capacity(exc) from exc
-        except (SandboxError, EnvironmentLoadError) as exc:
+        except (EnvironmentLoadError, EnvironmentFailed) as exc:
+            raise MCPError(code=INVALID_PARAMS, message=str(exc), data=ENVIRONMENT_FAILED) from exc
+        except SandboxError as exc:
             raise MCPError(code=INTERNAL_ERROR, message=str(exc)) from exc
 
     async def close_session(self, params: HandleParams | None = None) -> ClosedResult:

@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 
 from harness.errors import BadInput
-from harness.sandbox.arguments import CallRejected, validate_call
+from harness.sandbox.arguments import CallRejected, check_arguments, validate_call
 from harness.sandbox.check_batches import (
     SCENARIO_OF_CHECKS,
     CheckBatcher,
@@ -179,7 +179,11 @@ class EnvSession:
             "diffs": self.record_diffs,
         }
         # The state's JSON goes last, written from where it is (a held state's is written once per run).
-        state = READ_ONLY_STATES.plain(self.initial_state)
+        try:
+            state = READ_ONLY_STATES.plain(self.initial_state)
+        except (TypeError, orjson.JSONEncodeError) as exc:  # an integer beyond 64 bits, a value JSON cannot carry
+            unsendable = f"the state of {self.environment.id!r} cannot be sent to its sandbox: {exc}"
+            raise EnvironmentLoadError(unsendable) from None
         message = [orjson.dumps(opening)[:-1], b',"state":', state, b"}"]
         response = await child.request(message, budget, open_reply_bytes(len(self.environment.code)))
         if response.get("ok") is not True:
@@ -201,6 +205,7 @@ class EnvSession:
             raise SandboxError("the session is closed")
         try:
             arguments = validate_call(call, self.tools)
+            check_arguments(arguments, self.pool.reply_limits.result)
         except CallRejected as rejected:
             return Observation(tool_call_id=call.id, name=call.name, kind=rejected.kind, error=str(rejected)), []
         budget = self.pool._budget(self.pool.limits.call_timeout_s)

@@ -3,11 +3,7 @@ for the tests of the commands that read run folders (show, rescore, exports, lea
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
-import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -17,7 +13,8 @@ import orjson
 from harness.library import load_library, write_seed_layout
 from harness.schema import Provenance
 from tests.support.acebench_checkout import write_checkout
-from tests.support.cli_process import Finished, cli_environment, harness
+from tests.support.cli_process import Finished, harness
+from tests.support.hostile_sources import harness_measured
 
 SEED = Path(__file__).resolve().parents[2] / "datasets" / "seed"
 
@@ -116,14 +113,8 @@ def acebench_run(stored_run: Path, library: Path, folder: Path, *, model: str = 
 
 
 def harness_with_peak_memory(args: list[str], env: Mapping[str, str] | None = None) -> tuple[Finished, int]:
-    """The real CLI in a subprocess, and the peak resident memory of that process in bytes (``wait4``)."""
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "harness.cli", *args], env=cli_environment(env), stdout=out, stderr=err
-        )
-        _, status, usage = os.wait4(process.pid, 0)
-        process.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        err.seek(0)
-        finished = Finished(process.returncode, out.read().decode(), err.read().decode())
-    return finished, usage.ru_maxrss * 1024
+    """The real CLI in a subprocess, and the peak resident memory of that process in bytes. The CLI is started by a
+    small driver: a process started straight from the test worker would count the worker's own peak as its own (the
+    kernel carries the high-water mark of the memory an ``exec`` replaces)."""
+    measured = harness_measured(*args, env=env)
+    return Finished(measured.code, measured.stdout, measured.stderr), measured.peak_kib * 1024

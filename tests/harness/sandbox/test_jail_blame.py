@@ -303,8 +303,9 @@ def test_a_child_whose_confinement_fails_before_it_confirms_it_is_an_infrastruct
     library = Path(shutil.copytree(library, workspace / "library"))
     open_to_ordinary_user(workspace)
     out = workspace / "run"
-    # --include-invalid: the screening's sessions would fail alike, and the scenario is not what is being judged.
-    run = ["run", "--envs", str(library), "--env", "exits", "--agent", "oracle", "--include-invalid", "--out", str(out)]
+    # The screening's sessions fail alike: the scenario is not left out for it (the jail failed, not the scenario),
+    # so its episode runs and meets the same failure.
+    run = ["run", "--envs", str(library), "--env", "exits", "--agent", "oracle", "--out", str(out)]
     disabled = "no_new_privs,network_namespace,uts_namespace,pid_namespace,mount_namespace"
     finished = run_as_ordinary_user(
         [sys.executable, "-m", "harness.cli", *run], home=workspace, extra_env={"HARNESS_SANDBOX_DISABLE": disabled}
