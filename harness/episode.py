@@ -13,7 +13,7 @@ writes a stop token, or at the step limit.
 supply assistant messages themselves, such as a trainer's rollout loop.
 
 How a turn is treated and how the reward is computed follow the episode rules (:mod:`harness.rules`,
-``EpisodeConfig.rules``): ``harness`` (the default) or ``envscaler`` (upstream EnvScaler's runtime). The loop
+``EpisodeConfig.rules``): ``harness`` (the default) or a profile a benchmark declares. The loop
 reads the profile's fields (:attr:`Episode.rules`), never its name. Checks get the state snapshot taken at
 reset as ``initial_state`` and, when they declare a third parameter, the transcript
 (:func:`harness.scoring.check_transcript`).
@@ -34,13 +34,7 @@ from harness.dual_control import UserToolSession, user_call_messages, user_round
 from harness.episode_config import EpisodeConfig
 from harness.llm import LLMError
 from harness.message_limits import MessageLimits
-from harness.prompts import (
-    default_user_profile,
-    rules_agent_system_prompt,
-    rules_user_system_prompt,
-    user_greeting,
-    user_system_prompt,
-)
+from harness.prompts import rules_agent_system_prompt, rules_user_system_prompt, user_greeting
 from harness.protocols import (
     AgentPolicy,
     AgentPolicyError,
@@ -93,8 +87,8 @@ FAILED_ENDINGS = frozenset({TerminationReason.ENVIRONMENT_ERROR, TerminationReas
 
 # Observation kinds that mean "the method raised" (or would have, in plain Python: a keyword the method does
 # not take, a missing argument). Under rules with ``raising_tool_ends_episode`` they end the episode. A result
-# that is not JSON (BAD_RESULT) is not among them: the method returned, and upstream would show its ``str()``
-# and go on, so the agent gets an error observation and goes on.
+# that is not JSON (BAD_RESULT) is not among them: the method returned, and a runtime that shows its ``str()``
+# goes on, so the agent gets an error observation and goes on.
 RAISING_KINDS = frozenset(
     {
         ObservationKind.TOOL_EXCEPTION,
@@ -162,7 +156,7 @@ class Episode:
         self._session: ToolSession | None = None
         self._opening: asyncio.Future[None] | None = None
         self._session_opener = session_opener
-        self.rules: EpisodeRules = config.profile
+        self.rules: EpisodeRules = config.rules
         self._start_state: dict[str, Any] | None = None
         self._state_keys: set[str] = set()
         self._session_tools: set[str] = set()
@@ -246,15 +240,7 @@ class Episode:
             self.messages.append({"role": "assistant", "content": opening})
         elif self.rules.user_opening is not None:
             opening = self.rules.user_opening
-        user_prompt = rules_user_system_prompt(
-            self.rules.system_prompts,
-            self.scenario.task,
-            tags=self.scenario.tags,
-            stop=(self.rules.stop_tokens or ("",))[0],
-        )
-        if user_prompt is None:
-            profile = self.scenario.user_profile or default_user_profile(self.scenario.task)
-            user_prompt = user_system_prompt(profile, user_version)
+        user_prompt = rules_user_system_prompt(self.scenario, self.rules, user_version)
         self.user_view = [{"role": "system", "content": user_prompt}, {"role": "user", "content": opening}]
         return True
 
@@ -367,7 +353,7 @@ class Episode:
             self.messages.append({"role": "user", "content": PARSE_ERROR_TEXT})
         elif turn.feedback is not None:
             self.messages.append(turn.feedback)
-        # Rules that count messages count the unreadable message and the answer to it (ACEBench's multi_step).
+        # Rules that count messages count the unreadable message and the answer to it.
         self._count_messages(2 if self.rules.errors_as_user_messages or turn.feedback is not None else 1)
         if self.done or not self.rules.parse_error_limit:
             return
@@ -483,15 +469,7 @@ class Episode:
 
     def _system_prompt(self) -> str:
         version = self.agent_settings.system_prompt_version
-        finish = next(iter(self.rules.agent_stop_phrases), "finish conversation")
-        return rules_agent_system_prompt(
-            self.environment,
-            self.config.mode,
-            self.rules.system_prompts,
-            version,
-            finish_phrase=finish,
-            scenario=self.scenario,
-        )
+        return rules_agent_system_prompt(self.environment, self.config.mode, self.rules, version, self.scenario)
 
     async def close(self) -> None:
         opening, self._opening = self._opening, None
@@ -606,7 +584,7 @@ class Episode:
         stops = self.rules.stop_tokens
         stop_token = reply.stop_token
         if stop_token is None and stops is not None:
-            # A rules' own stop phrase (ACEBench's "finish conversation") is not among the simulator's tokens.
+            # A rules' own stop phrase is not among the simulator's tokens.
             stop_token = next((stop for stop in stops if stop in reply.text), None)
         if stop_token is not None and (stops is None or stop_token in stops):
             self.end(TerminationReason.USER_STOP, stop_token)

@@ -37,8 +37,8 @@ from harness.benchmarks.tau2.results_shapes import (
     Tau2ToolMessage,
     Tau2UserInfo,
 )
+from harness.benchmarks.tau2.rules import TAU2_RULES
 from harness.dual_control import user_tool_message
-from harness.rules import TAU2_RULES
 from harness.schema import (
     CheckResult,
     Environment,

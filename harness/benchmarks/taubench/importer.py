@@ -26,6 +26,7 @@ from harness.benchmarks.taubench.code import (
     environment_code,
     schema_probe_code,
 )
+from harness.benchmarks.taubench.rules import TAUBENCH_RULES
 from harness.benchmarks.taubench.source import (
     SOURCE_LICENSE_NOTE,
     DomainLayout,
@@ -33,7 +34,6 @@ from harness.benchmarks.taubench.source import (
     TauBenchSourceError,
 )
 from harness.dispatch import DispatchSession, open_tool_session
-from harness.rules import TAUBENCH_RULES
 from harness.sandbox import SandboxPool
 from harness.schema import (
     Check,
