@@ -140,7 +140,7 @@ def export_rewards(options: dict[str, Any]) -> ExportResult:
 
 
 def recommend(environments: Sequence[Environment]) -> RunSettings:
-    return RunSettings(rules=TOY_RULES.name)
+    return RunSettings(rules=TOY_RULES.name, max_steps=6)
 
 
 BENCHMARK = Benchmark(
@@ -245,9 +245,13 @@ def test_the_toy_benchmark_imports_runs_under_its_recommended_rules_and_exports(
     run = tmp_path / "run"
     ran = ok(harness(["run", "--envs", str(library), "--agent", "oracle", "--out", str(run)], env=env))
     header = " ".join(ran.stdout.split())
-    assert "rules toy (from the library)" in header, ran.stdout
+    assert "rules toy (from the library)" in header and "step limit 6 (from the library)" in header, ran.stdout
     manifest = orjson.loads((run / "manifest.json").read_bytes())
-    assert manifest["config"]["rules"] == "toy" and manifest["config"]["mode"] == "nonconv"
+    assert (manifest["config"]["rules"], manifest["config"]["mode"], manifest["config"]["max_steps"]) == (
+        "toy",
+        "nonconv",
+        6,
+    )
     results = {r["scenario_id"]: r for r in map(orjson.loads, (run / "results.jsonl").read_bytes().splitlines())}
     assert sorted(results) == ["toy-a", "toy-b"]
     for result in results.values():
