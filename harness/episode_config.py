@@ -46,7 +46,3 @@ class EpisodeConfig(BaseModel):
         if self.max_steps is not None:
             return self.max_steps
         return self.rules.default_max_steps or DEFAULT_MAX_STEPS[self.mode]
-
-    @property
-    def profile(self) -> EpisodeRules:
-        return self.rules
