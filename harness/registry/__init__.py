@@ -1,7 +1,7 @@
 """The benchmark registry: what each installed benchmark declares, found through the ``harness.benchmarks``
 entry points (``docs/benchmarks.md``). No engine module names a benchmark; each asks this package."""
 
-from harness.registry.catalog import GROUP, Catalog, catalog, jail_module_problem, read_catalog
+from harness.registry.catalog import GROUP, Catalog, catalog, jail_module_problem, project_missing, read_catalog
 from harness.registry.lookup import (
     UnknownBenchmark,
     agent_kind_mismatch,
@@ -77,6 +77,7 @@ __all__ = [
     "profile_names",
     "profile_owner",
     "profiles",
+    "project_missing",
     "read_catalog",
     "released_sources",
     "reward_components",

@@ -21,6 +21,8 @@ logger = logging.getLogger(__name__)
 
 GROUP = "harness.benchmarks"
 """The entry-point group a benchmark registers in: ``NAME = "package.module:BENCHMARK"``."""
+PROJECT = "envharness"
+"""The distribution whose entry points register the project's own benchmarks."""
 
 ENGINE_PACKAGES = frozenset({"harness", "agents", "synth", "leaderboards"})
 
@@ -93,10 +95,24 @@ def read_catalog(found: Iterable[EntryPoint]) -> Catalog:
     return Catalog(tuple(sorted(benchmarks, key=lambda b: (b.rank, b.name))), tuple(problems))
 
 
+def project_missing(found: Iterable[EntryPoint]) -> str | None:
+    """Why the project's own benchmarks are not among ``found`` (None when they are): its package metadata, which
+    holds their entry points, is not on the path."""
+    if any(entry.dist is not None and entry.dist.name == PROJECT for entry in found):
+        return None
+    return (
+        f"the project's own benchmarks are not registered: {PROJECT}'s package metadata is not on the path "
+        "(install the project, e.g. pip install -e .)"
+    )
+
+
 @functools.cache
 def catalog() -> Catalog:
-    """The installed benchmarks (read once per process); each entry point left out is logged as a warning."""
-    read = read_catalog(entry_points(group=GROUP))
-    for problem in read.problems:
+    """The installed benchmarks (read once per process); each entry point left out is logged as a warning, and
+    so is a project whose own entry points are missing."""
+    found = list(entry_points(group=GROUP))
+    read = read_catalog(found)
+    missing = project_missing(found)
+    for problem in [*read.problems, *([missing] if missing else [])]:
         logger.warning("%s", problem)
     return read

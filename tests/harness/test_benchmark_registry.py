@@ -19,6 +19,7 @@ from harness.registry import (
     benchmarks,
     jail_module_problem,
     profile_names,
+    project_missing,
     read_catalog,
     rules_profile,
 )
@@ -100,6 +101,15 @@ def test_a_broken_or_clashing_entry_point_is_one_line_and_the_others_load() -> N
         "is left out: its benchmark 'envscaler' is already envscaler's; its rules profile 'envscaler' is already envscaler's"
     )
     assert all("\n" not in problem for problem in catalog.problems)
+
+
+def test_a_project_whose_own_entry_points_are_missing_is_told_how_to_register_them() -> None:
+    assert project_missing(entry_points(group=GROUP)) is None
+    stray = [entry("envscaler", "harness.benchmarks.envscaler.benchmark:BENCHMARK")]  # from no distribution
+    assert project_missing(stray) == (
+        "the project's own benchmarks are not registered: envharness's package metadata is not on the path "
+        "(install the project, e.g. pip install -e .)"
+    )
 
 
 def test_jail_modules_are_third_party_names_only() -> None:
