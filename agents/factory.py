@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import logging
 from typing import TYPE_CHECKING, Any
 
 from agents.do_nothing import DoNothingAgent
@@ -17,12 +18,25 @@ from harness.schema import AgentSettings, ModelSettings, Scenario
 if TYPE_CHECKING:
     from harness.llm import LLMClient
 
+logger = logging.getLogger(__name__)
+
 OWN_AGENT_KINDS: tuple[str, ...] = ("function_calling", "prompted", "oracle", "do_nothing")
-BENCHMARK_AGENTS: dict[str, str] = {
-    kind.name: kind.factory for kind in agent_kinds() if kind.name not in OWN_AGENT_KINDS
-}
-"""The agents the installed benchmarks bring: kind → ``module:attribute`` of what builds one (imported when one is
-built)."""
+
+
+def benchmark_agents() -> dict[str, str]:
+    """The agents the installed benchmarks bring, by kind: ``module:attribute`` of what builds one. A kind named
+    like one of the project's is left out, with a warning."""
+    found: dict[str, str] = {}
+    for kind in agent_kinds():
+        if kind.name in OWN_AGENT_KINDS:
+            logger.warning("a benchmark's agent kind %r is the project's own: left out", kind.name)
+        else:
+            found[kind.name] = kind.factory
+    return found
+
+
+BENCHMARK_AGENTS: dict[str, str] = benchmark_agents()
+"""The agents the installed benchmarks bring (imported only when one is built)."""
 AGENT_KINDS: tuple[str, ...] = (*OWN_AGENT_KINDS, *BENCHMARK_AGENTS)
 
 
