@@ -40,8 +40,8 @@ async def rescore(run_dir: Path, out: Path, concurrency: int) -> int:
     plan = plan_rescore(run_dir, library, out)
     async with SandboxPool(optional_modules=library.optional_modules()) as pool:
         report = await rescore_run(plan, pool, concurrency=concurrency)
-    assert not report.refused, report.refused[:3]
-    return report.rescored + report.kept
+    assert report.complete, report.not_rescored[:3]
+    return report.rescored
 
 
 def main() -> None:

@@ -2,8 +2,10 @@
 
 Run it with a Python that has ``openenv==0.10.0`` (not the project's venv: openenv pins ``fastmcp<4``):
 
-    harness serve banking --protocol openenv --port 8765 &
-    python examples/openenv_client.py --url http://127.0.0.1:8765 --env banking
+    harness serve banking --protocol openenv --port 8765 &   # its first line: http://127.0.0.1:8765/<token>
+    python examples/openenv_client.py --url http://127.0.0.1:8765/<token> --env banking
+
+The URL is the one the server printed first: its credential is the path's first segment.
 
 It takes the first scenario from OpenEnv's task API, resets to it, lists the tools, reads one account, ends the
 episode with the ``finish`` tool and prints the reward the jailed checks gave (0.0 here: nothing was done).
@@ -31,7 +33,7 @@ def first_task(url: str, env: str) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--url", default="http://127.0.0.1:8765")
+    parser.add_argument("--url", required=True, help="the URL harness serve printed first (credential included)")
     parser.add_argument("--env", default="banking")
     args = parser.parse_args()
 

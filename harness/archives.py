@@ -1,7 +1,6 @@
-"""Reading members of a zip archive from outside (a wheel) with limits, so that a bomb cannot exhaust the harness.
-
-Each member's declared size and compression ratio are checked before it is opened, and it is read in chunks with
-a cap, so that a member whose data inflates past what it declares is refused too, after at most the cap.
+"""The members of a zip archive from outside (a wheel), checked from their headers so that a bomb cannot exhaust
+the harness: each member's declared size, compression ratio and name are checked before any data is read.
+:class:`harness.files.SourceTree` then reads a member in chunks, never past what it declares.
 """
 
 from __future__ import annotations
@@ -17,7 +16,6 @@ MAX_RATIO = 100
 """The largest size-to-compressed-size ratio of a member above :data:`RATIO_FLOOR_BYTES` (text deflates ~5:1)."""
 RATIO_FLOOR_BYTES = 1 << 20
 """Members below this size are not held to the ratio (a tiny file of repeated bytes is harmless)."""
-CHUNK_BYTES = 1 << 20
 
 
 class ArchiveRefused(BadInput):
@@ -46,22 +44,3 @@ def check_member(archive: str, info: zipfile.ZipInfo, *, max_bytes: int = MAX_ME
         raise ArchiveRefused(
             f"{archive}: member {info.filename!r} declares {info.file_size:,} bytes; the limit is {max_bytes:,}"
         )
-
-
-def read_member(archive: zipfile.ZipFile, name: str, label: str, *, max_bytes: int = MAX_MEMBER_BYTES) -> bytes:
-    """The bytes of member ``name`` of ``archive`` (called ``label`` in messages), checked and read with a cap:
-    never more than the smaller of its declared size and ``max_bytes``, plus one chunk."""
-    info = archive.getinfo(name)
-    check_member(label, info, max_bytes=max_bytes)
-    cap = min(info.file_size, max_bytes)
-    chunks: list[bytes] = []
-    read = 0
-    with archive.open(info) as member:
-        while chunk := member.read(CHUNK_BYTES):
-            read += len(chunk)
-            if read > cap:
-                raise ArchiveRefused(
-                    f"{label}: member {name!r} holds more than the {info.file_size:,} bytes it declares"
-                )
-            chunks.append(chunk)
-    return b"".join(chunks)

@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from harness import __version__
+from harness.outputs import OutputFolder
 from harness.schema import PolicyTokens, Trajectory
 
 ATIF_VERSION = "ATIF-v1.4"
@@ -173,15 +174,17 @@ class UnsafeEpisodeId(ValueError):
 
 
 def write_atif(trajectories: list[Trajectory], out: Path) -> list[Path]:
-    """One ``<episode_id>.json`` per trajectory in ``out``; returns the files written. Every id is checked before
-    anything is written."""
+    """One ``<episode_id>.json`` per trajectory in ``out``; returns the files written. Every id, and every path it
+    makes inside ``out``, is checked before anything is written."""
     for trajectory in trajectories:
         if not SAFE_FILE_NAME.fullmatch(trajectory.episode_id):
             raise UnsafeEpisodeId(f"episode id {trajectory.episode_id[:80]!r} cannot name a file; nothing was written")
+    folder = OutputFolder(out)
+    for trajectory in trajectories:
+        folder.path(f"{trajectory.episode_id}.json")
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for trajectory in trajectories:
-        path = out / f"{trajectory.episode_id}.json"
-        path.write_bytes(orjson.dumps(to_atif(trajectory), option=orjson.OPT_INDENT_2) + b"\n")
-        written.append(path)
+        document = orjson.dumps(to_atif(trajectory), option=orjson.OPT_INDENT_2) + b"\n"
+        written.append(folder.write_bytes(f"{trajectory.episode_id}.json", document))
     return written

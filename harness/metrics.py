@@ -23,10 +23,12 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
+from harness.errors import BadInput
+from harness.files import RUN_FOLDER_BUDGET, ReadBudget
 from harness.schema import FailureParty, RunManifest, TerminationReason, Trajectory
-from harness.store import read_records
+from harness.store import folder_tree, read_records, run_file_exists
 from harness.versions import VersionsSummary, versions_of
 
 logger = logging.getLogger(__name__)
@@ -36,6 +38,13 @@ RESULTS_FILE = "results.jsonl"
 SUMMARY_FILE = "summary.json"
 
 DEFAULT_GROUP_BY: tuple[str, ...] = ("environment_id", "mode")
+
+RUN_FILE_BUDGET = ReadBudget(
+    max_bytes=RUN_FOLDER_BUDGET.line_bytes,
+    max_values=RUN_FOLDER_BUDGET.line_values,
+    max_depth=RUN_FOLDER_BUDGET.max_depth,
+)
+"""A run folder's whole-JSON files (``manifest.json``): held to what one line of ``results.jsonl`` may hold."""
 
 
 def pass_hat_k(n: int, c: int, k: int) -> float:
@@ -258,12 +267,13 @@ def deduplicate(trajectories: Iterable[Trajectory]) -> list[Trajectory]:
 
 
 def read_results(path: Path) -> list[Trajectory]:
-    """Every trajectory of a ``results.jsonl`` file, last line winning per episode_id.
+    """Every trajectory of a ``results.jsonl`` file, last line winning per episode_id; none when the file is absent.
 
-    A line that does not hold a trajectory (a final line cut short by a killed process, a damaged or over-deep
-    line) is skipped with a warning naming it (see :func:`harness.store.read_records`).
+    The file is read as hostile (see :func:`harness.store.read_records`): a symlink is refused with its path, and a
+    line that does not hold a trajectory (a final line cut short by a killed run, a damaged, over-deep or
+    over-budget line) is skipped with a warning naming it.
     """
-    if not path.exists():
+    if not run_file_exists(path.parent, path.name):
         return []
     by_id: dict[str, Trajectory] = {}
     for _, trajectory in read_records(path, Trajectory):
@@ -272,14 +282,24 @@ def read_results(path: Path) -> list[Trajectory]:
 
 
 def load_manifest(run_dir: Path | str) -> RunManifest:
-    path = Path(run_dir) / MANIFEST_FILE
-    if not path.exists():
+    """The run folder's manifest, read as hostile: a symlink is refused with its path, and the file is held to the
+    budget of one line of ``results.jsonl`` (bytes and JSON values) before it is decoded."""
+    folder = Path(run_dir)
+    if not run_file_exists(folder, MANIFEST_FILE):
         raise FileNotFoundError(f"{run_dir} is not a run folder: {MANIFEST_FILE} is missing")
-    return RunManifest.model_validate_json(path.read_text(encoding="utf-8"))
+    try:
+        return RunManifest.model_validate(folder_tree(folder, RUN_FILE_BUDGET).read_json(MANIFEST_FILE))
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "the top level"
+        raise BadInput(
+            f"{folder / MANIFEST_FILE} is not a run manifest: {where}: {first['msg']} "
+            f"({error.error_count()} problem{'s' * (error.error_count() != 1)})"
+        ) from None
 
 
 def load_run(run_dir: Path | str) -> tuple[RunManifest, list[Trajectory]]:
-    """The manifest and the de-duplicated trajectories of a run folder."""
+    """The manifest and the de-duplicated trajectories of a run folder (both read as hostile, see above)."""
     manifest = load_manifest(run_dir)
     return manifest, read_results(Path(run_dir) / RESULTS_FILE)
 

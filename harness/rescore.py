@@ -3,9 +3,15 @@
 Each episode's final state is rebuilt by replaying its recorded tool calls in the jail, from the scenario's initial
 state, with the session the run used (the same rules, the same seed); every replayed result must equal the recorded
 one. The library's checks then run on that state through the same verdict a run computes
-(:func:`harness.verdict.episode_verdict`). An episode is refused, with its reason, when its environment's code
-changed since the run or a replayed result differs; an episode that ended without a final state (its environment or
-the infrastructure failed) keeps its verdict, which no check decided.
+(:func:`harness.verdict.episode_verdict`). An episode whose environment failed (``environment_error``) is scored by
+the rules alone (as a failure, or not at all), as a run scores it, when the environment's code is the version that
+failed.
+
+Only verdicts recomputed here reach the new folder. An episode that cannot be re-scored is listed with its reason
+and left out of the new results and summary (never counted with its old verdict): its record contradicts itself
+(:mod:`harness.contradictions`), the library lacks its environment or scenario, the environment's code or the
+scenario changed since the run, a replayed result differs, or it ended without a final state to replay (an
+infrastructure error).
 """
 
 from __future__ import annotations
@@ -15,14 +21,15 @@ import logging
 import shutil
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
 import orjson
 from pydantic import BaseModel, Field
 
+from harness.contradictions import contradictions
 from harness.dispatch import open_tool_session
-from harness.episode import FAILED_ENDINGS
 from harness.errors import BadInput
 from harness.library import Library
 from harness.metrics import MANIFEST_FILE, RESULTS_FILE, load_run, summarize_run, write_summary
@@ -40,6 +47,7 @@ from harness.schema import (
     Step,
     Trajectory,
 )
+from harness.scoring import zero_reward
 from harness.store import ResultStore
 from harness.tool_messages import pass_through_tools
 from harness.verdict import EndedEpisode, episode_verdict
@@ -48,20 +56,42 @@ from harness.versions import environment_hash, library_checks_hash, record_versi
 logger = logging.getLogger(__name__)
 
 REPORT_FILE = "rescore.json"
-Outcome = Literal["rescored", "kept", "refused"]
+Outcome = Literal["replayed", "rules"]
 
 
 class RescoreRefused(BadInput):
     """The re-scoring cannot start: the run folder, the library or the output folder is unusable."""
 
 
+class NotRescoredCause(StrEnum):
+    """Why an episode was not re-scored."""
+
+    CONTRADICTORY_RECORD = "contradictory_record"
+    """Fields of its record contradict each other (it is refused)."""
+    MISSING_ENVIRONMENT = "missing_environment"
+    MISSING_SCENARIO = "missing_scenario"
+    ENVIRONMENT_CHANGED = "environment_changed"
+    SCENARIO_CHANGED = "scenario_changed"
+    NO_FINAL_STATE = "no_final_state"
+    """It ended without a final state that a replay could rebuild, and no rule scores it without one."""
+    DUAL_CONTROL = "dual_control"
+    REPLAY_DIFFERS = "replay_differs"
+    JAIL = "jail"
+    """The jail could not replay it."""
+
+
 class EpisodeRefused(Exception):
     """One episode cannot be re-scored; the message says why."""
 
+    def __init__(self, cause: NotRescoredCause, reason: str) -> None:
+        super().__init__(reason)
+        self.cause = cause
 
-class RefusedEpisode(BaseModel):
+
+class NotRescored(BaseModel):
     episode_id: str
     scenario_id: str
+    cause: NotRescoredCause
     reason: str
 
 
@@ -71,14 +101,19 @@ class RescoreReport(BaseModel):
     run_id: str
     source_dir: str
     out_dir: str
-    rescored: int = 0
-    kept: int = Field(default=0, description="Episodes without a final state, whose verdict no check decided.")
+    episodes: int = Field(default=0, description="Episodes of the run (one per episode id).")
+    rescored: int = Field(default=0, description="Episodes whose verdict was recomputed: the new folder's episodes.")
+    by_rules: int = Field(
+        default=0, description="Of those, environment failures scored by the rules alone (no checks run)."
+    )
     changed: int = Field(default=0, description="Re-scored episodes whose check results or reward changed.")
-    refused: list[RefusedEpisode] = Field(default_factory=list)
+    not_rescored: list[NotRescored] = Field(
+        default_factory=list, description="Episodes left out of the new folder, each with its reason."
+    )
 
     @property
     def complete(self) -> bool:
-        return not self.refused
+        return not self.not_rescored
 
 
 @dataclass
@@ -96,14 +131,14 @@ class RescorePlan:
 
 
 def plan_rescore(run_dir: Path, library: Library, out: Path) -> RescorePlan:
-    """Read the run and check, before any work, that the library holds every environment and scenario it used and
-    that ``out`` is free. Raises :class:`RescoreRefused` with one line per problem."""
+    """Read the run and check, before any work, that ``out`` is free and that the library holds the environment and
+    scenario of at least one of the run's episodes. Raises :class:`RescoreRefused` with one line per problem."""
     try:
         manifest, trajectories = load_run(run_dir)
     except FileNotFoundError as exc:
         raise RescoreRefused(str(exc)) from None
     except ValueError as exc:
-        raise RescoreRefused(f"{run_dir / MANIFEST_FILE} is not a run manifest: {type(exc).__name__}") from None
+        raise RescoreRefused(f"cannot read {run_dir}: {exc}") from None
     if out.exists() and any(out.iterdir()):
         raise RescoreRefused(f"{out} exists and is not empty; choose another --out")
     if out.resolve() == run_dir.resolve():
@@ -118,9 +153,11 @@ def plan_rescore(run_dir: Path, library: Library, out: Path) -> RescorePlan:
             "jail, so its final states cannot be rebuilt here"
         )
     scenarios = {(s.environment_id, s.id): s for s in library.scenarios}
-    problems = missing_ids(trajectories, library, scenarios)
-    if problems:
-        raise RescoreRefused("\n".join(problems))
+    if trajectories and not any((t.environment_id, t.scenario_id) in scenarios for t in trajectories):
+        raise RescoreRefused(
+            f"the library {library.source.source} holds none of the environments and scenarios of {run_dir}",
+            *missing_ids(trajectories, library, scenarios),
+        )
     seed = manifest.config.get("seed", 0)
     return RescorePlan(
         run_dir,
@@ -195,8 +232,9 @@ async def replay_final_state(
             observation, _ = await session.call(step.call)
             if _recorded(observation) != _recorded(step.observation):
                 raise EpisodeRefused(
+                    NotRescoredCause.REPLAY_DIFFERS,
                     f"replaying call {step.index + 1} ({step.call.name}) gave another result than the recorded "
-                    f"one: {_short(_recorded(observation))} now, {_short(_recorded(step.observation))} recorded"
+                    f"one: {_short(_recorded(observation))} now, {_short(_recorded(step.observation))} recorded",
                 )
         return start_state, await session.state()
     finally:
@@ -209,26 +247,60 @@ def _short(value: object, limit: int = 160) -> str:
 
 
 async def rescore_episode(pool: SandboxPool, plan: RescorePlan, trajectory: Trajectory) -> tuple[Outcome, Trajectory]:
-    """The episode with the library's verdict ("rescored"), or unchanged but for its versions ("kept")."""
-    environment = plan.library.environments[trajectory.environment_id]
-    scenario = plan.scenarios[(trajectory.environment_id, trajectory.scenario_id)]
+    """The episode with the library's verdict: from a replay and the checks ("replayed"), or, for an environment
+    failure, from the rules alone ("rules"). :class:`EpisodeRefused` when it cannot be re-scored."""
+    found = contradictions(trajectory, plan.rules)
+    if found:
+        raise EpisodeRefused(
+            NotRescoredCause.CONTRADICTORY_RECORD, "the record contradicts itself: " + "; ".join(found)
+        )
+    environment = plan.library.environments.get(trajectory.environment_id)
+    if environment is None:
+        raise EpisodeRefused(
+            NotRescoredCause.MISSING_ENVIRONMENT,
+            f"the library {plan.library.source.source} has no environment {trajectory.environment_id!r}",
+        )
+    scenario = plan.scenarios.get((trajectory.environment_id, trajectory.scenario_id))
+    if scenario is None:
+        raise EpisodeRefused(
+            NotRescoredCause.MISSING_SCENARIO,
+            f"the library {plan.library.source.source} has no scenario {trajectory.scenario_id!r} of environment "
+            f"{trajectory.environment_id!r}",
+        )
     versions = record_versions(environment, scenario, plan.rules.name)
     recorded = trajectory.versions
     if recorded is not None and recorded.environment is not None and recorded.environment != versions.environment:
         raise EpisodeRefused(
+            NotRescoredCause.ENVIRONMENT_CHANGED,
             f"the environment's code changed since the run (version {recorded.environment} recorded, "
-            f"{environment_hash(environment)} in the library)"
+            f"{environment_hash(environment)} in the library)",
         )
     if recorded is not None and recorded.scenario != versions.scenario:
         raise EpisodeRefused(
+            NotRescoredCause.SCENARIO_CHANGED,
             f"the scenario changed since the run (version {recorded.scenario} recorded, {versions.scenario} in the "
-            "library): only its checks may differ"
+            "library): only its checks may differ",
         )
     update: dict[str, Any] = {"versions": versions, "rescored_from": trajectory.run_id, "run_id": plan_run_id(plan)}
-    if trajectory.termination in FAILED_ENDINGS:
-        return "kept", trajectory.model_copy(update=update)
+    if trajectory.infra_error:
+        raise EpisodeRefused(
+            NotRescoredCause.NO_FINAL_STATE,
+            "it ended in an infrastructure error: there is no final state to rebuild (re-run it with harness run "
+            "--resume --retry-errors)",
+        )
+    if trajectory.environment_error:
+        if recorded is None or recorded.environment is None:
+            raise EpisodeRefused(
+                NotRescoredCause.NO_FINAL_STATE,
+                "its environment failed and the record does not say which version of the environment's code failed",
+            )
+        reward = zero_reward(scenario) if plan.rules.environment_failure == "scored_failed" else None
+        return "rules", trajectory.model_copy(update={**update, "check_results": [], "reward": reward})
     if trajectory.user_steps:
-        raise EpisodeRefused("the simulated user called tools (dual control): the replay would leave out its calls")
+        raise EpisodeRefused(
+            NotRescoredCause.DUAL_CONTROL,
+            "the simulated user called tools (dual control): the replay would leave out its calls",
+        )
     try:
         start_state, final_state = await replay_final_state(pool, plan, trajectory, environment, scenario)
         ended = EndedEpisode(
@@ -244,9 +316,9 @@ async def rescore_episode(pool: SandboxPool, plan: RescorePlan, trajectory: Traj
         )
         check_results, reward = await episode_verdict(pool, ended, final_state, start_state)
     except SandboxError as exc:
-        raise EpisodeRefused(f"the jail could not replay it: {exc}") from None
+        raise EpisodeRefused(NotRescoredCause.JAIL, f"the jail could not replay it: {exc}") from None
     update.update({"check_results": check_results, "reward": reward})
-    return "rescored", trajectory.model_copy(update=update)
+    return "replayed", trajectory.model_copy(update=update)
 
 
 def plan_run_id(plan: RescorePlan) -> str:
@@ -268,7 +340,9 @@ def verdict_of(trajectory: Trajectory) -> bytes:
 async def rescore_run(plan: RescorePlan, pool: SandboxPool, *, concurrency: int = 16) -> RescoreReport:
     """Re-score every episode of ``plan`` into its new folder (manifest, results, summary, report)."""
     out = plan.out
-    report = RescoreReport(run_id=plan.manifest.run_id, source_dir=str(plan.run_dir), out_dir=str(out))
+    report = RescoreReport(
+        run_id=plan.manifest.run_id, source_dir=str(plan.run_dir), out_dir=str(out), episodes=len(plan.trajectories)
+    )
     out.mkdir(parents=True, exist_ok=True)
     library_ref = DatasetRef(
         source=plan.library.source.source,
@@ -298,17 +372,18 @@ async def rescore_run(plan: RescorePlan, pool: SandboxPool, *, concurrency: int 
             try:
                 outcome, rescored = await rescore_episode(pool, plan, trajectory)
             except EpisodeRefused as refused:
-                report.refused.append(
-                    RefusedEpisode(
-                        episode_id=trajectory.episode_id, scenario_id=trajectory.scenario_id, reason=str(refused)
+                report.not_rescored.append(
+                    NotRescored(
+                        episode_id=trajectory.episode_id,
+                        scenario_id=trajectory.scenario_id,
+                        cause=refused.cause,
+                        reason=str(refused),
                     )
                 )
                 return
-        if outcome == "kept":
-            report.kept += 1
-        else:
-            report.rescored += 1
-            report.changed += verdict_of(rescored) != verdict_of(trajectory)
+        report.rescored += 1
+        report.by_rules += outcome == "rules"
+        report.changed += verdict_of(rescored) != verdict_of(trajectory)
         finished[trajectory.episode_id] = rescored
 
     try:
@@ -319,7 +394,8 @@ async def rescore_run(plan: RescorePlan, pool: SandboxPool, *, concurrency: int 
                 store.append(finished[trajectory.episode_id])
     finally:
         store.close()
-    report.refused.sort(key=lambda r: r.episode_id)
+    report.not_rescored.sort(key=lambda r: r.episode_id)
+    # The summary counts only what was re-scored here: an episode left out never counts with its old verdict.
     write_summary(out, summarize_run(finished.values(), run_id=manifest.run_id))
     (out / REPORT_FILE).write_text(report.model_dump_json(indent=2) + "\n", encoding="utf-8")
     return report

@@ -22,6 +22,7 @@ from typing import IO, TypeVar
 import orjson
 from pydantic import BaseModel, ValidationError
 
+from harness.files import FILE, RUN_FOLDER_BUDGET, SYMLINK, ReadBudget, SourceTree, UnsafeFile, count_values
 from harness.jsonlimits import JSONLimits, UnsafeJSON, check_decoded_json, check_json
 from harness.redact import redact_known
 from harness.schema import TerminationReason, Timings, Trajectory
@@ -33,6 +34,8 @@ RECORD_LIMITS = JSONLimits(max_depth=128)
 and well inside what orjson writes (254 levels) and pydantic reads back from JSON (about 200)."""
 
 RecordT = TypeVar("RecordT", bound=BaseModel)
+
+_LINE_CHUNK = 1 << 20
 
 
 def encode_record(record: BaseModel) -> bytes:
@@ -49,21 +52,98 @@ def decode_record(line: bytes, model: type[RecordT]) -> RecordT:
     return model.model_validate(data)
 
 
-def read_records(path: Path, model: type[RecordT]) -> Iterator[tuple[int, RecordT]]:
-    """Each readable record of a JSON-lines file with its line number; a damaged line is skipped with a warning
-    naming it (a torn last line, from a killed run, is told apart)."""
-    with path.open("rb") as lines:
-        for number, line in enumerate(lines, start=1):
+def read_records(
+    path: Path, model: type[RecordT], budget: ReadBudget = RUN_FOLDER_BUDGET
+) -> Iterator[tuple[int, RecordT]]:
+    """Each readable record of a JSON-lines file with its line number.
+
+    The file is read through :class:`~harness.files.SourceTree` (a symlink is refused with its path,
+    :class:`~harness.files.UnsafeFile`). A line that holds no record is skipped with a warning naming it: a damaged
+    line, a torn last line (from a killed run, told apart), and a line over ``budget`` (more bytes or JSON values
+    than one line may hold), which is never held whole nor decoded."""
+    where = str(path)
+    with folder_tree(path.parent, budget).open(path.name) as handle:
+        for number, line, refusal in budgeted_lines(handle, budget):
+            if refusal is not None:
+                logger.warning("%s:%d: skipping a line that %s (not decoded)", where, number, refusal)
+                continue
             if not line.strip():
                 continue
             try:
                 yield number, decode_record(line, model)
             except (ValueError, ValidationError) as error:
                 if not line.endswith(b"\n"):  # only the last line can lack its newline
-                    logger.warning("%s:%d: skipping a truncated last line (a killed run)", path, number)
+                    logger.warning("%s:%d: skipping a truncated last line (a killed run)", where, number)
                 else:
                     reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-                    logger.warning("%s:%d: skipping a line that is not a %s: %s", path, number, model.__name__, reason)
+                    logger.warning("%s:%d: skipping a line that is not a %s: %s", where, number, model.__name__, reason)
+
+
+def folder_tree(folder: Path, budget: ReadBudget = RUN_FOLDER_BUDGET) -> SourceTree:
+    """The reader of a run folder's files (a folder, never an archive)."""
+    if not folder.is_dir():
+        raise UnsafeFile(f"{folder}: not a folder")
+    return SourceTree(folder, budget=budget)
+
+
+def run_file_exists(run_dir: Path | str, name: str) -> bool:
+    """Whether the run folder holds the regular file ``name``. Anything else by that name is refused
+    (:class:`~harness.files.UnsafeFile`, naming it), never followed or opened: a symbolic link, a folder, a FIFO."""
+    folder = Path(run_dir)
+    if not folder.is_dir():
+        return False
+    kind = folder_tree(folder).kind(name)
+    if kind == SYMLINK:
+        raise UnsafeFile(f"{folder / name} is a symbolic link; a run folder's files must be regular files")
+    if kind is not None and kind != FILE:
+        raise UnsafeFile(f"{folder / name}: not a regular file")
+    return kind == FILE
+
+
+def budgeted_lines(handle: IO[bytes], budget: ReadBudget) -> Iterator[tuple[int, bytes, str | None]]:
+    """Each line of ``handle`` with its number, read a chunk at a time; a line over ``budget`` comes as empty bytes
+    with the reason, its chunks dropped as they are read (so it is never held whole)."""
+    number = 0
+    while True:
+        number += 1
+        chunks: list[bytes] = []
+        size = 0
+        values = 1
+        refusal: str | None = None
+        while True:
+            chunk = handle.readline(_LINE_CHUNK)
+            if not chunk:
+                break
+            size += len(chunk)
+            if refusal is None:
+                values += count_values(chunk)
+                if size > budget.line_bytes:
+                    refusal = f"is longer than {budget.line_bytes:,} bytes"
+                elif values > budget.line_values:
+                    refusal = f"holds more than {budget.line_values:,} JSON values"
+                if refusal is None:
+                    chunks.append(chunk)
+                else:
+                    chunks.clear()
+            if chunk.endswith(b"\n"):
+                break
+        if not size:
+            return
+        yield number, b"".join(chunks), refusal
+
+
+def complete_length(handle: IO[bytes]) -> int:
+    """How many bytes of ``handle`` end with its last newline, found by reading back from its end."""
+    position = handle.seek(0, os.SEEK_END)
+    while position > 0:
+        start = max(0, position - _LINE_CHUNK)
+        handle.seek(start)
+        block = handle.read(position - start)
+        newline = block.rfind(b"\n")
+        if newline >= 0:
+            return start + newline + 1
+        position = start
+    return 0
 
 
 def storable(trajectory: Trajectory) -> tuple[Trajectory, bytes]:
@@ -115,14 +195,18 @@ class ResultStore:
         return list(self._records.values())
 
     def _load(self) -> None:
-        if not self.path.exists():
+        if not run_file_exists(self.path.parent, self.path.name):
             return
-        data = self.path.read_bytes()
-        end = data.rfind(b"\n") + 1
-        if end < len(data):
+        with folder_tree(self.path.parent).open(self.path.name) as handle:
+            end = complete_length(handle)
+            size = os.fstat(handle.fileno()).st_size
+        if end < size:
             logger.warning("%s ends with a partial line (a killed run); it is dropped and re-run", self.path)
-            with self.path.open("r+b") as handle:
-                handle.truncate(end)
+            descriptor = os.open(self.path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            try:
+                os.ftruncate(descriptor, end)
+            finally:
+                os.close(descriptor)
         for _, trajectory in read_records(self.path, Trajectory):
             self._note(trajectory)
 

@@ -14,6 +14,7 @@ from leaderboards.aggregate import (
     check_same_dataset,
     load_runs,
 )
+from leaderboards.collisions import EpisodeCollisionError, check_episode_collisions
 from leaderboards.output import ReportFiles, write_leaderboard
 from leaderboards.render import render_trajectory_html
 from leaderboards.report_html import render_html
@@ -22,6 +23,7 @@ from leaderboards.report_md import render_markdown
 __all__ = [
     "DatasetMismatchError",
     "EnvironmentFailures",
+    "EpisodeCollisionError",
     "Leaderboard",
     "LeaderboardRow",
     "LeaderboardTable",
@@ -31,6 +33,7 @@ __all__ = [
     "ScenarioFailures",
     "build_leaderboard",
     "build_leaderboard_from_runs",
+    "check_episode_collisions",
     "check_same_dataset",
     "load_runs",
     "render_html",

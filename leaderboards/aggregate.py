@@ -35,6 +35,7 @@ from harness.metrics import (
 from harness.rules import DEFAULT_RULES
 from harness.schema import AgentSettings, DatasetRef, RunManifest, Scenario, Trajectory
 from leaderboards.catalog import Catalog, CatalogCache
+from leaderboards.collisions import check_episode_collisions
 
 logger = logging.getLogger(__name__)
 
@@ -370,6 +371,11 @@ def build_leaderboard(run_dirs: Sequence[Path | str], split_by_dataset: bool = F
 def build_leaderboard_from_runs(runs: Sequence[LoadedRun], split_by_dataset: bool = False) -> Leaderboard:
     if not split_by_dataset:
         check_same_dataset(runs)
+    check_episode_collisions(
+        [(run.run_dir, run.manifest, run.trajectories) for run in runs],
+        run_settings,
+        lambda manifest: _dataset_key(manifest.dataset),
+    )
     by_dataset: dict[tuple[str, ...], list[LoadedRun]] = {}
     for run in runs:
         by_dataset.setdefault(_dataset_key(run.manifest.dataset), []).append(run)

@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field
 
 from harness import __version__
 from harness.metrics import load_run, summarize
+from harness.outputs import write_output_file
 from harness.schema import RunManifest, Trajectory
 from harness.versions import VersionsSummary, versions_of
 
@@ -89,6 +90,5 @@ def export_submission(run_dir: Path, out: Path) -> Submission:
     """Write ``run_dir``'s submission to the file ``out``; raises FileNotFoundError/ValueError for a bad folder."""
     manifest, trajectories = load_run(run_dir)
     submission = build_submission(manifest, trajectories)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(submission.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    write_output_file(out, (submission.model_dump_json(indent=2) + "\n").encode("utf-8"))
     return submission

@@ -24,11 +24,13 @@ def rescore(
     allow_weak_sandbox: AllowWeakSandbox = False,
 ) -> None:
     """Re-score RUN_DIR's episodes with the checks of --envs: each final state is rebuilt by replaying the recorded
-    tool calls in the jail. Exit 0 when every episode was re-scored, 1 when some were refused (each is listed with
-    its reason and left out of the new folder), 2 when nothing could start."""
+    tool calls in the jail. Only recomputed verdicts reach --out: an episode that cannot be re-scored (a record that
+    contradicts itself, an environment or scenario the library lacks or changed, a replay that differs, no final
+    state) is listed with its reason and left out of the new results and summary. Exit 0 when every episode was
+    re-scored, 1 when some were not (the new folder holds the others), 2 when nothing could start."""
     from harness.errors import BadInput
     from harness.library import load_library
-    from harness.rescore import discard_output, plan_rescore, rescore_run
+    from harness.rescore import NotRescoredCause, RescoreReport, discard_output, plan_rescore, rescore_run
 
     try:
         library = load_library(envs)
@@ -38,7 +40,7 @@ def rescore(
         raise BadInput(f"cannot load {envs}: {error}") from error
     plan = plan_rescore(run_dir, library, out)
 
-    async def run() -> object:
+    async def run() -> RescoreReport:
         async with library.jail(allow_weak_sandbox=allow_weak_sandbox, workers=workers).pool() as pool:
             return await rescore_run(plan, pool, concurrency=concurrency)
 
@@ -47,27 +49,22 @@ def rescore(
     except BaseException:
         discard_output(out)
         raise
-    from harness.rescore import RescoreReport
-
-    assert isinstance(report, RescoreReport)
-    for refused in report.refused[:MAX_REFUSALS_SHOWN]:
-        err_console.print(
-            labelled("refused:", "red", f"episode {refused.episode_id} ({refused.scenario_id}): {refused.reason}"),
-            soft_wrap=True,
-        )
-    if len(report.refused) > MAX_REFUSALS_SHOWN:
-        err_console.print(
-            outside(f"… and {len(report.refused) - MAX_REFUSALS_SHOWN} more refused episodes (see rescore.json)"),
-            soft_wrap=True,
-        )
+    for item in report.not_rescored[:MAX_REFUSALS_SHOWN]:
+        label = "refused:" if item.cause is NotRescoredCause.CONTRADICTORY_RECORD else "not re-scored:"
+        line = f"episode {item.episode_id} ({item.scenario_id}): {item.reason}"
+        err_console.print(labelled(label, "red", line, multiline=False), soft_wrap=True)
+    if len(report.not_rescored) > MAX_REFUSALS_SHOWN:
+        more = len(report.not_rescored) - MAX_REFUSALS_SHOWN
+        err_console.print(outside(f"… and {more} more episodes not re-scored (see rescore.json)"), soft_wrap=True)
     console.print(
         outside(
             f"Re-scored {report.rescored} episodes of {report.run_id} into {out} ({report.changed} changed verdict, "
-            f"{report.kept} kept without a final state, {len(report.refused)} refused)"
+            f"{report.by_rules} environment failures scored by the rules); {len(report.not_rescored)} of "
+            f"{report.episodes} not re-scored and left out of the new folder"
         ),
         soft_wrap=True,
     )
-    if report.refused:
+    if not report.complete:
         raise typer.Exit(1)
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import socket
 from enum import StrEnum
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -13,9 +15,13 @@ from harness.cli.aio import run_to_end
 from harness.cli.errors import RefusingCommand
 from harness.console import err_console, labelled
 from harness.errors import BadInput
+from harness.mcp.access import DEFAULT_MAX_REQUEST_BYTES
+from harness.mcp.credential import TOKEN_VARIABLE, server_url
+from harness.mcp.sessions import DEFAULT_MAX_SESSIONS as DEFAULT_MCP_SESSIONS
 
 if TYPE_CHECKING:
     from harness.library import Library
+    from harness.mcp.access import AccessPolicy
     from harness.sandbox import SandboxPool
     from harness.schema import Environment, Scenario
 
@@ -28,6 +34,15 @@ class Transport(StrEnum):
 class Protocol(StrEnum):
     MCP = "mcp"
     OPENENV = "openenv"
+
+
+DEFAULT_OPENENV_SESSIONS = 8
+
+
+NO_AUTH_HELP = (
+    "Serve without a credential (loopback only). Any local user, and any web page whose Host and Origin pass the "
+    "checks, can then drive the jailed sessions."
+)
 
 
 def serve(
@@ -45,20 +60,55 @@ def serve(
     include_invalid: Annotated[
         bool, typer.Option(help="Also offer scenarios that `harness validate` finds invalid.")
     ] = False,
-    transport: Annotated[Transport, typer.Option(help="stdio (one client) or http (streamable HTTP).")] = (
-        Transport.STDIO
-    ),
-    host: Annotated[str, typer.Option(help="Address to listen on (http).")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to listen on (http).")] = 8765,
+    transport: Annotated[
+        Transport, typer.Option(help="stdio (one client; the pipe is the credential) or http (streamable HTTP).")
+    ] = Transport.STDIO,
+    host: Annotated[
+        str, typer.Option(help="Address to listen on (http); one that is not loopback needs --allow-remote.")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on (http; 0: any free port).")] = 8765,
     path: Annotated[str, typer.Option(help="Endpoint path (http).")] = "/mcp",
     idle_timeout: Annotated[
-        float, typer.Option(help="Seconds before an unused session's environment instance is evicted; 0: never.")
+        float,
+        typer.Option(help="Seconds before an unused session is closed and its environment instance evicted; 0: never."),
     ] = 600.0,
     protocol: Annotated[
         Protocol,
         typer.Option(help="mcp, or openenv: OpenEnv 0.10's HTTP + WebSocket server (reset/step/state, always HTTP)."),
     ] = Protocol.MCP,
-    max_sessions: Annotated[int, typer.Option(help="Concurrent OpenEnv sessions at most (openenv).")] = 8,
+    max_sessions: Annotated[
+        int | None,
+        typer.Option(
+            help=f"Sessions (environment instances) alive at once at most; default {DEFAULT_OPENENV_SESSIONS} "
+            f"(openenv) or {DEFAULT_MCP_SESSIONS} (mcp)."
+        ),
+    ] = None,
+    token_file: Annotated[
+        Path | None,
+        typer.Option(
+            help=f"Read the server's credential from this file (mode 600) instead of making one; {TOKEN_VARIABLE} "
+            "in the environment is the other way to fix it (http)."
+        ),
+    ] = None,
+    no_auth: Annotated[bool, typer.Option("--no-auth", help=NO_AUTH_HELP)] = False,
+    allow_host: Annotated[
+        list[str] | None,
+        typer.Option(help="Also answer requests whose Host header names this host; repeatable (http)."),
+    ] = None,
+    allow_origin: Annotated[
+        list[str] | None,
+        typer.Option(help="Also admit browser pages of this origin, e.g. http://localhost:3000; repeatable (http)."),
+    ] = None,
+    allow_remote: Annotated[
+        bool, typer.Option("--allow-remote", help="Allow a --host other machines can reach (http).")
+    ] = False,
+    max_request_bytes: Annotated[
+        int,
+        typer.Option(
+            help="Bytes of one HTTP request body or WebSocket message at most (default: the largest state "
+            "the jail admits, plus its envelope)."
+        ),
+    ] = DEFAULT_MAX_REQUEST_BYTES,
     workers: Annotated[int | None, typer.Option(help="Sandbox zygotes (fork servers; default 1).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the instances' frozen clock and random generators.")] = 0,
     allow_weak_sandbox: Annotated[
@@ -73,8 +123,34 @@ def serve(
 
     With --protocol openenv: OpenEnv 0.10's HTTP + WebSocket server instead, one jailed episode per OpenEnv
     session, ended by the finish tool with the rules' reward (see docs/openenv.md).
+
+    An HTTP server answers only loopback host names (and --allow-host), refuses browser pages of other origins,
+    and needs its credential: the first line it prints is the URL to pass, with the credential in it.
     """
     from harness.library import LibraryError, load_library
+
+    over_http = protocol is Protocol.OPENENV or transport is Transport.HTTP
+    sessions = (
+        max_sessions
+        if max_sessions is not None
+        else (DEFAULT_OPENENV_SESSIONS if protocol is Protocol.OPENENV else DEFAULT_MCP_SESSIONS)
+    )
+    problems = []
+    if sessions < 1:
+        problems.append(f"--max-sessions must be at least 1, not {sessions}")
+    if not 0 <= port <= 65535:
+        problems.append(f"--port must be between 0 and 65535, not {port}")
+    access = _access_policy(
+        problems,
+        over_http,
+        host,
+        token_file,
+        no_auth,
+        allow_host or [],
+        allow_origin or [],
+        allow_remote,
+        max_request_bytes,
+    )
 
     try:
         library = load_library(envs)
@@ -88,8 +164,6 @@ def serve(
     if scenario is not None and all(s.id != scenario for s in scenarios):
         raise BadInput(f"no scenario {scenario!r} for environment {env_id!r}")
 
-    if max_sessions < 1:
-        raise BadInput(f"--max-sessions must be at least 1, not {max_sessions}")
     if protocol is Protocol.OPENENV:
         from harness.train.openenv_server import FINISH_TOOL
 
@@ -102,6 +176,15 @@ def serve(
     from harness.sandbox.policy import optional_modules_named_in
     from harness.sandbox.spec import JailSpec
     from harness.validate import invalid_scenarios
+
+    listener = None
+    if access is not None:
+        listener = _listen(host, port)
+        port = listener.getsockname()[1]
+        endpoint = "" if protocol is Protocol.OPENENV else path
+        # The first line: what a client passes (the credential goes only to this terminal, never to a log).
+        url = server_url(_reachable(host), port, access.token, endpoint)
+        err_console.print(url, markup=False, highlight=False, soft_wrap=True)
 
     # One pool serves the screening and the sessions, so whatever confinement it requires covers both.
     pool = JailSpec.for_code(
@@ -124,8 +207,9 @@ def serve(
             first = offered[0] if offered else None
             chosen = next((s for s in offered if s.id == scenario), None) if scenario is not None else first
             if protocol is Protocol.OPENENV:
+                assert access is not None and listener is not None
                 await _serve_openenv(
-                    library, environment, offered, chosen, pool, host, port, max_sessions, idle_timeout or None, seed
+                    library, environment, offered, chosen, pool, access, listener, sessions, idle_timeout or None, seed
                 )
                 return
             initial_state: dict[str, Any] = chosen.initial_state if chosen is not None else {}
@@ -136,16 +220,117 @@ def serve(
                 pool=pool,
                 idle_timeout_s=idle_timeout or None,
                 seed=seed,
+                max_sessions=sessions,
             )
             async with server:
-                if transport is Transport.STDIO:
+                if access is None:
                     await server.serve_stdio()
-                else:
-                    err_console.print(f"Serving {environment.id} over MCP at http://{host}:{port}{path}", markup=False)
-                    await server.serve_http(host, port, path=path)
+                    return
+                assert listener is not None
+                err_console.print(
+                    f"Serving {environment.id} over MCP (streamable HTTP) at the URL above: {len(offered)} scenarios, "
+                    f"at most {sessions} environment instances; {_credential_note(access)}",
+                    markup=False,
+                )
+                await server.serve_http(access, host, listener.getsockname()[1], path=path, sock=listener)
 
-    with contextlib.suppress(KeyboardInterrupt):
-        run_to_end(run())
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            run_to_end(run())
+    finally:
+        if listener is not None:
+            listener.close()
+
+
+def _access_policy(
+    problems: list[str],
+    over_http: bool,
+    host: str,
+    token_file: Path | None,
+    no_auth: bool,
+    hosts: list[str],
+    origins: list[str],
+    allow_remote: bool,
+    max_request_bytes: int,
+) -> AccessPolicy | None:
+    """Who may use an HTTP server (None for stdio, where the pipe is the credential); raises BadInput with
+    ``problems`` and every problem with the access flags, one line each."""
+    from harness.mcp.access import AccessError, AccessPolicy, is_loopback
+    from harness.mcp.credential import CredentialError, fixed_token, make_token
+
+    if not over_http:
+        given = [
+            flag
+            for flag, value in (
+                ("--token-file", token_file is not None),
+                ("--no-auth", no_auth),
+                ("--allow-host", bool(hosts)),
+                ("--allow-origin", bool(origins)),
+                ("--allow-remote", allow_remote),
+            )
+            if value
+        ]
+        if given:
+            problems.append(
+                f"{', '.join(given)}: for HTTP servers only (--transport http or --protocol openenv); "
+                "a stdio server has no network door (its pipe is the credential)"
+            )
+        if problems:
+            raise BadInput(*problems)
+        return None
+    loopback = is_loopback(host.strip("[]"))
+    if not loopback and not allow_remote:
+        problems.append(
+            f"--host {host} can be reached from other machines: pass --allow-remote to mean it "
+            "(and --allow-host for the names clients use), or listen on 127.0.0.1"
+        )
+    if no_auth and not loopback:
+        problems.append(f"--no-auth is refused with --host {host}: a server other machines reach needs its credential")
+    if no_auth and token_file is not None:
+        problems.append("--no-auth and --token-file contradict each other: give one")
+    if max_request_bytes < 1:
+        problems.append(f"--max-request-bytes must be at least 1, not {max_request_bytes}")
+    token: str | None = None
+    if not no_auth:
+        try:
+            token = fixed_token(token_file) or make_token()
+        except CredentialError as exc:
+            problems.append(str(exc))
+    policy = None
+    try:
+        policy = AccessPolicy.for_bind(
+            host, token=token, hosts=hosts, origins=origins, max_request_bytes=max(max_request_bytes, 1)
+        )
+    except AccessError as exc:
+        problems.append(str(exc))
+    if problems or policy is None:
+        raise BadInput(*problems)
+    return policy
+
+
+def _reachable(host: str) -> str:
+    """The address a client on this machine uses for a server bound to ``host`` (loopback for a wildcard bind)."""
+    from harness.mcp.access import is_wildcard
+
+    bare = host.strip("[]")
+    if is_wildcard(bare):
+        return "::1" if ":" in bare else "127.0.0.1"
+    return bare
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    from harness.mcp.access import listening_socket
+
+    try:
+        return listening_socket(host, port)
+    except OSError as exc:
+        raise BadInput(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+
+
+def _credential_note(access: AccessPolicy) -> str:
+    if access.token is None:
+        return "no credential (--no-auth): any local user can use it"
+    return "pass the URL whole, or its credential as Authorization: Bearer <token>"
 
 
 async def _serve_openenv(
@@ -154,8 +339,8 @@ async def _serve_openenv(
     offered: list[Scenario],
     chosen: Scenario | None,
     pool: SandboxPool,
-    host: str,
-    port: int,
+    access: AccessPolicy,
+    listener: socket.socket,
     max_sessions: int,
     idle_timeout_s: float | None,
     seed: int,
@@ -182,11 +367,12 @@ async def _serve_openenv(
         seed=seed,
     )
     err_console.print(
-        f"Serving {environment.id} to OpenEnv clients at http://{host}:{port} "
-        f"({len(offered)} scenarios, at most {max_sessions} sessions)",
+        f"Serving {environment.id} to OpenEnv clients at the URL above ({len(offered)} scenarios, at most "
+        f"{max_sessions} sessions); {_credential_note(access)}",
         markup=False,
     )
-    await server.serve(host, port)
+    host, port = listener.getsockname()[:2]
+    await server.serve(access, host, port, sock=listener)
 
 
 def _offered(

@@ -189,22 +189,8 @@ class SourceTree:
 
     def read_json(self, relative: str) -> Any:
         """The JSON value of file ``relative``; a file over the budget is refused while it is still being read."""
-        where = self.where(relative)
-        chunks: list[bytes] = []
-        values = 1
-        size = 0
         with self.open(relative, max_bytes=self.budget.max_bytes) as handle:
-            while chunk := handle.read(_CHUNK):
-                size += len(chunk)
-                if size > self.budget.max_bytes:
-                    raise UnsafeFile(f"{where}: larger than the limit of {self.budget.max_bytes:,} bytes")
-                values += count_values(chunk)
-                if values > self.budget.max_values:
-                    raise UnsafeFile(
-                        f"{where}: holds more than {self.budget.max_values:,} JSON values (an amplification bomb?)"
-                    )
-                chunks.append(chunk)
-        return decode_json(b"".join(chunks), where, self.budget)
+            return read_json_stream(handle, self.where(relative), self.budget)
 
     def read_json_lines(self, relative: str) -> Iterator[tuple[int, Any]]:
         """Each non-blank line of a JSON-lines file with its number, decoded. Each line, and the file in all, is
@@ -359,6 +345,45 @@ class _Descriptor:
     def __exit__(self, *_: object) -> None:
         if self.descriptor is not None:
             os.close(self.descriptor)
+
+
+def read_json_stream(handle: IO[bytes], where: str, budget: ReadBudget) -> Any:
+    """The JSON value of what ``handle`` holds (``where`` names it), read chunk by chunk: a text over ``budget``'s
+    bytes or values is refused as soon as a chunk shows it, before anything is decoded."""
+    chunks: list[bytes] = []
+    values = 1
+    size = 0
+    while chunk := handle.read(_CHUNK):
+        size += len(chunk)
+        if size > budget.max_bytes:
+            raise UnsafeFile(f"{where}: larger than the limit of {budget.max_bytes:,} bytes")
+        values += count_values(chunk)
+        if values > budget.max_values:
+            raise UnsafeFile(f"{where}: holds more than {budget.max_values:,} JSON values (an amplification bomb?)")
+        chunks.append(chunk)
+    return decode_json(b"".join(chunks), where, budget)
+
+
+def read_named_json(path: Path, budget: ReadBudget = DEFAULT_BUDGET) -> Any:
+    """The JSON value of a file the user named on the command line, read under ``budget``.
+
+    The user chose this path, so a symbolic link in it is followed (a Hub snapshot's files are links into its
+    blob store); what it leads to must be a regular file, and it is read as :meth:`SourceTree.read_json` reads."""
+    where = str(path)
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise UnsafeFile(f"{where}: no such file") from None
+    except OSError as exc:
+        raise UnsafeFile(f"{where}: cannot be read: {exc.strerror or exc}") from None
+    opened = os.fstat(descriptor)
+    if not stat.S_ISREG(opened.st_mode) or opened.st_size > budget.max_bytes:
+        os.close(descriptor)
+        if not stat.S_ISREG(opened.st_mode):
+            raise UnsafeFile(f"{where}: not a regular file")
+        raise UnsafeFile(f"{where}: {opened.st_size:,} bytes; the limit is {budget.max_bytes:,}")
+    with os.fdopen(descriptor, "rb") as handle:
+        return read_json_stream(handle, where, budget)
 
 
 def decode_lines(handle: IO[bytes], where: str, budget: ReadBudget) -> Iterator[tuple[int, Any]]:

@@ -89,15 +89,16 @@ def imported_license(environments: list[Environment]) -> str | None:
 
 
 def read_run(source: Path) -> RunRecords:
-    """``results.jsonl`` (the last line of an episode wins, as after a retry) and ``manifest.json``."""
-    from harness.metrics import MANIFEST_FILE, RESULTS_FILE, load_manifest, read_results
+    """``results.jsonl`` (the last line of an episode wins, as after a retry) and ``manifest.json``, read as hostile
+    (:func:`harness.metrics.load_run`: a symlink is refused, lines and the manifest are held to a budget)."""
+    from harness.metrics import MANIFEST_FILE, RESULTS_FILE, load_manifest, read_results, run_file_exists
 
     folder = _require_folder(source)
-    if not (folder / RESULTS_FILE).exists():
-        raise SourceError(f"{folder} has no {RESULTS_FILE} (is it a run folder?)")
     try:
+        if not run_file_exists(folder, RESULTS_FILE):
+            raise SourceError(f"{folder} has no {RESULTS_FILE} (is it a run folder?)")
         trajectories = read_results(folder / RESULTS_FILE)
-        manifest = load_manifest(folder) if (folder / MANIFEST_FILE).exists() else None
+        manifest = load_manifest(folder) if run_file_exists(folder, MANIFEST_FILE) else None
     except ValueError as error:
         raise SourceError(str(error)) from error
     return RunRecords(trajectories, manifest)
@@ -133,14 +134,19 @@ def read_sft(source: Path) -> SftSource:
                     "`conversations` list"
                 )
         configs[path.stem] = rows
-    manifest_path = folder / "rollouts" / "manifest.json"
-    ref = None
-    if manifest_path.exists():
-        try:
-            ref = RunManifest.model_validate_json(manifest_path.read_bytes()).dataset
-        except ValueError as error:
-            raise SourceError(f"{manifest_path}: not a run manifest ({error})") from error
-    return SftSource(configs, ref)
+    return SftSource(configs, _rollouts_dataset(folder / "rollouts"))
+
+
+def _rollouts_dataset(rollouts: Path) -> DatasetRef | None:
+    """The environments of the teacher's run folder, from its manifest when there is one (read as hostile)."""
+    from harness.metrics import MANIFEST_FILE, load_manifest, run_file_exists
+
+    try:
+        if not run_file_exists(rollouts, MANIFEST_FILE):
+            return None
+        return load_manifest(rollouts).dataset
+    except ValueError as error:
+        raise SourceError(f"{rollouts / MANIFEST_FILE}: not a run manifest ({error})") from error
 
 
 def read_leaderboard(source: Path) -> LeaderboardRecords:

@@ -1,5 +1,6 @@
 """Environments over the Model Context Protocol: serve any environment with one sandboxed instance per MCP
-session (:mod:`harness.mcp.server`), and evaluate agents on environments served over MCP
+session (:mod:`harness.mcp.server`), behind one door for every HTTP server (:mod:`harness.mcp.access`, with its
+credential: :mod:`harness.mcp.credential`), and evaluate agents on environments served over MCP
 (:mod:`harness.mcp.client`, :mod:`harness.mcp.evaluation`).
 
 Names are loaded lazily: fastmcp is needed only when they are used.
@@ -11,11 +12,19 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from harness.mcp.access import DEFAULT_MAX_REQUEST_BYTES as DEFAULT_MAX_REQUEST_BYTES
+    from harness.mcp.access import AccessError as AccessError
+    from harness.mcp.access import AccessGuard as AccessGuard
+    from harness.mcp.access import AccessPolicy as AccessPolicy
     from harness.mcp.admin import ADMIN_EXTENSION as ADMIN_EXTENSION
     from harness.mcp.client import McpAdminError as McpAdminError
     from harness.mcp.client import McpConnectionError as McpConnectionError
     from harness.mcp.client import McpTarget as McpTarget
     from harness.mcp.client import McpToolSession as McpToolSession
+    from harness.mcp.credential import TOKEN_VARIABLE as TOKEN_VARIABLE
+    from harness.mcp.credential import CredentialError as CredentialError
+    from harness.mcp.credential import make_token as make_token
+    from harness.mcp.credential import public_url as public_url
     from harness.mcp.evaluation import EnvironmentMismatch as EnvironmentMismatch
     from harness.mcp.evaluation import McpEpisode as McpEpisode
     from harness.mcp.evaluation import check_served_environment as check_served_environment
@@ -24,9 +33,19 @@ if TYPE_CHECKING:
     from harness.mcp.server import running_http_server as running_http_server
     from harness.mcp.server import server_instructions as server_instructions
     from harness.mcp.sessions import SessionExpired as SessionExpired
+    from harness.mcp.sessions import SessionLimitReached as SessionLimitReached
     from harness.mcp.sessions import SessionRegistry as SessionRegistry
 
 _EXPORTS = {
+    "AccessError": "harness.mcp.access",
+    "AccessGuard": "harness.mcp.access",
+    "AccessPolicy": "harness.mcp.access",
+    "CredentialError": "harness.mcp.credential",
+    "DEFAULT_MAX_REQUEST_BYTES": "harness.mcp.access",
+    "SessionLimitReached": "harness.mcp.sessions",
+    "TOKEN_VARIABLE": "harness.mcp.credential",
+    "make_token": "harness.mcp.credential",
+    "public_url": "harness.mcp.credential",
     "ADMIN_EXTENSION": "harness.mcp.admin",
     "EnvironmentMismatch": "harness.mcp.evaluation",
     "EnvironmentServer": "harness.mcp.server",

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from mcp_types import Request, RequestParams, Result
+from pydantic import Field
 
 ADMIN_EXTENSION = "io.github.envharness/admin"
 """Identifier of the administrative extension."""
@@ -53,7 +54,7 @@ class LoadStateParams(HandleParams):
 
     state: dict[str, Any] | None = None
     scenario_id: str | None = None
-    seed: int = 0
+    seed: int = Field(default=0, ge=-(1 << 63), lt=1 << 63)
 
 
 class LoadStateResult(Result):

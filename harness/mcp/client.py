@@ -45,6 +45,7 @@ from harness.mcp.admin import (
     ReadStateRequest,
     StateResult,
 )
+from harness.mcp.credential import public_target
 from harness.sandbox import SandboxError
 from harness.sandbox.arguments import CallRejected, validate_call
 from harness.schema import (
@@ -75,7 +76,10 @@ class McpAdminError(McpConnectionError):
 
 @dataclass(frozen=True)
 class McpTarget:
-    """Where an MCP environment server is: a streamable HTTP ``url``, or a ``command`` to spawn over stdio."""
+    """Where an MCP environment server is: a streamable HTTP ``url``, or a ``command`` to spawn over stdio.
+
+    A URL may hold the server's credential (``harness serve`` prints one with its token as the path's first
+    segment): it is registered as a secret, and the target is shown (``str``, ``repr``) without it."""
 
     url: str | None = None
     command: tuple[str, ...] = ()
@@ -85,6 +89,11 @@ class McpTarget:
     def __post_init__(self) -> None:
         if (self.url is None) == (not self.command):
             raise ValueError("an MCP target is either a URL or a command")
+        if self.url is not None:
+            public_target(self.url)  # registers the URL's credential as a secret
+
+    def __repr__(self) -> str:
+        return f"McpTarget({str(self)!r})"
 
     @classmethod
     def parse(cls, text: str) -> McpTarget:
@@ -98,7 +107,8 @@ class McpTarget:
         return cls(command=command)
 
     def __str__(self) -> str:
-        return self.url if self.url is not None else shlex.join(self.command)
+        """The target as it may be shown or recorded: a URL's credential replaced."""
+        return public_target(self.url) if self.url is not None else shlex.join(self.command)
 
     def client(self, *, mode: str, timeout_s: float) -> Client[Any]:
         transport: StdioTransport | StreamableHttpTransport

@@ -25,6 +25,10 @@ one the environment class accepts.
 
 Administrative operations are request methods of the :data:`~harness.mcp.admin.ADMIN_EXTENSION` extension,
 outside the tool listing.
+
+Over HTTP every request first passes the :class:`~harness.mcp.access.AccessGuard` (Host, Origin, the credential,
+the size of the body); at most ``max_sessions`` environment instances exist at once, and one more is refused with
+the protocol's own error (a tool error, or a JSON-RPC error for the administrative methods).
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ import contextlib
 import logging
 import secrets
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from typing import Any, TypeVar
 
 import uvicorn
@@ -42,13 +46,16 @@ from fastmcp import FastMCP
 from fastmcp.server.context import Context
 from fastmcp.server.dependencies import get_context
 from fastmcp.server.extensions import MethodBinding, ServerExtension
-from fastmcp.server.middleware import Middleware, MiddlewareContext
-from fastmcp.tools.base import Tool, ToolResult
+from fastmcp.server.http import StreamableHTTPASGIApp
+from fastmcp.tools.base import ToolResult
 from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, RequestParams
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import PrivateAttr
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from harness.jsonlimits import UnsafeJSON, check_json
+from harness.mcp.access import REQUEST_LIMITS, AccessGuard, AccessPolicy, listening_socket
 from harness.mcp.admin import (
     ADMIN_EXTENSION,
     CLOSE_SESSION,
@@ -67,8 +74,17 @@ from harness.mcp.admin import (
     LoadStateResult,
     StateResult,
 )
+from harness.mcp.credential import make_token, server_url
 from harness.mcp.replies import state_problems, tool_result
-from harness.mcp.sessions import SessionExpired, SessionRegistry
+from harness.mcp.sessions import DEFAULT_MAX_SESSIONS, SessionExpired, SessionLimitReached, SessionRegistry
+from harness.mcp.tools import (
+    END_SCHEMA,
+    START_SCHEMA,
+    EnvironmentTool,
+    EpisodeTool,
+    ProtocolListing,
+    error_observation,
+)
 from harness.sandbox import EnvironmentLoadError, SandboxError, SandboxLimits, SandboxPool
 from harness.sandbox.spec import JailSpec
 from harness.schema import Environment, Observation, ObservationKind, Scenario, ToolCall
@@ -78,6 +94,9 @@ logger = logging.getLogger(__name__)
 ResultT = TypeVar("ResultT")
 
 DEFAULT_IDLE_TIMEOUT_S = 600.0
+_ENDED = f"the episode was ended by its client: call {START_TOOL} for a new one"
+SERVER_AT_CAPACITY = -32000
+"""JSON-RPC code (implementation-defined server error) of an administrative request over ``max_sessions``."""
 
 
 class NoSessionError(LookupError):
@@ -108,17 +127,18 @@ class _SessionKeys:
 
     def __init__(self, registry: SessionRegistry):
         self.registry = registry
-        self.handles: set[str] = set()
 
-    def mint(self) -> tuple[str, str]:
+    @staticmethod
+    def mint() -> tuple[str, str]:
         """A new episode handle and its session key."""
         handle = secrets.token_urlsafe(18)
-        self.handles.add(handle)
         return handle, f"handle:{handle}"
 
     def key(self, ctx: Context, handle: str | None = None) -> str:
         if handle is not None:
-            if handle not in self.handles:
+            # A handle is valid while the registry knows its key: alive, or remembered as evicted or ended (then
+            # the call says so); nothing else is kept per handle, so handles cannot pile up.
+            if not self.registry.knows(f"handle:{handle}"):
                 raise NoSessionError(
                     f"unknown or released {HANDLE_ARGUMENT} {handle!r}: call {START_TOOL} for a new episode"
                 )
@@ -160,73 +180,6 @@ class _SessionKeys:
         connection.exit_stack.push_async_callback(forget)
 
 
-# ------------------------------------------------------------------------------------------------ tools
-
-
-ToolDispatch = Callable[[str, dict[str, Any]], Awaitable[ToolResult]]
-
-
-class EnvironmentTool(Tool):
-    """An environment tool: its schema and description as declared, its calls sent to the session's instance."""
-
-    _dispatch: ToolDispatch | None = PrivateAttr(default=None)
-
-    async def run(self, arguments: dict[str, Any]) -> ToolResult:
-        assert self._dispatch is not None, "EnvironmentTool used without a dispatcher"
-        return await self._dispatch(self.name, arguments)
-
-
-class EpisodeTool(EnvironmentTool):
-    """``start_episode`` / ``end_episode``: the handle pattern's tools, listed to 2026-07-28 clients only."""
-
-
-HANDLE_SCHEMA = {
-    "type": "string",
-    "description": f"The episode handle returned by {START_TOOL}; it selects your environment instance.",
-}
-START_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "scenario_id": {"type": "string", "description": "Start from this scenario's initial state."},
-        "seed": {"type": "integer", "description": "Seed of the frozen clock, uuid and random generators."},
-    },
-    "required": [],
-}
-END_SCHEMA = {"type": "object", "properties": {HANDLE_ARGUMENT: HANDLE_SCHEMA}, "required": [HANDLE_ARGUMENT]}
-
-
-def with_handle(parameters: dict[str, Any]) -> dict[str, Any]:
-    """A tool's schema with the optional episode handle added (for 2026-07-28 listings)."""
-    schema = dict(parameters or {"type": "object"})
-    schema["properties"] = {**(schema.get("properties") or {}), HANDLE_ARGUMENT: HANDLE_SCHEMA}
-    return schema
-
-
-def is_sessionless_http(ctx: Context | None) -> bool:
-    """A 2026-07-28 request over HTTP: nothing but a handle (or a _meta key) can tie it to an episode."""
-    request_context = ctx.request_context if ctx is not None else None
-    if request_context is None or ctx is None or ctx.transport == "stdio":
-        return False
-    return request_context.protocol_version in MODERN_PROTOCOL_VERSIONS
-
-
-class _ProtocolListing(Middleware):
-    """Lists the handle pattern only to sessionless HTTP clients; handshake-era clients and stdio (one client
-    per server process) see the declared tools."""
-
-    async def on_list_tools(self, context: MiddlewareContext[Any], call_next: Any) -> Sequence[Tool]:
-        tools: Sequence[Tool] = await call_next(context)
-        if not is_sessionless_http(context.fastmcp_context):
-            return [tool for tool in tools if not isinstance(tool, EpisodeTool)]
-        listed: list[Tool] = []
-        for tool in tools:
-            if isinstance(tool, EpisodeTool):
-                listed.append(tool)
-            else:
-                listed.append(tool.model_copy(update={"parameters": with_handle(tool.parameters)}))
-        return listed
-
-
 # -------------------------------------------------------------------------------------------- the server
 
 
@@ -249,6 +202,7 @@ class EnvironmentServer:
         limits: SandboxLimits | None = None,
         idle_timeout_s: float | None = DEFAULT_IDLE_TIMEOUT_S,
         seed: int = 0,
+        max_sessions: int = DEFAULT_MAX_SESSIONS,
     ) -> None:
         if not environment.tools:
             raise ValueError(f"environment {environment.id!r} has no tools to serve")
@@ -257,7 +211,12 @@ class EnvironmentServer:
         self._owns_pool = pool is None
         self.pool = pool if pool is not None else JailSpec(workers=workers, limits=limits or SandboxLimits()).pool()
         self.registry = SessionRegistry(
-            self.pool, environment, dict(initial_state or {}), seed=seed, idle_timeout_s=idle_timeout_s
+            self.pool,
+            environment,
+            dict(initial_state or {}),
+            seed=seed,
+            idle_timeout_s=idle_timeout_s,
+            max_sessions=max_sessions,
         )
         self._keys = _SessionKeys(self.registry)
         self.mcp = self._build()
@@ -279,8 +238,16 @@ class EnvironmentServer:
         """Serve one client over stdin/stdout until it disconnects."""
         await self.mcp.run_stdio_async(show_banner=False, log_level="WARNING")
 
+    def http_app(self, access: AccessPolicy, *, path: str = "/mcp") -> AccessGuard:
+        """The streamable HTTP app at ``path`` behind the access guard of ``access``."""
+        # The HTTP session ends when its instance is evicted, so a client never keeps a session without state.
+        app = self.mcp.http_app(path=path, transport="http", session_idle_timeout=self.registry.idle_timeout_s)
+        bounded = _SdkBounds(app, max_body_bytes=access.max_request_bytes, max_sessions=self.registry.max_sessions)
+        return AccessGuard(bounded, access)
+
     def http_server(
         self,
+        access: AccessPolicy,
         host: str = "127.0.0.1",
         port: int = 8765,
         *,
@@ -288,13 +255,12 @@ class EnvironmentServer:
         log_level: str = "warning",
     ) -> uvicorn.Server:
         """A uvicorn server for streamable HTTP at ``http://host:port{path}``; run it with ``serve()``."""
-        # The HTTP session ends when its instance is evicted, so a client never keeps a session without state.
-        app = self.mcp.http_app(path=path, transport="http", session_idle_timeout=self.registry.idle_timeout_s)
         config = uvicorn.Config(
-            app,
+            self.http_app(access, path=path),
             host=host,
             port=port,
             log_level=log_level,
+            log_config=None,  # uvicorn's records go through the process's handlers, which redact secrets
             access_log=False,
             lifespan="on",
             ws="none",
@@ -303,10 +269,18 @@ class EnvironmentServer:
         return uvicorn.Server(config)
 
     async def serve_http(
-        self, host: str = "127.0.0.1", port: int = 8765, *, path: str = "/mcp", log_level: str = "warning"
+        self,
+        access: AccessPolicy,
+        host: str = "127.0.0.1",
+        port: int = 8765,
+        *,
+        path: str = "/mcp",
+        sock: socket.socket | None = None,
+        log_level: str = "warning",
     ) -> None:
-        """Serve streamable HTTP at ``http://host:port{path}`` until interrupted."""
-        await self.http_server(host, port, path=path, log_level=log_level).serve()
+        """Serve streamable HTTP at ``http://host:port{path}`` (on ``sock`` when given) until interrupted."""
+        server = self.http_server(access, host, port, path=path, log_level=log_level)
+        await server.serve(sockets=[sock] if sock is not None else None)
 
     # ------------------------------------------------------------------------------------------ building
 
@@ -322,8 +296,7 @@ class EnvironmentServer:
                 description=spec.function.description,
                 parameters=spec.function.parameters or {"type": "object", "properties": {}, "required": []},
             )
-            tool._dispatch = self._call_tool
-            server.add_tool(tool)
+            server.add_tool(tool.bound(self._call_tool))
         start = EpisodeTool(
             name=START_TOOL,
             description=(
@@ -333,14 +306,12 @@ class EnvironmentServer:
             ),
             parameters=START_SCHEMA,
         )
-        start._dispatch = self._start_episode
         end = EpisodeTool(
             name=END_TOOL, description="End an episode and release its environment instance.", parameters=END_SCHEMA
         )
-        end._dispatch = self._end_episode
-        server.add_tool(start)
-        server.add_tool(end)
-        server.add_middleware(_ProtocolListing())
+        server.add_tool(start.bound(self._start_episode))
+        server.add_tool(end.bound(self._end_episode))
+        server.add_middleware(ProtocolListing())
         server.add_extension(_AdminExtension(self))
         return server
 
@@ -359,26 +330,26 @@ class EnvironmentServer:
         if scenario_id is not None and scenario_id not in self.scenarios:
             known = ", ".join(sorted(self.scenarios)) or "none"
             message = f"unknown scenario {scenario_id!r} (known: {known})"
-            return tool_result(_error(call, ObservationKind.INVALID_ARGUMENTS, message))
-        if not isinstance(seed, int) or isinstance(seed, bool):
-            return tool_result(_error(call, ObservationKind.INVALID_ARGUMENTS, "seed must be an integer"))
+            return tool_result(error_observation(call, ObservationKind.INVALID_ARGUMENTS, message))
+        if not isinstance(seed, int) or isinstance(seed, bool) or not -(1 << 63) <= seed < 1 << 63:
+            return tool_result(
+                error_observation(call, ObservationKind.INVALID_ARGUMENTS, "seed must be a 64-bit integer")
+            )
         state = self.scenarios[scenario_id].initial_state if scenario_id is not None else self.registry.default_state
         handle, key = self._keys.mint()
         try:
             await self.registry.load(key, state, seed=seed)
-        except (SandboxError, EnvironmentLoadError) as exc:
-            self._keys.handles.discard(handle)
-            return tool_result(_error(call, ObservationKind.SANDBOX_ERROR, str(exc)))
+        except (SandboxError, EnvironmentLoadError, SessionLimitReached) as exc:
+            return tool_result(error_observation(call, ObservationKind.SANDBOX_ERROR, str(exc)))
         payload = {HANDLE_ARGUMENT: handle, "environment_id": self.environment.id, "scenario_id": scenario_id}
         return tool_result(Observation(tool_call_id=call.id, name=START_TOOL, content=payload))
 
     async def _end_episode(self, _name: str, arguments: dict[str, Any]) -> ToolResult:
         handle = arguments.get(HANDLE_ARGUMENT)
         call = ToolCall(id="end", name=END_TOOL, arguments=arguments)
-        if not isinstance(handle, str) or handle not in self._keys.handles:
-            return tool_result(_error(call, ObservationKind.INVALID_ARGUMENTS, f"unknown {HANDLE_ARGUMENT}"))
-        self._keys.handles.discard(handle)
-        closed = await self.registry.close(f"handle:{handle}")
+        if not isinstance(handle, str) or not self.registry.knows(f"handle:{handle}"):
+            return tool_result(error_observation(call, ObservationKind.INVALID_ARGUMENTS, f"unknown {HANDLE_ARGUMENT}"))
+        closed = await self.registry.close(f"handle:{handle}", _ENDED)
         return tool_result(Observation(tool_call_id=call.id, name=END_TOOL, content={"closed": closed}))
 
     async def _call_tool(self, name: str, arguments: dict[str, Any]) -> ToolResult:
@@ -396,10 +367,12 @@ class EnvironmentServer:
             async with self.registry.use(key) as session:
                 observation, diff = await session.call(call)
         except (NoSessionError, SessionExpired) as exc:
-            return tool_result(_error(call, ObservationKind.TOOL_ERROR, str(exc)))
+            return tool_result(error_observation(call, ObservationKind.TOOL_ERROR, str(exc)))
+        except SessionLimitReached as exc:
+            return tool_result(error_observation(call, ObservationKind.SANDBOX_ERROR, str(exc)))
         except (SandboxError, EnvironmentLoadError) as exc:
             logger.warning("tool call %s failed in the sandbox: %s", name, exc)
-            return tool_result(_error(call, ObservationKind.SANDBOX_ERROR, str(exc)))
+            return tool_result(error_observation(call, ObservationKind.SANDBOX_ERROR, str(exc)))
         return tool_result(observation, diff if want_diff else None)
 
     # --------------------------------------------------------------------------------------- admin calls
@@ -409,6 +382,10 @@ class EnvironmentServer:
         scenario_id = params.scenario_id
         if params.state is not None:
             state = params.state
+            try:
+                check_json(state, REQUEST_LIMITS)
+            except UnsafeJSON as exc:
+                raise MCPError(code=INVALID_PARAMS, message=f"not a usable state: the value {exc}") from exc
         elif scenario_id is not None:
             scenario = self.scenarios.get(scenario_id)
             if scenario is None:
@@ -422,6 +399,8 @@ class EnvironmentServer:
             raise MCPError(code=INVALID_PARAMS, message=str(exc)) from exc
         try:
             await self.registry.load(key, state, seed=params.seed)
+        except SessionLimitReached as exc:
+            raise _at_capacity(exc) from exc
         except EnvironmentLoadError as exc:
             raise MCPError(code=INVALID_PARAMS, message=str(exc)) from exc
         except SandboxError as exc:
@@ -435,6 +414,8 @@ class EnvironmentServer:
                 return StateResult(state=await session.state())
         except SessionExpired as exc:
             raise MCPError(code=INVALID_PARAMS, message=str(exc)) from exc
+        except SessionLimitReached as exc:
+            raise _at_capacity(exc) from exc
         except (SandboxError, EnvironmentLoadError) as exc:
             raise MCPError(code=INTERNAL_ERROR, message=str(exc)) from exc
 
@@ -442,15 +423,55 @@ class EnvironmentServer:
         handle = params.handle if params else None
         key = self._keys.key(get_context(), handle)
         if handle is not None:
-            self._keys.handles.discard(handle)
+            return ClosedResult(closed=await self.registry.close(key, _ENDED))
         return ClosedResult(closed=await self.registry.close(key))
 
     def describe(self) -> DescribeResult:
         return DescribeResult(environment_id=self.environment.id)
 
 
-def _error(call: ToolCall, kind: ObservationKind, message: str) -> Observation:
-    return Observation(tool_call_id=call.id, name=call.name, kind=kind, error=message)
+def _at_capacity(exc: SessionLimitReached) -> MCPError:
+    return MCPError(code=SERVER_AT_CAPACITY, message=str(exc), data={"active": exc.active, "limit": exc.limit})
+
+
+class _SdkBounds:
+    """Gives the MCP SDK's session manager (made when the app starts) this server's bounds: its own body limit
+    (4 MiB by default, below a legitimate state) raised to the guard's, and its handshake-era sessions bounded
+    like the environment instances. fastmcp passes neither."""
+
+    def __init__(self, app: ASGIApp, *, max_body_bytes: int, max_sessions: int) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+        self.max_sessions = max_sessions
+        routes = getattr(app, "routes", [])
+        self.endpoints = [
+            route.endpoint
+            for route in routes
+            if isinstance(route, Route) and isinstance(route.endpoint, StreamableHTTPASGIApp)
+        ]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "lifespan":
+            await self.app(scope, receive, send)
+            return
+
+        async def started(message: Message) -> None:
+            if message["type"] == "lifespan.startup.complete":
+                self.apply()
+            await send(message)
+
+        await self.app(scope, receive, started)
+
+    def apply(self) -> None:
+        for endpoint in self.endpoints:
+            manager = endpoint.session_manager
+            if manager is None:
+                continue
+            manager.max_sessions = self.max_sessions
+            manager.max_request_body_size = self.max_body_bytes
+            limit = getattr(manager, "asgi_app", None)
+            if limit is not None and hasattr(limit, "max_body_size"):
+                limit.max_body_size = self.max_body_bytes
 
 
 class _AdminExtension(ServerExtension):
@@ -507,18 +528,23 @@ async def _admin_call(operation: Awaitable[ResultT]) -> ResultT:
 
 @contextlib.asynccontextmanager
 async def running_http_server(
-    server: EnvironmentServer, host: str = "127.0.0.1", port: int = 0, *, path: str = "/mcp"
+    server: EnvironmentServer,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    path: str = "/mcp",
+    access: AccessPolicy | None = None,
 ) -> AsyncIterator[str]:
     """Serve ``server`` over streamable HTTP in this event loop; yields the endpoint URL (port 0: any free one).
 
-    The HTTP server, the sessions' instances and (when the server owns it) the sandbox pool are shut down on
-    exit.
+    ``access`` defaults to a loopback policy with a fresh token; the URL yielded holds the token as its path
+    prefix. The HTTP server, the sessions' instances and (when the server owns it) the sandbox pool are shut down
+    on exit.
     """
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
+    access = access if access is not None else AccessPolicy.for_bind(host, token=make_token())
+    sock = listening_socket(host, port)
     bound_port = sock.getsockname()[1]
-    http = server.http_server(host, bound_port, path=path)
+    http = server.http_server(access, host, bound_port, path=path)
     try:
         async with server:
             task = asyncio.create_task(http.serve(sockets=[sock]), name="mcp-http-server")
@@ -528,7 +554,7 @@ async def running_http_server(
                         task.result()
                         raise RuntimeError("the MCP HTTP server stopped while starting")
                     await asyncio.sleep(0.01)
-                yield f"http://{host}:{bound_port}{path}"
+                yield server_url(host, bound_port, access.token, path)
             finally:
                 http.should_exit = True
                 try:

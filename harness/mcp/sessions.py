@@ -1,9 +1,11 @@
 """One sandboxed environment instance per MCP session, created on first use and evicted when idle.
 
 The registry knows sessions only by an opaque key (the server decides what identifies a session); it holds
-one :class:`~harness.sandbox.EnvSession` per key. An instance that stayed unused for ``idle_timeout_s`` is
-closed; its key is remembered as expired so that a later call fails clearly instead of silently starting
-over from the initial state (loading a state through the administrative operation revives the key).
+one :class:`~harness.sandbox.EnvSession` per key, and at most ``max_sessions`` of them at once: a new one beyond
+that is refused (:class:`SessionLimitReached`) until another ends. An instance that stayed unused for
+``idle_timeout_s`` is closed; its key is remembered as expired so that a later call fails clearly instead of
+silently starting over from the initial state (loading a state through the administrative operation revives the
+key).
 """
 
 from __future__ import annotations
@@ -23,10 +25,24 @@ from harness.schema import Environment
 logger = logging.getLogger(__name__)
 
 _EXPIRED_KEYS_KEPT = 10_000
+DEFAULT_MAX_SESSIONS = 64
+"""Environment instances alive at once on one MCP server: twice ``harness run``'s default concurrency."""
 
 
 class SessionExpired(LookupError):
     """The session's environment instance was evicted after being idle, or released by its client."""
+
+
+class SessionLimitReached(LookupError):
+    """A new environment instance would exceed the server's bound; ``active`` and ``limit`` say how far."""
+
+    def __init__(self, active: int, limit: int) -> None:
+        super().__init__(
+            f"server at capacity: {active} of {limit} environment instances in use (harness serve --max-sessions); "
+            "end an episode or retry later"
+        )
+        self.active = active
+        self.limit = limit
 
 
 @dataclass
@@ -42,6 +58,7 @@ class SessionRegistry:
 
     ``default_state`` is what an instance starts from when its session uses a tool before loading a state.
     ``idle_timeout_s`` of None (or 0) keeps instances until their session ends or the registry closes.
+    ``max_sessions`` bounds the instances alive (and being made) at once.
     """
 
     def __init__(
@@ -52,12 +69,17 @@ class SessionRegistry:
         *,
         seed: int = 0,
         idle_timeout_s: float | None = 600.0,
+        max_sessions: int = DEFAULT_MAX_SESSIONS,
     ) -> None:
+        if max_sessions < 1:
+            raise ValueError(f"max_sessions must be at least 1, not {max_sessions}")
         self.pool = pool
         self.environment = environment
         self.default_state = default_state
         self.seed = seed
         self.idle_timeout_s = idle_timeout_s or None
+        self.max_sessions = max_sessions
+        self._opening = 0
         self._entries: dict[str, _Entry] = {}
         self._expired: OrderedDict[str, str] = OrderedDict()
         self._evictor: asyncio.Task[None] | None = None
@@ -69,6 +91,10 @@ class SessionRegistry:
     def __contains__(self, key: str) -> bool:
         entry = self._entries.get(key)
         return entry is not None and entry.session is not None
+
+    def knows(self, key: str) -> bool:
+        """The key has an instance, is getting one, or is remembered as evicted or released."""
+        return key in self._entries or key in self._expired
 
     # ------------------------------------------------------------------------------------------ sessions
 
@@ -85,7 +111,7 @@ class SessionRegistry:
                     reason = self._expired.get(key)
                     if reason is not None:
                         raise SessionExpired(reason)
-                    entry.session = await self.pool.open_session(self.environment, self.default_state, seed=self.seed)
+                    entry.session = await self._open(self.default_state, self.seed)
                     logger.info("session %s: environment %s instantiated", _short(key), self.environment.id)
                 session = entry.session
             yield session
@@ -97,7 +123,11 @@ class SessionRegistry:
         entry = await self._acquire(key)
         try:
             async with entry.lock:
-                fresh = await self.pool.open_session(self.environment, state, seed=self.seed if seed is None else seed)
+                seed = self.seed if seed is None else seed
+                if entry.session is None:
+                    fresh = await self._open(state, seed)
+                else:
+                    fresh = await self.pool.open_session(self.environment, state, seed=seed)
                 previous, entry.session = entry.session, fresh
                 self._expired.pop(key, None)
             if previous is not None:
@@ -182,6 +212,17 @@ class SessionRegistry:
         await self.aclose()
 
     # ------------------------------------------------------------------------------------------ internals
+
+    async def _open(self, state: dict[str, Any], seed: int) -> EnvSession:
+        """A new instance, counted against ``max_sessions`` from the moment it is asked for."""
+        active = len(self) + self._opening
+        if active >= self.max_sessions:
+            raise SessionLimitReached(active, self.max_sessions)
+        self._opening += 1
+        try:
+            return await self.pool.open_session(self.environment, state, seed=seed)
+        finally:
+            self._opening -= 1
 
     async def _acquire(self, key: str) -> _Entry:
         if self._closed:

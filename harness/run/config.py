@@ -5,12 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from harness.errors import BadInput, Unavailable
 from harness.llm.client import DEFAULT_TIMEOUT_S
 from harness.llm.local_provider import LOCAL_PROVIDER
 from harness.llm.python_models import PYTHON_PROVIDER
+from harness.mcp.credential import public_target
 from harness.registry import agent_kinds, profile_names, profiles
 from harness.registry.options import ALLOW_WEAK_SANDBOX_HELP
 from harness.rules import RulesName
@@ -139,7 +140,9 @@ class RunConfig(BaseModel):
     allow_weak_sandbox: bool = Field(default=False, description=ALLOW_WEAK_SANDBOX_HELP)
     cache_dir: Path | None = Field(default=None, description="Cache model responses in this folder.")
     mcp: str | None = Field(
-        default=None, description="Use the environment served over MCP at this URL, or by this stdio command."
+        default=None,
+        description="Use the environment served over MCP at this URL (the one harness serve printed, credential "
+        "included), or by this stdio command.",
     )
     timeout: float = Field(
         default=DEFAULT_TIMEOUT_S, gt=0, description="Seconds one model request may take before it is retried."
@@ -157,6 +160,19 @@ class RunConfig(BaseModel):
         description="Run episodes on a Ray cluster: HOST:PORT or ray://HOST:PORT to join one, 'auto' for the "
         "cluster this machine belongs to; alone, start a local one.",
     )
+
+    @field_validator("mcp")
+    @classmethod
+    def _hide_mcp_credential(cls, value: str | None) -> str | None:
+        if value is not None:
+            public_target(value)  # registers the URL's credential as a secret: no log or result holds it
+        return value
+
+    @property
+    def public_mcp(self) -> str | None:
+        """``mcp`` as it is recorded (manifest, episode ids) and shown: a URL's credential replaced, so that a new
+        token for the same server changes nothing, and no run folder holds it."""
+        return public_target(self.mcp) if self.mcp is not None else None
 
 
 class RunRefused(BadInput):

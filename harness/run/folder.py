@@ -11,9 +11,10 @@ from typing import Any
 import orjson
 
 from harness import __version__
+from harness.files import UnsafeFile
 from harness.library import Library
 from harness.llm import LLMClient
-from harness.metrics import MANIFEST_FILE, RESULTS_FILE
+from harness.metrics import MANIFEST_FILE, RESULTS_FILE, load_manifest, run_file_exists
 from harness.rules import DEFAULT_RULES
 from harness.schema import DatasetRef, RunManifest
 from harness.versions import library_checks_hash
@@ -75,6 +76,7 @@ def build_manifest(
         ),
         config={
             **config.model_dump(mode="json"),
+            "mcp": config.public_mcp,
             "environment_domains": {env_id: env.domain for env_id, env in library.environments.items() if env.domain},
             "invalid_scenarios": dict(sorted((invalid or {}).items())),
         },
@@ -88,10 +90,12 @@ def resumed_manifest(run_dir: Path, manifest: RunManifest) -> RunManifest:
     """``manifest`` as it continues the folder's run (its id and creation time), when the folder holds one whose
     settings match; ``manifest`` itself for a new folder."""
     manifest_path = run_dir / MANIFEST_FILE
-    if not manifest_path.exists():
+    if not run_file_exists(run_dir, MANIFEST_FILE):
         return manifest
     try:
-        previous = RunManifest.model_validate_json(manifest_path.read_bytes())
+        previous = load_manifest(run_dir)
+    except UnsafeFile:
+        raise
     except ValueError as exc:
         raise RunRefused(
             f"{manifest_path} is not a run manifest ({exc.__class__.__name__}); choose another --out"

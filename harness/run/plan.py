@@ -243,7 +243,7 @@ def episode_id(
         "user": user.model_dump(mode="json") if user is not None else None,
         "max_steps": config.max_steps,
         "trial": trial,
-        "mcp": config.mcp,
+        "mcp": config.public_mcp,
     }
     if config.rules not in (None, DEFAULT_RULES):
         # Only a non-default profile enters the key, so ids of runs made before profiles existed stay the same.
@@ -289,4 +289,4 @@ async def check_served_environments(config: RunConfig, scenarios: list[Scenario]
     except EnvironmentMismatch as error:
         raise RunRefused(str(error)) from error
     except McpConnectionError as error:
-        raise RunRefused(f"cannot use --mcp {config.mcp}: {error}") from error
+        raise RunRefused(f"cannot use --mcp {config.public_mcp}: {error}") from error

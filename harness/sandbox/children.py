@@ -32,6 +32,7 @@ import orjson
 
 from harness.jsonlimits import longest_string_bound
 from harness.sandbox.check_inputs import EpisodeInputs, check_request_parts
+from harness.sandbox.confirmation import CONFIRMATION_SEQUENCE, UNCONFINED_STATUS
 from harness.sandbox.replies import KnownStates
 
 logger = logging.getLogger(__name__)
@@ -56,13 +57,21 @@ class ZygoteFailed(RuntimeError):
     """The zygote could not be started or stopped answering."""
 
 
-def describe_exit(status: int | None) -> tuple[str, str]:
-    """The observation kind and the words for a child's wait status.
+def describe_exit(status: int | None, *, confined: bool) -> tuple[str, str]:
+    """The observation kind and the words for a child's wait status; ``confined``: whether the child had confirmed
+    its confinement (``confirmation.CONFINED``) before it ended.
 
-    A crash or an exit is the environment code's doing (``tool_exception``); a SIGKILL the harness did not send
-    (the kernel's OOM killer, an operator) is not the code's fault and not called a memory breach
-    (``sandbox_error``, so the episode can be re-run); a child that could not confine itself is infrastructure too.
+    Before the confirmation no code but the harness's has run in the child: whatever ended it is the sandbox's
+    (``sandbox_error``, so the episode can be re-run). After it, a crash or an exit is the code's doing
+    (``tool_exception``), whatever the status: code can exit with ``UNCONFINED_STATUS`` as well as a child that
+    could not confine itself. A SIGKILL the harness did not send (the kernel's OOM killer, an operator) is not the
+    code's fault and not called a memory breach (``sandbox_error``).
     """
+    if not confined:
+        if status is not None and os.WIFEXITED(status) and os.WEXITSTATUS(status) == UNCONFINED_STATUS:
+            return "sandbox_error", "the sandbox process could not confine itself and refused to run the code"
+        _, words = describe_exit(status, confined=True)
+        return "sandbox_error", f"{words}, before it had confirmed its confinement"
     if status is None:
         return "sandbox_error", "the sandbox process ended and its exit status is unknown"
     if os.WIFSIGNALED(status):
@@ -76,10 +85,7 @@ def describe_exit(status: int | None) -> tuple[str, str]:
         if number == signal.SIGXCPU:
             return "resource_limit", "the sandbox process exhausted its CPU-time limit"
         return "tool_exception", f"the sandbox process crashed ({name})"
-    code = os.WEXITSTATUS(status)
-    if code == 70:
-        return "sandbox_error", "the sandbox process could not confine itself and refused to run the code"
-    return "tool_exception", f"the sandbox process exited with status {code}"
+    return "tool_exception", f"the sandbox process exited with status {os.WEXITSTATUS(status)}"
 
 
 CHANNEL_SEND_BUFFER = 4 << 20
@@ -167,6 +173,9 @@ class Child:
         """How many ``[`` and ``{`` bytes the last reply held: a bound on how deep it can nest."""
         self.reply_string_bound = 0
         """A bound on the characters of any string or key of the last reply (``longest_string_bound``)."""
+        self.confined = False
+        """Whether the child has confirmed that it is confined (``confirmation.CONFINED``): from then on, what ends
+        it is its code's doing, not the sandbox's."""
         self.known: KnownStates | None = None
         """States the pending request's reply may equal (set by ``request``): an equal reply is not decoded."""
         self.reply_known = False
@@ -199,7 +208,7 @@ class Child:
         self.pending = future
         self.known = known
         self.reply_limit = self.max_frame if reply_limit is None else min(reply_limit, self.max_frame)
-        self.sequence = (self.sequence + 1) & 0xFFFFFFFF
+        self.sequence = self.sequence % 0xFFFFFFFF + 1  # never CONFIRMATION_SEQUENCE
         if isinstance(message, list):
             parts = message
         else:
@@ -222,10 +231,19 @@ class Child:
             self.pending = None
 
     def _overrun(self, budget: float) -> None:
+        if not self.confined:  # no code of the request's has run yet: the sandbox is at fault
+            self._end(f"the sandbox process did not confirm its confinement within {budget:g} s and was stopped")
+            return
         self.timed_out = True
         self._end(f"the call did not finish within {budget:g} s and its sandbox process was stopped")
 
     def deliver(self, sequence: int, body: bytes) -> None:
+        if sequence == CONFIRMATION_SEQUENCE:
+            if body or self.confined:
+                self.violate("the sandbox process confirmed its confinement twice")
+            else:
+                self.confined = True
+            return
         future = self.pending
         if future is None or future.done() or sequence != self.sequence:
             self.violate("the sandbox process sent a frame nobody asked for")
@@ -255,7 +273,8 @@ class Child:
         future.set_result(answer)
 
     def violate(self, reason: str) -> None:
-        self.kind = "forbidden"
+        # Before the confirmation only the harness's own code wrote to the channel.
+        self.kind = "forbidden" if self.confined else "sandbox_error"
         self._end(f"protocol violation: {reason}")
 
     def _end(self, reason: str) -> None:
@@ -277,7 +296,16 @@ class Child:
 
     async def _explain_exit(self) -> None:
         status = await self.zygote.exit_status(self.zygote_pid, timeout=2.0)
-        self.kind, self.reason = describe_exit(status)
+        if status is None and self.confined and self.zygote.alive:
+            # The channel closed, yet the process has not exited: its code may hold it, so that no status comes.
+            self.zygote.kill(self.zygote_pid)
+            status = await self.zygote.exit_status(self.zygote_pid, timeout=2.0)
+            if status is not None and os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL:
+                self.kind = "forbidden"
+                self.reason = "protocol violation: the sandbox process closed its channel and did not exit"
+                self._fail_pending()
+                return
+        self.kind, self.reason = describe_exit(status, confined=self.confined)
         if status is None and self.zygote.lost_reason:
             self.reason = f"the sandbox process ended with its zygote: {self.zygote.lost_reason}"
         self._fail_pending()

@@ -230,7 +230,8 @@ class EnvSession:
                 )
 
     async def state(self, *, shared: bool = False) -> dict[str, Any]:
-        """The session's state; :class:`SandboxError` with the reason when it cannot be read or is refused. With
+        """The session's state; :class:`EnvironmentFailed` with the reason when its process's reply is refused,
+        :class:`SandboxError` when no process could be kept to read it. With
         ``shared`` the caller promises not to change it: a state equal to one a session of the pool started from
         lately is then that object, not decoded again (``KnownStates``), and a state read before this session's
         first call is remembered as one."""
@@ -250,7 +251,8 @@ class EnvSession:
                 try:
                     state = read_state_reply(response, child.reply_string_bound, reply_limits)
                 except ReplyRefused as refused:
-                    raise SandboxError(f"reading the state failed: {refused}") from None
+                    # The reply comes from a process the environment's code has run in: what it sends is its own.
+                    raise EnvironmentFailed(f"reading the state failed: {refused}") from None
                 if known is not None:
                     if not self._log:  # the state this session started from
                         known.remember(child.reply_body, state)
@@ -281,8 +283,8 @@ def source_key(code: str) -> str:
 
 def _ended_by_itself(kind: str, timed_out: bool) -> bool:
     """Whether a lost process ended by its own code's doing (a crash, an exit, a stop or a run past its budget, a
-    protocol violation), rather than from outside the environment's reach (``sandbox_error``: a SIGKILL the
-    harness did not send, a failed confinement, an unknown exit)."""
+    protocol violation, after it confirmed its confinement), rather than from outside the environment's reach
+    (``sandbox_error``: a SIGKILL the harness did not send, an ending before the confirmation, an unknown exit)."""
     return timed_out or kind != "sandbox_error"
 
 

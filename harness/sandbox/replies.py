@@ -26,6 +26,8 @@ CHECK_ANSWER_BYTES = 16 * 1024
 
 OBSERVATION_KINDS = {kind.value: kind for kind in ObservationKind}
 """Observation kinds by the name a child or the channel reports."""
+_NOT_THE_ENVIRONMENTS = frozenset({ObservationKind.OK, ObservationKind.SANDBOX_ERROR})
+"""Kinds a failed call's reply cannot name: the process that replies has run the environment's code."""
 
 
 class ReplyRefused(ValueError):
@@ -85,9 +87,11 @@ def read_call_reply(
     except ReplyRefused as exc:
         return _refused(call, f"its state change {exc}")
     if response.get("ok") is not True:
-        kind = OBSERVATION_KINDS.get(str(response.get("kind")), ObservationKind.SANDBOX_ERROR)
-        if kind is ObservationKind.OK:
-            kind = ObservationKind.SANDBOX_ERROR
+        kind = OBSERVATION_KINDS.get(str(response.get("kind")), ObservationKind.TOOL_EXCEPTION)
+        if kind in _NOT_THE_ENVIRONMENTS:
+            # A call goes to a process the environment's code has run in (its open did), and that code can write
+            # any reply: a failure it reports is its own, whatever kind the reply names.
+            kind = ObservationKind.TOOL_EXCEPTION
         error = error_text(response.get("error") or "the tool failed without saying why")
         return Observation(tool_call_id=call.id, name=call.name, kind=kind, error=error), diff
     result = response.get("result")

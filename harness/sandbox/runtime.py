@@ -20,13 +20,12 @@ import signal
 import sys
 import traceback
 from collections.abc import Iterable, Mapping
-from functools import partial
 from types import CodeType
 from typing import Any, Protocol
 
 import orjson
 
-from harness.sandbox.check_inputs import ReceivedInputs, check_request, read_check_request
+from harness.sandbox.check_inputs import ReceivedInputs, read_check_request
 from harness.sandbox.check_isolation import IMPORT_EVENT
 from harness.sandbox.environment_code import compile_environment
 from harness.sandbox.policy import ALLOWED_MODULES, REMOVED_BUILTINS, importable_roots, is_forbidden_attribute
@@ -270,6 +269,9 @@ class EnvironmentSession:
         self.clock = Clock(0)
         self.record_diffs = True
         self.last: dict[str, bytes] = {}
+        self.code_ran = False
+        """Whether the environment's code has run in this process: from then on, whatever fails here is its doing
+        (it can reach and rewrite every module of the process)."""
 
     def op_open(self, request: dict[str, Any]) -> dict[str, Any]:
         self.clock = Clock(int(request.get("seed", 0)), float(request.get("epoch") or 0) or Clock(0).epoch)
@@ -310,6 +312,7 @@ class EnvironmentSession:
                 setattr(instance, key, value)
             return instance
 
+        self.code_ran = True
         try:
             self.instance = guarded(self.clock, timeout, instantiate)
             self.last = snapshot(self.instance)
@@ -354,7 +357,7 @@ class EnvironmentSession:
             response = {"ok": False, "kind": "forbidden", "error": _describe(exc)}
         except BadResult as exc:
             response = {"ok": False, "kind": "bad_result", "error": str(exc)}
-        except Exception as exc:
+        except BaseException as exc:  # SystemExit, KeyboardInterrupt, GeneratorExit, ...: the tool raised them
             response = {"ok": False, "kind": "tool_exception", "error": _describe(exc)}
         else:
             if len(payload) > settings.max_result_bytes:
@@ -369,7 +372,7 @@ class EnvironmentSession:
             after = snapshot(self.instance)
         except MemoryError:
             return {"ok": False, "kind": "resource_limit", "error": "the state ran out of memory"}
-        except Exception as exc:
+        except BaseException as exc:
             return {"ok": False, "kind": "bad_result", "error": f"the state is not JSON: {_describe(exc)}"}
         if self.record_diffs and after != self.last:
             response["diff"] = diff_snapshots(self.last, after)
@@ -401,12 +404,17 @@ class EnvironmentSession:
 
 
 def _describe(exc: BaseException) -> str:
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.startswith("<")]
-    where = f" (line {frames[-1].lineno} of {frames[-1].name})" if frames else ""
-    text = str(exc)
-    if len(text) > 500:
-        text = text[:500] + "…"
-    return f"{type(exc).__name__}: {text}{where}"
+    """The exception's type, text and line in the code that raised it. Reading them runs the code's own methods
+    (``__str__``, a metaclass's ``__name__``): whatever they raise is not let out."""
+    try:
+        frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.startswith("<")]
+        where = f" (line {frames[-1].lineno} of {frames[-1].name})" if frames else ""
+        text = str(exc)
+        if len(text) > 500:
+            text = text[:500] + "…"
+        return f"{type(exc).__name__}: {text}{where}"
+    except BaseException:
+        return "an exception whose text could not be read"
 
 
 # ------------------------------------------------------------------------------------------------ I/O
@@ -511,7 +519,9 @@ def serve_session(
         except MemoryError:
             response = {"ok": False, "kind": "resource_limit", "error": "the environment process ran out of memory"}
         except BaseException as exc:
-            response = {"ok": False, "kind": "sandbox_error", "error": _describe(exc)}
+            # Once the environment's code has run here, it can have rewritten anything on this path.
+            kind = "tool_exception" if session.code_ran else "sandbox_error"
+            response = {"ok": False, "kind": kind, "error": _describe(exc)}
         _write_frame(fd, _encode(response), sequence)
         if opening:
             opening = False
@@ -568,89 +578,7 @@ def prepare_interpreter(optional_modules: Iterable[str] | None = None, jail_modu
     _SHARED_BUILTINS.update(restricted_builtins())
 
 
-_WARM_UP_ENVIRONMENT = """
-import datetime
-import uuid
-
-
-class Counter:
-    def __init__(self, init_config):
-        self.items = {}
-        self.log = []
-
-    def get_item(self, item_id: str) -> dict:
-        if item_id not in self.items:
-            return {"success": False, "error": f"no item {item_id}"}
-        return {"success": True, "data": dict(self.items[item_id])}
-
-    def add_item(self, item_id: str, count: int = 1) -> dict:
-        entry = self.items.setdefault(item_id, {"count": 0, "tags": []})
-        entry["count"] += count
-        entry["tags"].append(str(uuid.uuid4())[:8])
-        self.log.append({"at": datetime.datetime.now().isoformat(), "item": item_id})
-        return {"success": True, "count": entry["count"]}
-
-    def fail(self) -> dict:
-        raise ValueError("a tool that raises")
-"""
-
-_WARM_UP_CHECK = "def check(initial, final):\n    return final['items']['a']['count'] >= 1\n"
-_WARM_UP_CALLS = 12
-"""Pairs of calls in the first warm-up session (its replies wait in a socket buffer until it ends)."""
-_WARM_UP_ROUNDS = 64
-"""Enough runs for the interpreter to specialize the hot paths' bytecode (it rewrites a function's bytecode in
-place after its first few runs)."""
-
-
-def warm_up(settings: Settings, run_checks: CheckBatchRunner) -> None:
-    """Serve trusted sessions and check batches in this process, before the zygote forks: lazy caches are filled
-    and the bytecode of the serving path is specialized once here instead of being rewritten in every child,
-    which would make those pages private to each session (and cost each one the CPU to redo it). The caller then
-    prepares the check processes' restore snapshot (``check_runner.prepare_check_restore``)."""
-    opening: dict[str, Any] = {"op": "open", "class_name": "Counter", "code": _WARM_UP_ENVIRONMENT, "state": {}}
-    calls: list[dict[str, Any]] = []
-    for index in range(_WARM_UP_CALLS):
-        calls.append({"op": "call", "name": "add_item", "args": {"item_id": "a", "count": index}})
-        calls.append({"op": "call", "name": "get_item", "args": {"item_id": "a" if index % 2 else "b"}})
-    ending: list[dict[str, Any]] = [{"op": "call", "name": "fail", "args": {}}, {"op": "state"}, {"op": "close"}]
-    # A request as the pool sends it (``check_batches.encode_inputs``).
-    checks = check_request(
-        {"checks": [{"source": _WARM_UP_CHECK}]},
-        [(b'{"items":{}}', b'{"items":{"a":{"count":1}}}', b"[]")],
-    )
-    trusted_checks = partial(serve_checks, run_checks=run_checks, isolated=False)
-    replies = _serve_locally(serve_session, [opening, *calls, *ending], settings)
-    bytecode = replies[0].get("bytecode") if replies else None
-    if bytecode:
-        opening = {**opening, "code": None, "bytecode": bytecode}
-    for _ in range(_WARM_UP_ROUNDS):
-        _serve_locally(serve_session, [opening, *calls[:2], *ending], settings)
-        _serve_locally(trusted_checks, [checks], settings)
-    for label in [name for name in sys.modules if name == "environment" or name.startswith("check_")]:
-        del sys.modules[label]
-    _PUBLIC_ATTRIBUTES.clear()  # the warm-up's classes: no child writes their objects
-    CONTEXT.current = Clock(0)
-
-
-def _serve_locally(serve: Any, requests: list[dict[str, Any] | bytes], settings: Settings) -> list[dict[str, Any]]:
-    """Run ``serve`` on a socket pair preloaded with ``requests`` (messages, or bodies already encoded); the
-    replies, decoded."""
-    import socket
-
-    bodies = [request if isinstance(request, bytes) else orjson.dumps(request) for request in requests]
-    ours, theirs = socket.socketpair()
-    with ours, theirs:
-        headers = [len(body).to_bytes(4, "little") + n.to_bytes(4, "little") for n, body in enumerate(bodies)]
-        ours.sendall(b"".join(header + body for header, body in zip(headers, bodies, strict=True)))
-        ours.shutdown(socket.SHUT_WR)
-        serve(theirs.fileno(), settings)
-        theirs.shutdown(socket.SHUT_WR)
-        data = b""
-        while chunk := ours.recv(1 << 20):
-            data += chunk
-    replies = []
-    while len(data) >= 8:
-        size = int.from_bytes(data[:4], "little")
-        replies.append(orjson.loads(data[8 : 8 + size]))
-        data = data[8 + size :]
-    return replies
+def forget_attribute_names() -> None:
+    """Forget the attribute names ``_json_default`` learned per class (the warm-up's classes: no child writes their
+    objects)."""
+    _PUBLIC_ATTRIBUTES.clear()

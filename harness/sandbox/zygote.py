@@ -33,8 +33,9 @@ from typing import Any
 
 import orjson
 
-from harness.sandbox import check_runner, runtime
+from harness.sandbox import check_runner, runtime, warm_up
 from harness.sandbox.confine import Confinement, ConfinementError, disabled_layers, prepare
+from harness.sandbox.confirmation import CONFINED, UNCONFINED_STATUS
 from harness.sandbox.namespaces import HOST_NAME
 from harness.sandbox.uids import BLOCK_SIZE
 
@@ -51,8 +52,9 @@ def _child(
     settings: runtime.Settings,
     compiled_code: dict[str, CodeType] | None = None,
 ) -> None:
-    """In the forked child: keep only the channel, confine, serve. Never returns. ``compiled_code`` (the zygote's
-    environment code) goes to a session only: a check process is never handed it."""
+    """In the forked child: keep only the channel, confine, say so on the channel (``confirmation.CONFINED``),
+    serve. Never returns. ``compiled_code`` (the zygote's environment code) goes to a session only: a check process
+    is never handed it."""
     code = 0
     try:
         signal.set_wakeup_fd(-1)
@@ -73,6 +75,9 @@ def _child(
             start = kept + 1
         os.closerange(start, _MAX_FD)
         confinement.apply(slot)
+        if kind != "probe":
+            # Every layer is in place: from here on, what ends this process is the code it runs.
+            os.write(fd, CONFINED)
         if kind == "session":
             runtime.serve_session(fd, settings, own_process=True, compiled_code=compiled_code)
         elif kind == "checks":
@@ -80,7 +85,7 @@ def _child(
         elif kind == "probe":
             _serve_probe(fd, status_fd)
     except ConfinementError:
-        code = 70
+        code = UNCONFINED_STATUS
     except BaseException:
         code = 71
     os._exit(code)
@@ -389,7 +394,7 @@ def main() -> None:
         options.get("seccomp"),
         jail_modules,
     )
-    runtime.warm_up(settings, check_runner.run_checks)
+    warm_up.warm_up(settings, check_runner.run_checks)
     check_runner.prepare_check_restore()
     zygote = Zygote(control, confinement, settings)
     report = _layer_report(confinement, zygote.probe())

@@ -10,11 +10,13 @@ JailedEpisode`'s; this module only keeps the tokens and the settings of a conver
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from harness.schema import Mode, PolicyTokens, TerminationReason
 from harness.train.jailed_episode import EpisodeSettings, RolloutOutcome
+from harness.train.rows import void_text
 
 MODES: tuple[Mode, ...] = ("nonconv", "conv")
 BAD_MODE = "bad_mode"
@@ -129,9 +131,34 @@ def at_fault(outcome: RolloutOutcome) -> str | None:
     return trajectory.failure.at_fault.value
 
 
-def plain_messages(prompt: list[Any]) -> list[dict[str, Any]]:
-    """Role and text of each message (a prompt dataset's rows may carry extra keys)."""
-    return [{"role": m.get("role", "user"), "content": m.get("content") or ""} for m in prompt if isinstance(m, dict)]
+_ROLES = frozenset({"system", "user", "assistant", "tool"})
+
+
+def plain_messages(prompt: object) -> list[dict[str, str]]:
+    """Role and text of each message of a row's prompt (a prompt dataset's rows may carry extra keys); [] for a
+    prompt that is not a list of messages. A role the chat template would not know is the user's, content that is
+    not text is empty."""
+    # verl hands a row's prompt over as a numpy array of messages, TRL as a list.
+    if isinstance(prompt, str | bytes | Mapping) or not isinstance(prompt, Iterable):
+        return []
+    plain: list[dict[str, str]] = []
+    for message in prompt:
+        if isinstance(message, Mapping):
+            role, content = message.get("role"), message.get("content")
+            role = role if isinstance(role, str) and role in _ROLES else "user"
+            plain.append({"role": role, "content": content if isinstance(content, str) else ""})
+    return plain
+
+
+def void_prompt(prompt: object, outcome: RolloutOutcome) -> list[dict[str, str]]:
+    """The messages of a rollout that ended before it started: its row's prompt, whose opening user message (left
+    empty for the environment to fill) says the rollout is void and why; that message alone when the row's prompt
+    holds none."""
+    messages = plain_messages(prompt)
+    void = {"role": "user", "content": void_text(outcome.reason, outcome.detail)}
+    if messages and messages[-1]["role"] == "user" and not messages[-1]["content"]:
+        return [*messages[:-1], void]
+    return messages or [void]
 
 
 def text_of(message: dict[str, Any]) -> str:
@@ -151,4 +178,5 @@ __all__ = [
     "policy_caused",
     "template_ids",
     "text_of",
+    "void_prompt",
 ]

@@ -1,13 +1,16 @@
 """One episode driven from outside the harness's own loop (by a trainer), with every failure kept as an outcome.
 
 A trainer's rollout must never die of one bad row, one bad call or one crashing environment: each of those ends
-only its own rollout, with a recorded reason and no reward (the reward functions read it as 0).
+only its own rollout, with a recorded reason and no reward (the reward functions read it as 0). The reason is
+logged once: a row that recurs (each of a prompt's generations) does not log again.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +21,7 @@ from harness.protocols import UserPolicy, agent_turn_from_message
 from harness.registry import rules_profile
 from harness.reward import CompositeWeights
 from harness.rules import EpisodeRules, RulesName
-from harness.sandbox import SandboxPool
+from harness.sandbox import SandboxError, SandboxPool, WeakSandbox
 from harness.sandbox.arguments import CallRejected, validate_call
 from harness.sandbox.spec import require_confinement
 from harness.schema import (
@@ -30,6 +33,8 @@ from harness.schema import (
     TerminationReason,
     Trajectory,
 )
+from harness.toolspec import ToolDerivationError
+from harness.train.rows import BAD_ROW, read_row
 from harness.validate import invalid_scenarios
 
 logger = logging.getLogger(__name__)
@@ -54,6 +59,26 @@ class RolloutOutcome:
     @property
     def scored(self) -> bool:
         return self.reward is not None
+
+
+_LOGGED_LIMIT = 4096
+_logged: set[tuple[str, str, str]] = set()
+_logged_lock = threading.Lock()
+
+
+def void_outcome(scenario_id: str | None, reason: str, detail: str) -> RolloutOutcome:
+    """The outcome of a rollout that ended for ``reason`` without a reward; logged as a warning the first time
+    this process sees it (the same row, scenario and reason again: at debug level)."""
+    key = (scenario_id or "", reason, detail)
+    with _logged_lock:
+        first = key not in _logged
+        if first:
+            if len(_logged) >= _LOGGED_LIMIT:
+                _logged.clear()
+            _logged.add(key)
+    level = logging.WARNING if first else logging.DEBUG
+    logger.log(level, "rollout of scenario %s ended: %s: %s", scenario_id or "(none)", reason, detail)
+    return RolloutOutcome(scenario_id or None, reason, detail)
 
 
 @dataclass
@@ -95,13 +120,32 @@ class JailedEpisode:
         self.outcome: RolloutOutcome | None = RolloutOutcome(None, NOT_STARTED, "reset() was not called")
         self._count = 0
 
-    async def open(self, scenario_id: Any, *, seed: int = 0) -> list[dict[str, Any]]:
-        """Start the scenario's episode and return its opening messages ([] when the rollout ended already)."""
+    async def open_row(self, row: object) -> list[dict[str, Any]]:
+        """Start the episode a trainer's row names (``harness.train.rows``): its opening messages, or [] when the
+        rollout ended already, a row that cannot start one included (``outcome`` says why)."""
+        await self.close()
+        self.scenario = None
+        read = read_row(row)
+        if isinstance(read, str):
+            scenario_id = row.get("scenario_id") if isinstance(row, Mapping) else None
+            return self._refuse(scenario_id if isinstance(scenario_id, str) else "", BAD_ROW, read)
+        scenario = self.settings.scenarios.get(read.scenario_id)
+        if read.environment is not None and scenario is not None and read.environment != scenario.environment_id:
+            detail = f"the row names environment {read.environment!r}; scenario {scenario.id!r} belongs to "
+            return self._refuse(scenario.id, OTHER_ENVIRONMENT, detail + repr(scenario.environment_id))
+        return await self._start(read.scenario_id, read.seed)
+
+    async def open(self, scenario_id: Any, *, seed: Any = 0) -> list[dict[str, Any]]:
+        """Start the scenario's episode and return its opening messages ([] when the rollout ended already, a
+        scenario id or seed a rollout cannot take included)."""
+        return await self.open_row({"scenario_id": scenario_id, "seed": seed})
+
+    async def _start(self, scenario_id: str, seed: int) -> list[dict[str, Any]]:
         await self.close()
         self.outcome = None
         self.scenario = None
         settings = self.settings
-        scenario = settings.scenarios.get(scenario_id) if isinstance(scenario_id, str) else None
+        scenario = settings.scenarios.get(scenario_id)
         if scenario is None:
             return self._refuse(str(scenario_id), UNKNOWN_SCENARIO, f"no scenario {scenario_id!r} in the library")
         self.scenario = scenario
@@ -113,7 +157,12 @@ class JailedEpisode:
             return self._refuse(scenario.id, OTHER_ENVIRONMENT, detail)
         await require_confinement(self.pool, settings.library.code_origin, settings.allow_weak_sandbox)
         if not settings.include_invalid:
-            problem = await self._screen(scenario)
+            try:
+                problem = await self._screen(scenario)
+            except WeakSandbox:
+                raise
+            except SandboxError as exc:
+                return self._refuse(scenario.id, TerminationReason.INFRA_ERROR.value, f"screening failed: {exc}")
             if problem is not None:
                 return self._refuse(scenario.id, INVALID_SCENARIO, problem)
         self._count += 1
@@ -125,17 +174,23 @@ class JailedEpisode:
             rules=settings.profile,
         )
         user = settings.user
-        if user is not None and not isinstance(user, UserPolicy):
-            user = user(scenario)
-        episode = Episode(
-            scenario,
-            environment,
-            pool=self.pool,
-            config=config,
-            episode_id=f"{scenario.id}-{self._count}",
-            agent_settings=self.agent,
-            user=user,
-        )
+        try:
+            if user is not None and not isinstance(user, UserPolicy):
+                user = user(scenario)
+            episode = Episode(
+                scenario,
+                environment,
+                pool=self.pool,
+                config=config,
+                episode_id=f"{scenario.id}-{self._count}",
+                agent_settings=self.agent,
+                user=user,
+            )
+        except ToolDerivationError as exc:  # the environment's code declares no tool that can be read
+            return self._refuse(scenario.id, TerminationReason.ENVIRONMENT_ERROR.value, str(exc))
+        except Exception as exc:
+            detail = f"the episode could not be set up: {type(exc).__name__}: {exc}"
+            return self._refuse(scenario.id, TerminationReason.INFRA_ERROR.value, detail)
         self.episode = episode
         try:
             await episode.start()
@@ -155,10 +210,15 @@ class JailedEpisode:
         episode = self.episode
         if episode is None:
             return self._ended_text()
+        try:
+            encoded = json.dumps(arguments)
+        except (TypeError, ValueError) as exc:
+            await self.abort(REJECTED_CALL, f"the arguments of {name!r} are not JSON: {exc}")
+            return f"Error: the arguments of {name!r} are not JSON. The episode has ended."
         message = {
             "role": "assistant",
             "content": "",
-            "tool_calls": [{"type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}],
+            "tool_calls": [{"type": "function", "function": {"name": name, "arguments": encoded}}],
         }
         rejection = await self.reject_invalid_calls(message)
         if rejection is not None:
@@ -230,8 +290,7 @@ class JailedEpisode:
         )
 
     def _refuse(self, scenario_id: str, reason: str, detail: str) -> list[dict[str, Any]]:
-        logger.warning("rollout of scenario %s ended: %s: %s", scenario_id, reason, detail)
-        self.outcome = RolloutOutcome(scenario_id or None, reason, detail)
+        self.outcome = void_outcome(scenario_id, reason, detail)
         return []
 
     def _ended_text(self) -> str:

@@ -6,9 +6,14 @@ scenario's episode; ``step`` takes OpenEnv's MCP actions (``list_tools``, ``call
 the agent calls :data:`FINISH_TOOL` (its ``answer`` is the agent's last message), or on its own when the episode
 rules end it (the step limit, an environment failure); that observation carries ``done`` and the reward of the
 rules' checks. A session is created by a WebSocket that names none, or by ``openenv/session/create`` (what
-``MCPToolClient`` does before attaching its WebSocket); at most ``max_sessions`` exist at once.
+``MCPToolClient`` does before attaching its WebSocket); at most ``max_sessions`` exist at once. A session unused for
+``idle_timeout_s`` is destroyed, whether a WebSocket holds it or not (WebSocket pings are not use); its WebSocket is
+closed with code 1001.
 
-The library has no splits: every scenario the server offers is in the one split :data:`SPLIT`.
+Every request passes the :class:`~harness.mcp.access.AccessGuard` first; bodies and frames are JSON within
+:data:`~harness.train.openenv_wire.REQUEST_LIMITS`, and anything else gets the protocol's error reply.
+
+Scenarios are listed through OpenEnv's task API (:mod:`harness.train.openenv_tasks`).
 """
 
 from __future__ import annotations
@@ -18,7 +23,9 @@ import contextlib
 import json
 import logging
 import secrets
+import socket
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,13 +35,15 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
-from starlette.websockets import WebSocket, WebSocketDisconnect
+from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
+from harness.mcp.access import AccessGuard, AccessPolicy
 from harness.mcp.server import server_instructions
 from harness.protocols import agent_turn_from_message
 from harness.sandbox.arguments import CallRejected, validate_call
 from harness.schema import Environment, ObservationKind, Scenario
 from harness.train.jailed_episode import EpisodeSettings, JailedEpisode
+from harness.train.openenv_tasks import TaskApi
 from harness.train.openenv_wire import (
     FRAME_TYPES,
     BareFrame,
@@ -42,6 +51,7 @@ from harness.train.openenv_wire import (
     EpisodeState,
     ErrorCode,
     IncomingFrame,
+    MalformedRequest,
     McpFrame,
     Outcome,
     ResetData,
@@ -51,17 +61,21 @@ from harness.train.openenv_wire import (
     StepFrame,
     ToolError,
     ToolErrorKind,
+    decode_request,
     error_frame,
+    first_error,
     frame,
+    quiet_utf8_refusals,
     rpc_error,
     rpc_result,
+    shown,
     tool_listing,
+    validation_errors,
 )
 
 logger = logging.getLogger(__name__)
 
 FINISH_TOOL = "finish"
-SPLIT = "test"
 FINISH_LISTING = {
     "name": FINISH_TOOL,
     "description": "End the episode: say your final answer to the user. The episode is then scored.",
@@ -72,6 +86,8 @@ FINISH_LISTING = {
     },
 }
 _frames: TypeAdapter[Any] = TypeAdapter(IncomingFrame)
+IDLE_CLOSE_CODE = 1001
+"""WebSocket close code of a session destroyed for being idle ("going away": its server side is gone)."""
 
 
 class RequestRefused(Exception):
@@ -102,6 +118,9 @@ class OpenEnvSession:
     close_when_detached: bool = False
     last_used: float = field(default_factory=time.monotonic)
     final: Outcome | None = None
+    holder: asyncio.Task[Any] | None = None
+    """The task of the WebSocket that holds the session (the idle sweep cancels it to close the socket)."""
+    evicted: bool = False
 
     def touch(self) -> None:
         self.last_used = time.monotonic()
@@ -171,12 +190,29 @@ class OpenEnvServer:
         logger.info("OpenEnv session %s closed (%d active)", session_id, len(self.sessions))
 
     async def _evict_idle(self) -> None:
-        if self.idle_timeout_s is None:
-            return
-        deadline = time.monotonic() - self.idle_timeout_s
-        for session in [s for s in self.sessions.values() if not s.websocket_attached and s.last_used < deadline]:
-            logger.info("OpenEnv session %s idle for over %.0f s: evicted", session.id, self.idle_timeout_s)
-            await self.destroy_session(session.id)
+        """Destroy the sessions unused past the idle timeout. A session a WebSocket holds is ended by its own
+        handler, which this cancels: it closes the socket (code 1001) and destroys the session."""
+        for session in [s for s in self.sessions.values() if self._idle(s)]:
+            logger.info("OpenEnv session %s idle for over %g s: evicted", session.id, self.idle_timeout_s)
+            if session.websocket_attached and session.holder is not None:
+                session.evicted = True
+                session.holder.cancel()
+            elif not session.websocket_attached:
+                await self.destroy_session(session.id)
+
+    def _idle(self, session: OpenEnvSession) -> bool:
+        """Unused (no data frame, no request) for longer than the idle timeout, and not in the middle of one."""
+        if self.idle_timeout_s is None or session.lock.locked() or session.evicted:
+            return False
+        return time.monotonic() - session.last_used > self.idle_timeout_s
+
+    async def _sweep(self) -> None:
+        assert self.idle_timeout_s is not None
+        period = min(max(self.idle_timeout_s / 4, 0.05), 30.0)
+        while True:
+            await asyncio.sleep(period)
+            async with self._table_lock:
+                await self._evict_idle()
 
     def session(self, session_id: Any) -> OpenEnvSession:
         session = self.sessions.get(session_id) if isinstance(session_id, str) else None
@@ -195,7 +231,7 @@ class OpenEnvServer:
         try:
             request = ResetData.model_validate(data)
         except ValidationError as exc:
-            raise RequestRefused(f"invalid reset parameters: {_first_error(exc)}", ErrorCode.VALIDATION_ERROR) from None
+            raise RequestRefused(f"invalid reset parameters: {first_error(exc)}", ErrorCode.VALIDATION_ERROR) from None
         scenario_id = request.scenario_id or self.default_scenario_id
         if scenario_id is None:
             raise RequestRefused(f"no scenario to reset to: {self.environment.id} serves none")
@@ -299,7 +335,7 @@ class OpenEnvServer:
             request = RpcRequest.model_validate(body)
         except ValidationError as exc:
             request_id = body.get("id") if isinstance(body, dict) else None
-            return rpc_error(request_id, RpcCode.INVALID_REQUEST, f"Invalid request: {_first_error(exc)}")
+            return rpc_error(request_id, RpcCode.INVALID_REQUEST, f"Invalid request: {first_error(exc)}")
         params, request_id = request.params, request.id
         try:
             if request.method == "openenv/session/create":
@@ -354,44 +390,57 @@ class OpenEnvServer:
                         f"Session {requested} already has an attached WebSocket", ErrorCode.SESSION_ERROR
                     )
                 session = wanted
-                session.websocket_attached = True
             else:
                 session = await self.create_session()
                 owned = True
-                session.websocket_attached = True
+            session.websocket_attached = True
+            session.holder = asyncio.current_task()
             while True:
-                reply = await self._answer(session, await websocket.receive_text())
+                raw = await _next_frame(websocket)
+                session.touch()
+                reply = await self._answer(session, raw)
                 if reply is None:
                     break
+                session.touch()
                 await websocket.send_text(json.dumps(reply))
         except WebSocketDisconnect:
             pass
         except RequestRefused as exc:
             with contextlib.suppress(RuntimeError, WebSocketDisconnect):
                 await websocket.send_text(json.dumps(error_frame(exc.code, str(exc), **exc.extra)))
+        except asyncio.CancelledError:
+            if session is None or not session.evicted:
+                raise
+            _uncancel()  # the idle sweep's cancellation, handled here: the socket is closed below
+            with contextlib.suppress(RuntimeError, WebSocketDisconnect):
+                await websocket.close(IDLE_CLOSE_CODE, f"session idle for over {self.idle_timeout_s:g} s")
         finally:
             if session is not None:
-                if owned or session.close_when_detached:
+                session.holder = None
+                if owned or session.evicted or session.close_when_detached:
                     await self.destroy_session(session.id)
                 elif requested:
                     session.websocket_attached = False
                     session.touch()
-            with contextlib.suppress(RuntimeError, WebSocketDisconnect):
-                await websocket.close()
+            if websocket.application_state is not WebSocketState.DISCONNECTED:
+                with contextlib.suppress(RuntimeError, WebSocketDisconnect):
+                    await websocket.close()
 
-    async def _answer(self, session: OpenEnvSession, raw: str) -> dict[str, Any] | None:
+    async def _answer(self, session: OpenEnvSession, raw: str | bytes) -> dict[str, Any] | None:
         """The reply frame to one incoming frame; None for ``close``. A bad frame gets an error frame."""
         try:
-            message = json.loads(raw)
-        except json.JSONDecodeError as exc:
+            message = decode_request(raw)
+        except MalformedRequest as exc:
             return error_frame(ErrorCode.INVALID_JSON, f"Invalid JSON: {exc}")
         kind = message.get("type") if isinstance(message, dict) else None
-        if kind not in FRAME_TYPES:
-            return error_frame(ErrorCode.UNKNOWN_TYPE, f"Unknown message type: {kind}")
+        if not isinstance(kind, str) or kind not in FRAME_TYPES:
+            return error_frame(ErrorCode.UNKNOWN_TYPE, f"Unknown message type: {shown(kind)}")
         try:
             incoming = _frames.validate_python(message)
         except ValidationError as exc:
-            return error_frame(ErrorCode.VALIDATION_ERROR, f"Invalid message: {_first_error(exc)}", errors=_errors(exc))
+            return error_frame(
+                ErrorCode.VALIDATION_ERROR, f"Invalid message: {first_error(exc)}", errors=validation_errors(exc)
+            )
         session.touch()
         try:
             if isinstance(incoming, ResetFrame):
@@ -414,8 +463,8 @@ class OpenEnvServer:
 
     async def _mcp_endpoint(self, request: Request) -> Response:
         try:
-            body = json.loads(await request.body())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            body = decode_request(await request.body())
+        except MalformedRequest as exc:
             return JSONResponse(rpc_error(None, RpcCode.PARSE_ERROR, f"Parse error: {exc}"))
         try:
             return JSONResponse(await self.rpc(body))
@@ -423,47 +472,6 @@ class OpenEnvServer:
             logger.exception("OpenEnv /mcp request failed")
             request_id = body.get("id") if isinstance(body, dict) else None
             return JSONResponse(rpc_error(request_id, RpcCode.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}"))
-
-    def _task(self, scenario: Scenario) -> dict[str, Any]:
-        return {
-            "task_id": scenario.id,
-            "scenario_id": scenario.id,
-            "task": scenario.task,
-            "difficulty": scenario.difficulty,
-            "tags": list(scenario.tags),
-        }
-
-    def _tasks_of(self, env_name: str, split: Any) -> list[Scenario]:
-        if env_name.lower() != self.environment.id.lower():
-            raise _HttpRefusal(404, f"unknown environment {env_name!r}")
-        if split != SPLIT:
-            raise _HttpRefusal(400, f"unknown split {split!r}; this server has one: {SPLIT!r}")
-        return self.scenarios
-
-    async def _task_api(self, request: Request) -> Response:
-        env_name = request.path_params["env_name"]
-        operation = request.path_params["operation"]
-        try:
-            if operation == "splits" and request.method == "GET":
-                self._tasks_of(env_name, SPLIT)
-                return JSONResponse([{"name": SPLIT, "type": SPLIT}])
-            body = await _json_object(request)
-            scenarios = self._tasks_of(env_name, body.get("split"))
-            if operation == "tasks":
-                return JSONResponse({"tasks": [self._task(s) for s in scenarios], "env_name": self.environment.id})
-            if operation == "num_tasks":
-                return JSONResponse({"num_tasks": len(scenarios)})
-            if operation == "task":
-                index = body.get("index")
-                if not isinstance(index, int) or not -len(scenarios) <= index < len(scenarios):
-                    raise _HttpRefusal(400, "Invalid task index")
-                return JSONResponse({"task": self._task(scenarios[index])})
-            if operation == "task_range":
-                chosen = scenarios[slice(body.get("start"), body.get("stop"))]
-                return JSONResponse({"tasks": [self._task(s) for s in chosen]})
-            raise _HttpRefusal(404, f"no task operation {operation!r}")
-        except _HttpRefusal as exc:
-            return JSONResponse({"detail": exc.detail}, status_code=exc.status)
 
     def app(self) -> Starlette:
         environment = self.environment
@@ -496,6 +504,20 @@ class OpenEnvServer:
         async def list_environments(_: Request) -> Response:
             return JSONResponse([environment.id])
 
+        tasks = TaskApi(environment, lambda: self.scenarios)
+
+        @contextlib.asynccontextmanager
+        async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+            sweeper = asyncio.create_task(self._sweep()) if self.idle_timeout_s is not None else None
+            try:
+                yield
+            finally:
+                if sweeper is not None:
+                    sweeper.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await sweeper
+                await self.close_all()
+
         return Starlette(
             routes=[
                 Route("/health", health, methods=["GET"]),
@@ -503,35 +525,52 @@ class OpenEnvServer:
                 Route("/schema", schema, methods=["GET"]),
                 Route("/mcp", self._mcp_endpoint, methods=["POST"]),
                 Route("/list_environments", list_environments, methods=["GET"]),
-                Route("/{env_name}/{operation}", self._task_api, methods=["GET", "POST"]),
+                Route("/{env_name}/{operation}", tasks.endpoint, methods=["GET", "POST"]),
                 WebSocketRoute("/ws", self.websocket),
-            ]
+            ],
+            lifespan=lifespan,
         )
 
-    async def serve(self, host: str, port: int, *, log_level: str = "warning") -> None:
-        """Serve until interrupted, then close every session's jailed episode."""
-        config = uvicorn.Config(self.app(), host=host, port=port, log_level=log_level, ws="websockets-sansio")
+    def http_server(self, access: AccessPolicy, host: str, port: int, *, log_level: str = "warning") -> uvicorn.Server:
+        """A uvicorn server for :meth:`app` behind the access guard; run it with ``serve()``."""
+        quiet_utf8_refusals()
+        config = uvicorn.Config(
+            AccessGuard(self.app(), access),
+            host=host,
+            port=port,
+            log_level=log_level,
+            log_config=None,  # uvicorn's records go through the process's handlers, which redact secrets
+            access_log=False,
+            lifespan="on",
+            ws="websockets-sansio",
+            ws_max_size=access.max_request_bytes,
+            timeout_graceful_shutdown=2,
+        )
+        return uvicorn.Server(config)
+
+    async def serve(self, access: AccessPolicy, host: str, port: int, *, sock: socket.socket | None = None) -> None:
+        """Serve (on ``sock`` when given) until interrupted, then close every session's jailed episode."""
         try:
-            await uvicorn.Server(config).serve()
+            await self.http_server(access, host, port).serve(sockets=[sock] if sock is not None else None)
         finally:
             await self.close_all()
 
 
-class _HttpRefusal(Exception):
-    def __init__(self, status: int, detail: str) -> None:
-        super().__init__(detail)
-        self.status = status
-        self.detail = detail
+async def _next_frame(websocket: WebSocket) -> str | bytes:
+    """The next data frame, text or binary. Pings and pongs never reach here: the WebSocket layer answers them."""
+    message = await websocket.receive()
+    if message["type"] == "websocket.disconnect":
+        raise WebSocketDisconnect(message.get("code", 1000), message.get("reason"))
+    text = message.get("text")
+    if text is not None:
+        return str(text)
+    return bytes(message.get("bytes") or b"")
 
 
-async def _json_object(request: Request) -> dict[str, Any]:
-    try:
-        body = json.loads(await request.body() or b"{}")
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise _HttpRefusal(400, f"invalid JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise _HttpRefusal(400, "the request body must be a JSON object")
-    return body
+def _uncancel() -> None:
+    task = asyncio.current_task()
+    if task is not None:
+        task.uncancel()
 
 
 def _assistant_call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -550,13 +589,3 @@ def _call_result(outcome: Outcome) -> dict[str, Any]:
         "reward": outcome.reward,
         "metadata": outcome.metadata,
     }
-
-
-def _first_error(exc: ValidationError) -> str:
-    error = exc.errors()[0]
-    where = ".".join(str(part) for part in error["loc"]) or "message"
-    return f"{where}: {error['msg']}"
-
-
-def _errors(exc: ValidationError) -> list[dict[str, Any]]:
-    return [{"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]} for e in exc.errors()]

@@ -15,12 +15,38 @@ the client tells a tools listing (key ``tools``) and a tool call's answer (key `
 
 from __future__ import annotations
 
+import logging
 from enum import IntEnum, StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
+from harness.jsonlimits import UnsafeJSON, check_decoded_json
+from harness.mcp.access import REQUEST_LIMITS as REQUEST_JSON_LIMITS
 from harness.schema import Environment
+
+REQUEST_LIMITS = REQUEST_JSON_LIMITS
+"""What one request body or frame may hold (the size in bytes is bounded before, by the access guard and the
+WebSocket layer)."""
+MAX_SEED = (1 << 63) - 1
+
+
+class MalformedRequest(ValueError):
+    """A body or frame that is not JSON, or JSON outside :data:`REQUEST_LIMITS` (the message says why)."""
+
+
+def decode_request(raw: bytes | str) -> Any:
+    """The JSON value of a request body or frame, within :data:`REQUEST_LIMITS`."""
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise MalformedRequest(f"not JSON: {exc}") from None
+    try:
+        check_decoded_json(value, REQUEST_LIMITS, len(raw))
+    except UnsafeJSON as exc:
+        raise MalformedRequest(f"the value {exc}") from None
+    return value
 
 
 class ErrorCode(StrEnum):
@@ -60,9 +86,20 @@ class ResetData(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    seed: int | None = Field(default=None, ge=0)
+    seed: StrictInt | None = Field(default=None, ge=0, le=MAX_SEED)
     episode_id: str | None = Field(default=None, max_length=255)
-    scenario_id: str | None = None
+    scenario_id: str | None = Field(default=None, max_length=255)
+
+
+class TaskQuery(BaseModel):
+    """The body of a task API request (``tasks``, ``num_tasks``, ``task``, ``task_range``)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    split: str | None = None
+    index: StrictInt | None = None
+    start: StrictInt | None = None
+    stop: StrictInt | None = None
 
 
 class ListToolsData(Strict):
@@ -181,3 +218,39 @@ def tool_listing(environment: Environment, extra_tools: list[dict[str, Any]]) ->
         for spec in environment.tools
     ]
     return tools + extra_tools
+
+
+def first_error(exc: ValidationError) -> str:
+    """The first problem pydantic found, as ``where: what`` (never the value itself)."""
+    error = exc.errors()[0]
+    where = ".".join(str(part) for part in error["loc"]) or "message"
+    return f"{where}: {error['msg']}"
+
+
+def validation_errors(exc: ValidationError) -> list[dict[str, Any]]:
+    return [{"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]} for e in exc.errors()]
+
+
+def shown(value: Any) -> str:
+    """An outside value in a reply, cut short."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+class Utf8RefusalQuiet(logging.Filter):
+    """uvicorn closes a WebSocket whose text frame is not UTF-8 (code 1007), and logs the decoding error with its
+    traceback: a client's bad input, not a failure of the server. The record keeps its line, at warning level."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.getMessage().startswith("Invalid UTF-8 sequence"):
+            record.exc_info = None
+            record.exc_text = None
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
+def quiet_utf8_refusals() -> None:
+    """Put :class:`Utf8RefusalQuiet` on uvicorn's logger (once)."""
+    uvicorn_log = logging.getLogger("uvicorn.error")
+    if not any(isinstance(f, Utf8RefusalQuiet) for f in uvicorn_log.filters):
+        uvicorn_log.addFilter(Utf8RefusalQuiet())

@@ -20,7 +20,8 @@ from harness.sandbox import SandboxLimits
 from harness.schema import Environment, Mode, ToolSpec
 from harness.toolspec import derive_tools
 from harness.train.jail_thread import JailThread
-from harness.train.jailed_episode import EpisodeSettings, JailedEpisode, RolloutOutcome
+from harness.train.jailed_episode import NOT_STARTED, EpisodeSettings, JailedEpisode, RolloutOutcome
+from harness.train.rows import void_text
 
 
 class JailedToolEnvironment:
@@ -39,16 +40,23 @@ class JailedToolEnvironment:
         return self._episode.outcome
 
     def reset(self, **row: Any) -> str | None:
-        """Open a jailed session for the row's ``scenario_id``; the task text (in conversational mode, the
-        simulated user's first message). A row the library cannot serve ends the rollout at once (None)."""
-        messages = self.jail.run(self._episode.open(row.get("scenario_id"), seed=int(row.get("seed") or 0)))
-        if not messages or messages[-1].get("role") != "user":
+        """Open a jailed session for the row's ``scenario_id`` (with its ``seed``, 0 when absent); the task text (in
+        conversational mode, the simulated user's first message). A row that cannot start a rollout (no or an
+        unknown scenario, a seed that is not a 64-bit integer, ...; ``harness.train.rows``), or an environment that
+        fails to load, ends the rollout at once: the text then says the rollout is void and why
+        (``rows.void_text``), ``outcome`` holds the reason, tools run nothing and ``get_reward`` is 0."""
+        messages = self.jail.run(self._episode.open_row(row))
+        if not messages:
+            outcome = self._episode.outcome
+            reason, detail = (outcome.reason, outcome.detail) if outcome is not None else (NOT_STARTED, None)
+            return void_text(reason, detail)
+        if messages[-1].get("role") != "user":
             return None
         content = messages[-1].get("content")
         return content if isinstance(content, str) else None
 
     def get_reward(self) -> float:
-        """The rules' reward of the rollout (0 when it ended without one)."""
+        """The rules' reward of the rollout; 0.0 when it ended without one (a void rollout, a failure)."""
         outcome = finish_rollout(self)
         if outcome.reward is None:
             return 0.0

@@ -23,13 +23,13 @@ from harness.schema import Mode, Trajectory
 from harness.train.conversation import (
     TokenTrace,
     append_observations,
-    plain_messages,
     policy_caused,
     template_ids,
     text_of,
+    void_prompt,
 )
 from harness.train.jail_thread import JailThread
-from harness.train.jailed_episode import EpisodeSettings, JailedEpisode, RolloutOutcome
+from harness.train.jailed_episode import NOT_STARTED, EpisodeSettings, JailedEpisode, RolloutOutcome
 from harness.train.trl_rewards import component_values
 
 logger = logging.getLogger(__name__)
@@ -46,8 +46,11 @@ class TokenRollout:
     outcome: RolloutOutcome | None = None
 
 
-def scenario_of(prompt: list[dict[str, Any]]) -> Any:
-    """The ``scenario_id`` the prompt dataset put on the opening message (None when there is none)."""
+def scenario_of(prompt: object) -> Any:
+    """The ``scenario_id`` the prompt dataset put on the opening message (None when there is none, or the prompt is
+    not a list of messages)."""
+    if not isinstance(prompt, list | tuple):
+        return None
     for message in prompt:
         if isinstance(message, dict) and message.get("scenario_id"):
             return message["scenario_id"]
@@ -103,14 +106,15 @@ class TokenFaithfulRollout:
         message["role"] = "assistant"
         return message
 
-    def run(self, prompt: list[dict[str, Any]], budget: int, max_turns: int) -> TokenRollout:
+    def run(self, prompt: object, budget: int, max_turns: int) -> TokenRollout:
         episode = JailedEpisode(self.settings, self.jail.pool)
         messages = self.jail.run(episode.open(scenario_of(prompt)))
         if not messages:
             # Nothing to generate from: the rollout ends here and counts nothing the model did not write.
-            trace = TokenTrace(template_ids(self.tokenizer, plain_messages(prompt), None, True))
+            outcome = episode.outcome or RolloutOutcome(None, NOT_STARTED)
+            trace = TokenTrace(template_ids(self.tokenizer, void_prompt(prompt, outcome), None, True))
             trace.add([self.tokenizer.eos_token_id], None, generated=False)
-            return TokenRollout(trace, episode.outcome)
+            return TokenRollout(trace, outcome)
         tools = episode.tools
         trace = TokenTrace(template_ids(self.tokenizer, messages, tools, True))
         rollout = TokenRollout(trace)

@@ -8,15 +8,17 @@ for Qwen3) and steps the session. The model's tokens are kept as generated and o
 the tool results and the user's reply is appended (``response_mask`` 0), so no turn is ever re-tokenized
 (:mod:`harness.train.conversation`, shared with the TRL ``rollout_func``). In conversational mode (``mode: conv``
 in the loop's entry, or ``extra_info.mode`` on the row) the simulated user of the entry's ``user`` opens and
-answers each text reply, until its stop token or the turn limit. A row the library cannot serve, a call its
-schema rejects, an unparseable call or an environment crashing in the jail ends only that rollout, with
-``extra_fields["ending"]`` saying why and ``reward_score`` 0; a rollout the simulated user (or another party
-that is not the policy) failed is also masked out (``response_mask`` all 0, ``extra_fields["at_fault"]``).
+answers each text reply, until its stop token or the turn limit. A row the library cannot serve or whose values
+cannot start a rollout (``harness.train.rows``), a call its schema rejects, an unparseable call or an environment
+crashing in the jail ends only that rollout, with ``extra_fields["ending"]`` saying why and ``reward_score`` 0,
+never an exception; a rollout the simulated user (or another party that is not the policy) failed is also masked
+out (``response_mask`` all 0, ``extra_fields["at_fault"]``).
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -38,13 +40,14 @@ from harness.train.conversation import (
     append_observations,
     at_fault,
     conversation_settings,
-    plain_messages,
     policy_caused,
     template_ids,
     text_of,
+    void_prompt,
 )
 from harness.train.jail_thread import JailThread
-from harness.train.jailed_episode import EpisodeSettings, JailedEpisode, RolloutOutcome
+from harness.train.jailed_episode import NOT_STARTED, EpisodeSettings, JailedEpisode, RolloutOutcome, void_outcome
+from harness.train.rows import BAD_ROW, read_row
 from harness.train.trl_environment import as_library
 from harness.train.trl_rewards import COMPONENTS, component_values
 
@@ -65,6 +68,8 @@ class SharedJail:
         """Settings that refuse scenarios of any other environment (the screening verdicts stay shared)."""
         if environment_id is None:
             return self.settings
+        if environment_id not in self.settings.library.environments:  # a row's name, not kept: it runs nothing
+            return replace(self.settings, environment_id=environment_id)
         if environment_id not in self.by_environment:
             self.by_environment[environment_id] = replace(self.settings, environment_id=environment_id)
         return self.by_environment[environment_id]
@@ -147,25 +152,24 @@ class HarnessAgentLoop(AgentLoopBase):
         return await self.shared.jail.run_async(coroutine)
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
-        extra_info = kwargs.get("extra_info") or {}
-        if not isinstance(extra_info, dict):
-            extra_info = {}
-        # The row names its environment: a scenario of another one is refused, not run.
-        environment = extra_info.get("environment")
+        """One rollout of the row's scenario. Any value of the row (``extra_info``, ``raw_prompt``; ``tools_kwargs``
+        is not read: the tools are the environment's) that cannot start a rollout ends it with its reason and
+        ``reward_score`` 0, never an exception."""
+        raw_prompt = kwargs.get("raw_prompt")
+        extra_info = kwargs.get("extra_info")
         metrics: dict[str, Any] = {}
-        settings = conversation_settings(
-            self.shared.settings_for(environment if isinstance(environment, str) else None),
-            extra_info.get("mode") or self.mode,
-            self.user,
-        )
+        row = read_row(extra_info)
+        if isinstance(row, str):
+            return self._ended_before_start(raw_prompt, void_outcome(None, BAD_ROW, f"extra_info: {row}"), metrics)
+        # The row names its environment: a scenario of another one is refused, not run.
+        mode = extra_info.get("mode") if isinstance(extra_info, Mapping) else None
+        settings = conversation_settings(self.shared.settings_for(row.environment), mode or self.mode, self.user)
         if isinstance(settings, str):
-            scenario_id = extra_info.get("scenario_id")
-            refused = RolloutOutcome(scenario_id if isinstance(scenario_id, str) else None, BAD_MODE, settings)
-            return self._ended_before_start(kwargs.get("raw_prompt") or [], refused, metrics)
+            return self._ended_before_start(raw_prompt, void_outcome(row.scenario_id, BAD_MODE, settings), metrics)
         episode = JailedEpisode(settings, self.shared.jail.pool)
-        messages: list[dict[str, Any]] = await self._jail(episode.open(extra_info.get("scenario_id")))
+        messages: list[dict[str, Any]] = await self._jail(episode.open_row(extra_info))
         if not messages:
-            return self._ended_before_start(kwargs.get("raw_prompt") or [], episode.outcome, metrics)
+            return self._ended_before_start(raw_prompt, episode.outcome, metrics)
         tools = episode.tools
         trace = TokenTrace(template_ids(self.tokenizer, messages, tools, True))
         turns, tool_calls = 1, 0
@@ -223,13 +227,13 @@ class HarnessAgentLoop(AgentLoopBase):
         return isinstance(start, str) and start in text
 
     def _ended_before_start(
-        self, raw_prompt: Any, outcome: RolloutOutcome | None, metrics: dict[str, Any]
+        self, raw_prompt: object, outcome: RolloutOutcome | None, metrics: dict[str, Any]
     ) -> AgentLoopOutput:
-        plain = plain_messages(list(raw_prompt))
-        trace = TokenTrace(template_ids(self.tokenizer, plain, None, True) if plain else [])
+        outcome = outcome or RolloutOutcome(None, NOT_STARTED)
+        trace = TokenTrace(template_ids(self.tokenizer, void_prompt(raw_prompt, outcome), None, True))
         # verl pads and stacks responses: one masked token stands for the rollout that never started.
         trace.add([self.tokenizer.eos_token_id], None, generated=False)
-        return self._output(trace, outcome or RolloutOutcome(None, "not_started"), 0, 0, metrics, None)
+        return self._output(trace, outcome, 0, 0, metrics, None)
 
     def _output(
         self,

@@ -102,6 +102,8 @@ async def run_case(case: dict[str, Any], tokenizer: Any, config: Any, yaml_entry
         wiring["trainer_config"] = DictConfigWrap(config=config)
     if case.get("crashing"):
         loop = HarnessAgentLoop(**wiring, envs=crashing_library(load_library(None)), include_invalid=True)
+    elif case.get("envs"):
+        loop = HarnessAgentLoop(**wiring, envs=case["envs"], include_invalid=True)
     else:
         # Keywords given here override the YAML entry's, as hydra merges them.
         loop = hydra.utils.instantiate(config=_agent_loop_registry[yaml_entry], **wiring, **case.get("settings", {}))

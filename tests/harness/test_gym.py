@@ -1,4 +1,6 @@
-"""The gym-style API driven by an oracle policy, in both modes, and its truncation at the step limit."""
+"""The gym-style API driven by an oracle policy, in both modes, and its truncation at the step limit; a tool or a
+constructor raising what is not an Exception is the environment's failure; a bad value given to ``reset`` ends
+that episode with its reason, never with an exception."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from harness.library import load_library
 from harness.protocols import UserTurn
 from harness.sandbox import SandboxPool
 from harness.schema import AgentSettings, Check, ModelSettings, Scenario
+from tests.support.raising_library import LOADS, RAISING_CHECKS, RAISING_TOOLS, TOOLS_SCENARIO, write_raising_library
 
 LIBRARY = load_library()
 
@@ -148,3 +151,108 @@ async def test_envscaler_rules_end_the_episode_with_reward_0_when_a_tool_raises(
     ended = await envscaler.step(call)
     assert ended.terminated and ended.reward == 0.0
     assert ended.info["rules"] == "envscaler" and ended.info["termination"] == "tool_exception"
+
+
+def tool_call(name: str, arguments: dict | None = None) -> dict:
+    function = {"name": name, "arguments": json.dumps(arguments or {})}
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": f"c-{name}", "type": "function", "function": function}],
+    }
+
+
+@pytest.fixture(scope="module")
+def raising(tmp_path_factory):
+    return load_library(str(write_raising_library(tmp_path_factory.mktemp("raising") / "library")))
+
+
+async def test_a_tool_raising_a_base_exception_is_a_tool_error_the_agent_sees(pool, raising):
+    scenario = next(s for s in raising.scenarios if s.id == TOOLS_SCENARIO)
+    env = ToolEnv(raising, pool=pool, include_invalid=True)
+    await env.reset(scenario)
+    for name, error in RAISING_TOOLS.items():
+        result = await env.step(tool_call(name))
+        assert not result.terminated, (name, result.info)
+        (message,) = result.observations
+        answer = json.loads(message["content"])
+        assert (message["role"], answer["success"], answer["error_type"]) == ("tool", False, "tool_exception")
+        assert answer["error"].startswith(error), answer
+    finished = await env.step(tool_call("complete"))
+    assert json.loads(finished.observations[0]["content"]) == {"success": True, "data": 4}  # one state throughout
+    done = await env.step({"role": "assistant", "content": "Done."})
+    assert done.terminated and done.info["termination"] == "agent_done"
+    trajectory = done.info["trajectory"]
+    assert trajectory.failure is None
+    assert [step.observation.kind for step in trajectory.steps] == ["tool_exception"] * 4 + ["ok"]
+    results = {r["check_id"]: r for r in done.info["check_results"]}
+    assert results["done"]["passed"] and results["calls"]["passed"]  # one session, the same state throughout
+    for check_id, (_, error) in RAISING_CHECKS.items():
+        assert not results[check_id]["passed"] and results[check_id]["error"].startswith(error), results[check_id]
+
+    envscaler = ToolEnv(raising, pool=pool, include_invalid=True, rules="envscaler")
+    await envscaler.reset(scenario)
+    ended = await envscaler.step(tool_call("interrupt"))
+    assert ended.terminated and ended.reward == 0.0
+    assert ended.info["termination"] == "tool_exception", ended.info
+    assert ended.info["trajectory"].failure is None
+
+
+async def test_a_constructor_raising_a_base_exception_ends_the_episode_as_the_environments_failure(pool, raising):
+    env = ToolEnv(raising, pool=pool, include_invalid=True)
+    for what, error in LOADS.items():
+        scenario = next(s for s in raising.scenarios if s.id == f"raises-on-load-{what.replace('_', '-')}")
+        messages, tools = await env.reset(scenario)
+        assert tools == [] and "This rollout is void (environment_error" in messages[0]["content"], messages
+        result = await env.step({"role": "assistant", "content": "Done."})
+        assert result.terminated and result.reward == 0.0
+        assert result.info["termination"] == "environment_error"
+        failure = result.info["trajectory"].failure
+        assert failure.at_fault == "environment" and failure.retryable is False and error in failure.detail
+
+
+@pytest.mark.parametrize(
+    ("seed", "problem"),
+    [
+        ("abc", "seed: Input should be a valid integer"),
+        (1e999, "seed: Input should be a valid integer"),
+        ([1], "seed: Input should be a valid integer"),
+        (True, "seed: Input should be a valid integer"),
+        (2**64, "seed: Input should be less than or equal to 9223372036854775807"),
+        (-1, "seed: Input should be greater than or equal to 0"),
+    ],
+)
+async def test_a_bad_seed_voids_the_episode_with_its_reason_and_the_env_goes_on(pool, seed, problem):
+    scenario = LIBRARY.scenarios[0]
+    env = ToolEnv(LIBRARY, pool=pool)
+    messages, tools = await env.reset(scenario, seed=seed)
+    assert tools == [] and messages == [
+        {
+            "role": "user",
+            "content": f"This rollout is void (bad_row: {problem}). No tool runs in it, and its reward is 0.",
+        }
+    ]
+    result = await env.step(oracle(scenario)())
+    assert (result.terminated, result.truncated, result.reward) == (True, False, 0.0)
+    assert result.info["termination"] == "bad_row" and result.info["termination_detail"] == problem
+    assert result.info["trajectory"] is None and result.observations == []
+    with pytest.raises(RuntimeError, match="reset"):
+        await env.step(oracle(scenario)())
+    # The same object runs the next episode as usual.
+    messages, tools = await env.reset(scenario, seed=7)
+    assert messages[0]["role"] == "system" and tools
+
+
+async def test_what_is_not_a_scenario_of_the_library_voids_the_episode(pool):
+    env = ToolEnv(LIBRARY, pool=pool)
+    messages, tools = await env.reset("banking-001")  # type: ignore[arg-type]  # a scenario id, not a Scenario
+    assert tools == [] and "bad_row: scenario: not a Scenario but str" in messages[0]["content"]
+    assert (await env.step({"role": "assistant", "content": "x"})).info["termination"] == "bad_row"
+    stranger = LIBRARY.scenarios[0].model_copy(update={"environment_id": "no-such-environment"})
+    messages, tools = await env.reset(stranger)
+    assert (
+        tools == []
+        and "unknown_scenario: environment 'no-such-environment' is not in the library" in (messages[0]["content"])
+    )
+    result = await env.step({"role": "assistant", "content": "x"})
+    assert result.info["termination"] == "unknown_scenario" and result.reward == 0.0

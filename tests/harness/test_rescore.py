@@ -1,6 +1,7 @@
 """``harness rescore`` and ``harness show --diff`` through the real command line, on a run made against the mock
 model: unchanged checks reproduce every verdict byte for byte, a changed check changes exactly its episodes, and an
-episode whose environment changed or whose replay differs is refused with its reason."""
+episode whose environment changed or is missing, whose replay differs, that has no final state or whose record
+contradicts itself is listed with its reason and left out of the new folder, its results and its summary."""
 
 from __future__ import annotations
 
@@ -119,14 +120,15 @@ def test_an_environment_whose_code_changed_is_refused_per_episode(stored_run, tm
     out = tmp_path / "rescored"
     finished = rescore(stored_run, library, out)
     assert finished.code == 1
-    refused = [line for line in finished.stderr_lines if line.startswith("refused:")]
+    refused = [line for line in finished.stderr_lines if line.startswith("not re-scored:")]
     car_rental = [line["episode_id"] for line in lines_of(stored_run) if line["environment_id"] == "car_rental"]
     assert len(refused) == len(car_rental) == 4
     assert all("environment's code changed" in line for line in refused)
     kept = {line["episode_id"] for line in lines_of(out)}
     assert kept.isdisjoint(car_rental) and len(kept) == 8
     report = json.loads((out / "rescore.json").read_text())
-    assert sorted(r["episode_id"] for r in report["refused"]) == sorted(car_rental)
+    assert sorted(r["episode_id"] for r in report["not_rescored"]) == sorted(car_rental)
+    assert {r["cause"] for r in report["not_rescored"]} == {"environment_changed"}
 
 
 def test_an_old_record_whose_replay_differs_is_refused_with_the_call(stored_run, tmp_path):
@@ -141,23 +143,132 @@ def test_an_old_record_whose_replay_differs_is_refused_with_the_call(stored_run,
     out = tmp_path / "rescored"
     finished = rescore(old, SEED, out)
     assert finished.code == 1
-    refused = [line for line in finished.stderr_lines if line.startswith("refused:")]
+    refused = [line for line in finished.stderr_lines if line.startswith("not re-scored:")]
     assert len(refused) == 1 and tampered["episode_id"] in refused[0]
     assert "replaying call 1" in refused[0] and "another result than the recorded one" in refused[0]
     assert len(lines_of(out)) == 11
 
 
-def test_a_library_without_the_runs_environment_says_which_and_writes_nothing(stored_run, tmp_path):
+def summary_of(out: Path) -> dict:
+    return json.loads((out / "summary.json").read_text())
+
+
+def test_an_episode_whose_environment_the_library_lacks_is_listed_and_left_out(stored_run, tmp_path):
     library = copy_library(tmp_path, "library")
     for path in (library / "environments").glob("car_rental.*"):
         path.unlink()
     (library / "scenarios" / "car_rental.jsonl").unlink()
     out = tmp_path / "rescored"
     finished = rescore(stored_run, library, out)
+    assert finished.code == 1, finished.stderr
+    car_rental = {line["episode_id"] for line in lines_of(stored_run) if line["environment_id"] == "car_rental"}
+    listed = [line for line in finished.stderr_lines if line.startswith("not re-scored:")]
+    assert len(listed) == len(car_rental) == 4
+    assert all("has no environment 'car_rental'" in line for line in listed)
+    assert {line.split()[3] for line in listed} == car_rental
+    assert "Re-scored 8 episodes" in finished.stdout and "4 of 12 not re-scored" in finished.stdout
+    assert {line["episode_id"] for line in lines_of(out)}.isdisjoint(car_rental) and len(lines_of(out)) == 8
+    summary = summary_of(out)
+    assert summary["overall"]["episodes"] == 8 and summary["overall"]["scored"] == 8
+    assert {group["key"]["environment_id"] for group in summary["groups"]} == {"banking"}
+    report = json.loads((out / "rescore.json").read_text())
+    assert {r["episode_id"] for r in report["not_rescored"]} == car_rental
+    assert {r["cause"] for r in report["not_rescored"]} == {"missing_environment"}
+
+
+def test_a_library_without_any_of_the_runs_environments_says_which_and_writes_nothing(stored_run, tmp_path):
+    library = copy_library(tmp_path, "library")
+    for environment in ("banking", "car_rental"):
+        for path in (library / "environments").glob(f"{environment}.*"):
+            path.unlink()
+        (library / "scenarios" / f"{environment}.jsonl").unlink()
+    out = tmp_path / "rescored"
+    finished = rescore(stored_run, library, out)
     assert finished.code == 2
     problems = [line for line in finished.stderr_lines if "has no environment" in line]
-    assert len(problems) == 1 and "no environment 'car_rental' (4 episodes of the run)" in problems[0]
+    assert len(problems) == 2 and "no environment 'car_rental' (4 episodes of the run)" in problems[1]
+    assert "holds none of the environments" in finished.stderr
     assert not out.exists()
+
+
+def contradicting(line: dict, what: str) -> None:
+    if what == "infra error with a reward":
+        line["termination"] = "infra_error"
+        line["failure"] = {"at_fault": "harness", "detail": "worker lost", "kind": "sandbox"}
+    elif what == "success with a failed check":
+        line["check_results"][0]["passed"] = False
+        line["check_results"][0]["value"] = "False"
+    elif what == "checks without a final state":
+        line["termination"] = "environment_error"
+        line["failure"] = {"at_fault": "environment", "detail": "it exited", "kind": "environment"}
+        line["reward"] = {"state_reward": 0.0, "success": False, "checks_passed": 0, "checks_total": 1}
+    elif what == "a reward that miscounts its checks":
+        line["reward"]["checks_passed"] = line["reward"]["checks_total"] + 3
+
+
+CONTRADICTIONS = {
+    "infra error with a reward": "infrastructure error, which is never scored, yet it carries a reward",
+    "success with a failed check": "is a success with failed checks",
+    "checks without a final state": "ended without a final state (environment_error) yet carries",
+    "a reward that miscounts its checks": "checks passed",
+}
+
+
+@pytest.mark.parametrize("what", list(CONTRADICTIONS))
+def test_a_record_that_contradicts_itself_is_refused_with_its_reason(stored_run, tmp_path, what):
+    old = tmp_path / "old-run"
+    shutil.copytree(stored_run, old)
+    lines = lines_of(old)
+    tampered = next(line for line in lines if line["reward"]["success"] and line["check_results"])
+    contradicting(tampered, what)
+    (old / "results.jsonl").write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines))
+    out = tmp_path / "rescored"
+    finished = rescore(old, SEED, out)
+    assert finished.code == 1, finished.stderr
+    refused = [line for line in finished.stderr_lines if line.startswith("refused:")]
+    assert len(refused) == 1 and tampered["episode_id"] in refused[0]
+    assert "the record contradicts itself" in refused[0] and CONTRADICTIONS[what] in refused[0], refused[0]
+    assert tampered["episode_id"] not in {line["episode_id"] for line in lines_of(out)}
+    assert summary_of(out)["overall"]["episodes"] == 11
+    report = json.loads((out / "rescore.json").read_text())
+    assert [(r["episode_id"], r["cause"]) for r in report["not_rescored"]] == [
+        (tampered["episode_id"], "contradictory_record")
+    ]
+
+
+def test_episodes_without_a_final_state_are_scored_by_the_rules_or_left_out(stored_run, tmp_path):
+    """An environment failure is scored by the rules (a failure, reward 0); an infrastructure error has no final
+    state and nothing scores it: it is listed as not re-scored and counted nowhere in the new folder."""
+    old = tmp_path / "old-run"
+    shutil.copytree(stored_run, old)
+    lines = lines_of(old)
+    failed, lost = [line for line in lines if line["reward"]["success"]][:2]
+    failed.update(
+        termination="environment_error",
+        failure={"at_fault": "environment", "detail": "its process exited", "kind": "environment"},
+        check_results=[],
+        reward={"state_reward": 0.0, "success": False, "checks_passed": 0, "checks_total": 1, "composite": 0.0},
+    )
+    lost.update(
+        termination="infra_error",
+        failure={"at_fault": "harness", "detail": "zygote lost", "kind": "sandbox"},
+        check_results=[],
+        reward=None,
+    )
+    (old / "results.jsonl").write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines))
+    out = tmp_path / "rescored"
+    finished = rescore(old, SEED, out)
+    assert finished.code == 1, finished.stderr
+    listed = [line for line in finished.stderr_lines if line.startswith("not re-scored:")]
+    assert len(listed) == 1 and lost["episode_id"] in listed[0] and "infrastructure error" in listed[0]
+    assert "1 environment failures scored by the rules" in finished.stdout
+    after = {line["episode_id"]: line for line in lines_of(out)}
+    assert lost["episode_id"] not in after and len(after) == 11
+    scored = after[failed["episode_id"]]
+    scenario = next(s for s in load_library(str(SEED)).scenarios if s.id == failed["scenario_id"])
+    assert scored["reward"]["success"] is False and scored["reward"]["checks_total"] == len(scenario.checks)
+    overall = summary_of(out)["overall"]
+    assert overall["episodes"] == 11 and overall["infra_errors"] == 0 and overall["environment_errors"] == 1
 
 
 def test_a_leaderboard_keeps_verdicts_of_two_check_versions_apart(stored_run, tmp_path):

@@ -13,7 +13,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 
 from tests.support.cache_lock import exclusive
-from tests.support.cli_process import start_cli
+from tests.support.serve_process import ServeProcess, serve_http
 
 logger = logging.getLogger(__name__)
 
@@ -63,14 +63,31 @@ def free_port() -> int:
 
 @dataclass
 class ServedEnvironment:
-    base_url: str
-    process: subprocess.Popen[str]
+    """A ``harness serve --protocol openenv``: ``base_url`` is the URL it printed (its credential the path's
+    first segment), what OpenEnv's clients take as their base URL."""
+
+    server: ServeProcess
     python: Path
 
-    def drive(self, program: list[tuple[int, dict[str, Any]]]) -> list[Any]:
-        """Run ``program`` with OpenEnv's MCPToolClient; one report entry per operation."""
+    @property
+    def base_url(self) -> str:
+        return self.server.url
+
+    @property
+    def process(self) -> subprocess.Popen[str]:
+        return self.server.process
+
+    def drive(
+        self,
+        program: list[tuple[int, dict[str, Any]]],
+        *,
+        base_url: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> list[Any]:
+        """Run ``program`` with OpenEnv's MCPToolClient (on ``base_url``, default the printed URL, sending
+        ``headers``); one report entry per operation."""
         ran = subprocess.run(
-            [str(self.python), str(DRIVER), self.base_url, json.dumps(program)],
+            [str(self.python), str(DRIVER), base_url or self.base_url, json.dumps(program), json.dumps(headers or {})],
             capture_output=True,
             text=True,
             timeout=600,
@@ -94,32 +111,27 @@ class ServedEnvironment:
 
     @property
     def alive(self) -> bool:
-        return self.process.poll() is None
+        return self.server.alive
 
 
 @contextlib.contextmanager
-def serve_openenv(python: Path, env_id: str, *args: str, startup_s: float = 180) -> Iterator[ServedEnvironment]:
-    """``harness serve ENV --protocol openenv`` on a free port of 127.0.0.1, until the block ends."""
-    port = free_port()
-    process = start_cli(["serve", env_id, "--protocol", "openenv", "--port", str(port), *args])
-    base_url = f"http://127.0.0.1:{port}"
-    try:
+def serve_openenv(
+    python: Path,
+    env_id: str,
+    *args: str,
+    startup_s: float = 180,
+    env: Mapping[str, str] | None = None,
+    verbose: bool = False,
+) -> Iterator[ServedEnvironment]:
+    """``harness [--verbose] serve ENV --protocol openenv`` on a free port of 127.0.0.1, until the block ends."""
+    command = [env_id, "--protocol", "openenv", "--port", "0", *args]
+    with serve_http(command, env=env, startup_s=startup_s, verbose=verbose) as server:
         deadline = time.monotonic() + startup_s
         while True:
-            if process.poll() is not None:
-                _, stderr = process.communicate()
-                raise RuntimeError(f"harness serve exited {process.returncode}: {stderr}")
             with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{base_url}/health", timeout=2).status_code == 200:
+                if httpx.get(f"{server.url}/health", timeout=5).status_code == 200:
                     break
-            if time.monotonic() > deadline:
-                raise RuntimeError("harness serve --protocol openenv did not start listening")
-            time.sleep(0.3)
-        yield ServedEnvironment(base_url, process, python)
-    finally:
-        process.terminate()
-        try:
-            process.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.communicate()
+            if not server.alive or time.monotonic() > deadline:
+                raise RuntimeError(f"harness serve --protocol openenv did not answer /health: {server.log}")
+            time.sleep(0.2)
+        yield ServedEnvironment(server, python)

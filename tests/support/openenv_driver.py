@@ -1,9 +1,10 @@
 """Runs under the OpenEnv 0.10 client venv (not the project's): drives ``harness serve --protocol openenv``
 with OpenEnv's own ``MCPToolClient`` and prints what it saw as one JSON document.
 
-Usage: ``python openenv_driver.py BASE_URL PROGRAM_JSON``. The program is a list of ``[client, operation]``
+Usage: ``python openenv_driver.py BASE_URL PROGRAM_JSON [HEADERS_JSON]``. The program is a list of ``[client, operation]``
 pairs; each client is its own ``MCPToolClient`` (its own OpenEnv session), so interleaved operations of two
-clients run against two concurrent sessions. A failing operation is recorded as ``{"error": ...}``.
+clients run against two concurrent sessions. A failing operation is recorded as ``{"error": ...}``. The headers
+(an object) go with every request of every client.
 """
 
 import contextlib
@@ -51,11 +52,14 @@ def run(client, operation):
 
 def main():
     base_url, program = sys.argv[1], json.loads(sys.argv[2])
+    headers = json.loads(sys.argv[3]) if len(sys.argv) > 3 else {}
     clients = {}
     report = []
     for client_index, operation in program:
         if client_index not in clients:
-            clients[client_index] = MCPToolClient(base_url=base_url, message_timeout_s=300).sync()
+            clients[client_index] = MCPToolClient(
+                base_url=base_url, message_timeout_s=300, headers=headers or None
+            ).sync()
         try:
             report.append(run(clients[client_index], operation))
         except Exception as exc:

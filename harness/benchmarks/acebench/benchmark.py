@@ -35,18 +35,19 @@ CATEGORY_MODES: dict[str, Mode] = {"multi_turn": "conv", "multi_step": "nonconv"
 async def import_category(options: dict[str, Any]) -> ImportResult:
     from harness.sandbox.spec import CodeOrigin, JailSpec
 
-    from .importer import AceBenchImportError, import_acebench
+    from .importer import AceBenchImportError, import_acebench, read_acebench
     from .source import AceBenchSource, AceBenchSourceError
 
     category: str = options["category"]
     language: str = options["language"]
     try:
-        checkout = AceBenchSource(options["source"])
+        # Everything the import needs is read (and refused when it must be) before the jail starts.
+        release = read_acebench(AceBenchSource(options["source"]), category, language)
         jail = JailSpec.for_code(
             CodeOrigin.SOURCE, allow_weak_sandbox=options["allow_weak_sandbox"], workers=options["workers"]
         )
         async with jail.pool() as pool:
-            result = await import_acebench(checkout, category, language, pool)
+            result = await import_acebench(release, pool)
     except (AceBenchSourceError, AceBenchImportError) as exc:
         raise SourceRefused(str(exc)) from exc
     if result.bad_records and not options["skip_bad_records"]:

@@ -152,11 +152,7 @@ def build_scenario_code(source: AceBenchSource, class_modules: dict[str, str]) -
         relative = pending.pop(0)
         if relative in texts:
             continue
-        text = source.read_text(relative)
-        try:
-            tree = ast.parse(text)
-        except SyntaxError as exc:
-            raise AceBenchSourceError(f"{source.path}: {relative} does not parse: {exc}") from exc
+        text, tree = source.read_python(relative)
         texts[relative], trees[relative] = text, tree
         pending.extend(module.replace(".", "/") + ".py" for module in _imports_of(tree))
     ordered: list[str] = []

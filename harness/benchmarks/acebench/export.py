@@ -20,6 +20,7 @@ from typing import Any
 from harness.benchmarks.acebench.evaluation import transcript_process
 from harness.dispatch import DispatchSession, open_tool_session
 from harness.library import Library
+from harness.outputs import OutputFolder, safe_file_name
 from harness.protocols import parse_arguments
 from harness.sandbox import SandboxPool
 from harness.schema import Environment, Scenario, ToolCall, Trajectory
@@ -36,10 +37,11 @@ class ExportedFile:
 
 
 def model_folder(trajectories: list[Trajectory]) -> str:
-    """The model's name as a folder (upstream names the folder after ``--model``)."""
+    """The model's name as a folder (upstream names the folder after ``--model``): its letters, digits, ``.``,
+    ``_`` and ``-``, every other run of characters one ``_`` (``../../x`` is ``x``)."""
     names = sorted({t.agent.model.model for t in trajectories})
     name = names[0] if len(names) == 1 else "mixed"
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "model"
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._")[:128] or "model"
 
 
 def episode_calls(trajectory: Trajectory) -> list[ToolCall]:
@@ -85,18 +87,32 @@ async def export_run(
         if trajectory.trial:
             continue  # upstream writes one result per task: the first trial's
         details = scenario.provenance.details
-        category, language = str(details["category"]), str(details["language"])
+        category, language = details.get("category"), details.get("language")
         upstream_id = str(scenario.provenance.upstream_id)
-        result = await final_result(pool, environments[scenario.environment_id], scenario, trajectory)
+        if (
+            not isinstance(category, str)
+            or not isinstance(language, str)
+            or not upstream_id.rsplit("_", 1)[-1].isdigit()
+        ):
+            raise AceBenchExportError(f"scenario {scenario.id} does not say its ACEBench category, language and id")
+        environment = environments.get(scenario.environment_id)
+        if environment is None or environment.call_dispatcher is None or environment.provenance.source != "acebench":
+            raise AceBenchExportError(f"scenario {scenario.id}'s environment is not an imported ACEBench environment")
+        result = await final_result(pool, environment, scenario, trajectory)
         process = transcript_process([dict(m) for m in trajectory.messages])
         entry = {"id": upstream_id, "result": result, "process": process}
         groups.setdefault((language, category), []).append((int(upstream_id.rsplit("_", 1)[-1]), entry))
     folder = model_folder(trajectories)
+    target = OutputFolder(out)
     written = []
     for (language, category), entries in sorted(groups.items()):
-        path = out / f"result_all/result_{language}/{folder}/data_agent_{category}_result.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
+        parts = (
+            "result_all",
+            f"result_{safe_file_name(language)}",
+            folder,
+            f"data_agent_{safe_file_name(category)}_result.json",
+        )
         lines = [json.dumps(entry, ensure_ascii=False) for _, entry in sorted(entries, key=lambda item: item[0])]
-        path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        path = target.write_text(parts, "".join(line + "\n" for line in lines))
         written.append(ExportedFile(path=path, entries=len(lines)))
     return written

@@ -8,6 +8,10 @@ reference actions are the calls of its milestones (the first alternative when th
 upstream's end-to-end comparison with the possible answer's ``ground_truth`` and its milestone process score
 (:mod:`harness.benchmarks.acebench.evaluation`). Every gold is replayed in the jail before anything is written and
 the tasks whose gold does not reach upstream's own ground truth are reported.
+
+The import is two steps: :func:`read_acebench` reads everything it needs of the checkout (through its
+:class:`~harness.files.SourceTree`, so a symlinked licence or module, or a module named outside the checkout, is
+refused before any code runs), then :func:`import_acebench` replays the gold in the jail.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.benchmarks.acebench.code import DISPATCHER, ENVIRONMENT_CLASS, build_scenario_code
+from harness.benchmarks.acebench.code import DISPATCHER, ENVIRONMENT_CLASS, ScenarioCode, build_scenario_code
 from harness.benchmarks.acebench.evaluation import (
     END_TO_END_CHECK_ID,
     PROCESS_CHECK_ID,
@@ -44,6 +48,25 @@ _JSON_TYPES = {"dict": "object", "float": "number", "tuple": "array", "list": "a
 
 class AceBenchImportError(ValueError):
     """The import cannot be done as asked."""
+
+
+@dataclass
+class AceBenchRelease:
+    """Everything an import reads of one category and language, read before any of the checkout's code runs."""
+
+    category: str
+    language: str
+    license: str
+    license_text: str
+    classes: dict[str, str]
+    """Class name → its scenario module's file."""
+    saved: dict[str, list[str]]
+    prompts: dict[str, str]
+    text_prompts: dict[str, str]
+    records: list[tuple[int, Any]]
+    """The data file's JSON lines as (line number, value; None for a line that is not JSON)."""
+    answers: dict[str, dict[str, Any]]
+    code: ScenarioCode
 
 
 @dataclass
@@ -140,9 +163,8 @@ async def replay_gold(pool: SandboxPool, environment: Environment, scenario: Sce
     return "its gold does not reach upstream's ground truth" + (f" ({result.error})" if result.error else "")
 
 
-async def import_acebench(
-    source: AceBenchSource, category: str, language: str, pool: SandboxPool, *, concurrency: int = 4
-) -> AceBenchImport:
+def read_acebench(source: AceBenchSource, category: str, language: str) -> AceBenchRelease:
+    """Read everything the import of ``category`` in ``language`` needs, before any of its code runs."""
     if category not in CATEGORIES or language not in LANGUAGES:
         raise AceBenchImportError(
             f"choose --category {' or '.join(CATEGORIES)} and --language {' or '.join(LANGUAGES)}"
@@ -154,22 +176,35 @@ async def import_acebench(
             f"({data_file(language, category)}); it holds: {', '.join(available) or 'none'}"
         )
     classes = source.class_modules(category, language)
-    saved = source.saved_attributes()
-    prompts = source.domain_prompts(language) if category == "multi_turn" else {}
-    text_prompts = source.text_prompts(category, language)
-    records = source.read_lines(data_file(language, category))
     answers: dict[str, dict[str, Any]] = {}
     for _, entry in source.read_lines(answer_file(language, category)):
         if isinstance(entry, dict) and "id" in entry:
             answers[str(entry["id"])] = entry
-    code = build_scenario_code(source, classes)
+    return AceBenchRelease(
+        category=category,
+        language=language,
+        license=source.license,
+        license_text=source.license_text,
+        classes=classes,
+        saved=source.saved_attributes(),
+        prompts=source.domain_prompts(language) if category == "multi_turn" else {},
+        text_prompts=source.text_prompts(category, language),
+        records=source.read_lines(data_file(language, category)),
+        answers=answers,
+        code=build_scenario_code(source, classes),
+    )
+
+
+async def import_acebench(release: AceBenchRelease, pool: SandboxPool, *, concurrency: int = 4) -> AceBenchImport:
+    category, language, classes, saved = release.category, release.language, release.classes, release.saved
+    code = release.code
     environment_code = code.environment_code(saved, multi_turn=category == "multi_turn")
     result = AceBenchImport()
     environments: dict[str, Environment] = {}
-    for line, record in records:
+    for line, record in release.records:
         label = f"{data_file(language, category)}:{line}"
         record_id = str(record.get("id")) if isinstance(record, dict) else label
-        answer: Any = answers.get(record_id)
+        answer: Any = release.answers.get(record_id)
         problem = _record_problem(record, answer, classes)
         if problem is None:
             try:
@@ -181,7 +216,7 @@ async def import_acebench(
             continue
         involved = [str(c) for c in record["involved_classes"]]
         functions = record["function"] if isinstance(record["function"], list) else [record["function"]]
-        intro = _domain_prompt(category, involved, prompts)
+        intro = _domain_prompt(category, involved, release.prompts)
         key = json.dumps([functions, intro], sort_keys=True, ensure_ascii=False)
         if key not in environments:
             number = len(environments)
@@ -204,8 +239,8 @@ async def import_acebench(
                         "modules": code.modules,
                         "saved_attributes": {k: list(v) for k, v in saved.items()},
                         "functions": functions,
-                        "source_license": source.license,
-                        "license_text": source.license_text,
+                        "source_license": release.license,
+                        "license_text": release.license_text,
                     },
                 ),
             )
@@ -246,8 +281,8 @@ async def import_acebench(
                         "mile_stone": milestones,
                         # What the text setting's agent is prompted with (--agent acebench-text).
                         "functions": functions,
-                        "text_prompts": text_prompts,
-                        "source_license": source.license,
+                        "text_prompts": release.text_prompts,
+                        "source_license": release.license,
                     },
                 ),
             )
@@ -274,4 +309,11 @@ async def import_acebench(
     return result
 
 
-__all__ = ["AceBenchImport", "AceBenchImportError", "AceBenchSourceError", "import_acebench"]
+__all__ = [
+    "AceBenchImport",
+    "AceBenchImportError",
+    "AceBenchRelease",
+    "AceBenchSourceError",
+    "import_acebench",
+    "read_acebench",
+]

@@ -8,6 +8,11 @@ in ``model_inference/{multi_turn,multi_step}/{category}_utils.py``), the attribu
 (``MULTI_TURN_AGENT_PROMPT_{SYSTEM,USER}_{EN,ZH}`` in ``model_inference/{category}/APIModel_agent.py``) and the
 scenario modules themselves. Python files are read with :mod:`ast`
 (literals only).
+
+Every file is read through :class:`harness.files.SourceTree`: a symbolic link is refused with its path, a module
+the checkout names (its class mapping, its imports) must be a dotted module name and so a file inside the checkout,
+sizes and JSON are bounded, and the licence text copied into the records is at most
+:data:`harness.files.LICENSE_TEXT_BYTES` (a longer one is refused).
 """
 
 from __future__ import annotations
@@ -17,6 +22,19 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+
+from harness.files import (
+    LICENSE_TEXT_BYTES,
+    RELEASE_BUDGET,
+    SOURCE_TEXT_BYTES,
+    SourceTree,
+    UnsafeFile,
+    bounded_lines,
+    count_values,
+    module_file,
+    parse_python,
+)
+from harness.files.budget import check_nesting
 
 CATEGORIES: tuple[str, ...] = ("multi_turn", "multi_step")
 LANGUAGES: tuple[str, ...] = ("en", "zh")
@@ -47,8 +65,10 @@ class AceBenchSource:
         self.path = path
         if not path.is_dir():
             raise AceBenchSourceError(f"{path} is not a folder: --source takes an ACEBench checkout (git clone)")
-        found = sorted(p.name for p in path.iterdir() if not p.name.startswith("."))
-        missing = [name for name in EXPECTED_ENTRIES if not (path / name).exists()]
+        self.tree = SourceTree(path, budget=RELEASE_BUDGET)
+        entries = self.tree.entries()
+        found = sorted(name for name in entries if not name.startswith("."))
+        missing = [name for name in EXPECTED_ENTRIES if name not in entries]
         if missing:
             shown = ", ".join(found[:12]) + (", …" if len(found) > 12 else "") if found else "nothing"
             raise AceBenchSourceError(
@@ -56,26 +76,51 @@ class AceBenchSource:
                 f"missing {', '.join(missing)}; found {shown}"
             )
         self.license = SOURCE_LICENSE
-        self.license_text = self.read_text("LICENSE.md") if self.exists("LICENSE.md") else ""
+        self.license_text = (
+            self.tree.read_text("LICENSE.md", max_bytes=LICENSE_TEXT_BYTES) if self.exists("LICENSE.md") else ""
+        )
+
+    def where(self, relative: str) -> str:
+        """How a message names file ``relative`` of the checkout."""
+        return self.tree.where(relative)
 
     def exists(self, relative: str) -> bool:
-        return (self.path / relative).is_file()
+        """Whether the checkout holds file ``relative``; a symbolic link there is refused, not skipped."""
+        return self.tree.exists(relative)
 
     def read_text(self, relative: str) -> str:
         if not self.exists(relative):
             raise AceBenchSourceError(f"{self.path} has no {relative}")
-        return (self.path / relative).read_text(encoding="utf-8")
+        return self.tree.read_text(relative, max_bytes=SOURCE_TEXT_BYTES)
+
+    def read_python(self, relative: str) -> tuple[str, ast.Module]:
+        """A module's text and its syntax tree (it is parsed, never run)."""
+        text = self.read_text(relative)
+        return text, parse_python(text, self.where(relative))
 
     def read_lines(self, relative: str) -> list[tuple[int, Any]]:
-        """The JSON lines of a file as (line number, value); a line that is not JSON is (line number, None)."""
+        """The JSON lines of a file as (line number, value); a line that is not JSON is (line number, None).
+        Each line, and the file in all, is held to the reader's budget of bytes, values and nesting."""
+        if not self.exists(relative):
+            raise AceBenchSourceError(f"{self.path} has no {relative}")
+        where = self.where(relative)
+        budget = self.tree.budget
         records: list[tuple[int, Any]] = []
-        for number, line in enumerate(self.read_text(relative).splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                records.append((number, orjson.loads(line)))
-            except orjson.JSONDecodeError:
-                records.append((number, None))
+        values = 0
+        with self.tree.open(relative) as handle:
+            for number, line in enumerate(bounded_lines(handle, where, budget.line_bytes), 1):
+                if not line.strip():
+                    continue
+                values += count_values(line) + 1
+                if values > budget.max_values:
+                    raise UnsafeFile(f"{where}:{number}: holds more than {budget.max_values:,} JSON values in all")
+                try:
+                    value = orjson.loads(line)
+                except orjson.JSONDecodeError:
+                    records.append((number, None))
+                    continue
+                check_nesting(value, f"{where}:{number}", budget)
+                records.append((number, value))
         return records
 
     def available(self) -> list[str]:
@@ -89,27 +134,31 @@ class AceBenchSource:
 
     def literal(self, relative: str, name: str) -> Any:
         """The value of a module-level ``name = <literal>`` in a Python file of the checkout."""
-        try:
-            tree = ast.parse(self.read_text(relative))
-        except SyntaxError as exc:
-            raise AceBenchSourceError(f"{self.path}: {relative} does not parse: {exc}") from exc
+        _, tree = self.read_python(relative)
         for node in tree.body:
             if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
                 try:
                     return ast.literal_eval(node.value)
-                except ValueError as exc:
+                except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError) as exc:
                     raise AceBenchSourceError(f"{self.path}: {relative}: {name} is not a literal") from exc
         raise AceBenchSourceError(f"{self.path}: {relative} defines no {name}")
 
     def class_modules(self, category: str, language: str) -> dict[str, str]:
-        """Class name → the file of its scenario module (``CLASS_FILE_PATH_MAPPING_<LANG>``)."""
-        mapping = self.literal(utils_file(category), f"CLASS_FILE_PATH_MAPPING_{language.upper()}")
+        """Class name → the file of its scenario module (``CLASS_FILE_PATH_MAPPING_<LANG>``), each a dotted module
+        name and so a file inside the checkout."""
+        name = f"CLASS_FILE_PATH_MAPPING_{language.upper()}"
+        mapping = self.literal(utils_file(category), name)
         if not isinstance(mapping, dict):
             raise AceBenchSourceError(f"{self.path}: {utils_file(category)}: the class mapping is not a dict")
-        return {str(name): str(module).replace(".", "/") + ".py" for name, module in mapping.items()}
+        named_by = f"{self.where(utils_file(category))}: {name}"
+        return {str(cls): module_file(str(module), f"{named_by}[{str(cls)[:40]!r}]") for cls, module in mapping.items()}
 
     def saved_attributes(self) -> dict[str, list[str]]:
         saved = self.literal("model_inference/apimodel_inference.py", "SAVED_CLASS")
+        if not isinstance(saved, dict) or not all(isinstance(a, list | tuple) for a in saved.values()):
+            raise AceBenchSourceError(
+                f"{self.path}: model_inference/apimodel_inference.py: SAVED_CLASS is not a dict of attribute lists"
+            )
         return {str(name): [str(a) for a in attributes] for name, attributes in saved.items()}
 
     def domain_prompts(self, language: str) -> dict[str, str]:

@@ -89,21 +89,22 @@ async def import_release(options: dict[str, Any]) -> ImportResult:
 
 
 async def export_results(options: dict[str, Any]) -> ExportResult:
+    from harness.errors import BadInput
     from harness.library import LibraryError, load_library
-    from harness.metrics import MANIFEST_FILE, RESULTS_FILE, read_results
-    from harness.schema import RunManifest
+    from harness.metrics import load_run
 
     from .export import export_run as write_run
 
     run_dir: Path = options["run_dir"]
     try:
-        manifest_path = run_dir / MANIFEST_FILE
-        if not manifest_path.is_file():
-            raise ValueError(f"{run_dir} is not a run folder (no {MANIFEST_FILE})")
-        manifest = RunManifest.model_validate_json(manifest_path.read_bytes())
+        manifest, trajectories = load_run(run_dir)
+    except (FileNotFoundError, ValueError) as exc:  # a run folder refused as it is: status 2
+        raise BadInput(f"cannot export {run_dir}: {exc}") from exc
+    try:
         library = load_library(options["envs"] or manifest.dataset.source)
-        trajectories = read_results(run_dir / RESULTS_FILE)
         report = write_run(trajectories, library, options["out"], trial=options["trial"])
+    except BadInput:  # an --out or a library refused as given: status 2
+        raise
     except (ValueError, LibraryError, OSError) as exc:
         raise SourceRefused(str(exc), FAILED) from exc
     notes = [ImportNote(label="skipped", text=line) for line in report.skipped]

@@ -127,7 +127,7 @@ class _RenameAttributes(ast.NodeTransformer):
 
 
 def _long_context_assignments(source: BfclSource, names: list[str]) -> list[ast.stmt]:
-    tree = ast.parse(source.read_text(f"{CLASS_SOURCE_FOLDER}/{LONG_CONTEXT_MODULE}.py"))
+    tree = source.parse(f"{CLASS_SOURCE_FOLDER}/{LONG_CONTEXT_MODULE}.py")
     found: dict[str, ast.stmt] = {}
     for node in tree.body:
         if isinstance(node, ast.Assign):
@@ -166,7 +166,7 @@ def _as_json_text(node: ast.stmt) -> ast.stmt:
 
 def build_class_module(source: BfclSource, class_name: str, module: str) -> ClassModule:
     """Read ``module``'s source and rewrite it as a function returning ``class_name``."""
-    tree = ast.parse(source.read_text(f"{CLASS_SOURCE_FOLDER}/{module}.py"))
+    tree = source.parse(f"{CLASS_SOURCE_FOLDER}/{module}.py")
     body: list[ast.stmt] = []
     required: list[str] = []
     class_node: ast.ClassDef | None = None

@@ -15,7 +15,9 @@ from typing import Any
 
 import orjson
 
+from harness.errors import BadInput
 from harness.library import Library
+from harness.outputs import OutputFolder, safe_file_name, write_output_file
 from harness.schema import Scenario, TerminationReason, Trajectory
 
 
@@ -41,10 +43,18 @@ def turn_responses(trajectory: Trajectory, scenario: Scenario) -> list[list[Any]
             continue
         calls = message.get("tool_calls") or []
         if calls:
-            turns[-1].append([{c["function"]["name"]: c["function"].get("arguments") or "{}"} for c in calls])
+            turns[-1].append([_call(call) for call in (calls if isinstance(calls, list) else [calls])])
         else:
             turns[-1].append(message.get("content") or "")
     return turns
+
+
+def _call(call: Any) -> dict[str, Any]:
+    """One call as BFCL writes it, ``{name: arguments_json}``; a call the record holds in another shape is refused."""
+    function = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+        raise BadInput(f"a recorded tool call is not an OpenAI tool call: {str(call)[:120]}")
+    return {function["name"]: function.get("arguments") or "{}"}
 
 
 def _entry_order(entry_id: str) -> tuple[str, int]:
@@ -73,12 +83,14 @@ def export_run(trajectories: list[Trajectory], library: Library, out: Path, *, t
     single = out.suffix == ".json" and len(rows) == 1
     if not single:
         out.mkdir(parents=True, exist_ok=True)
+    folder = OutputFolder(out)
     for category, items in rows.items():
         items.sort(key=lambda row: _entry_order(row["id"]))
-        path = out if single else out / f"BFCL_v4_{category}_result.json"
-        temporary = path.with_name(path.name + ".tmp")
-        temporary.write_bytes(b"".join(orjson.dumps(item) + b"\n" for item in items))
-        temporary.replace(path)
+        data = b"".join(orjson.dumps(item) + b"\n" for item in items)
+        if single:
+            path = write_output_file(out, data)
+        else:
+            path = folder.write_bytes(f"BFCL_v4_{safe_file_name(category)}_result.json", data)
         report.files[category] = path
         report.entries[category] = len(items)
     return report

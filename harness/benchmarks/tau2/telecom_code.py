@@ -257,11 +257,11 @@ def _function_source(source: str, name: str, label: str, *, in_class: str | None
 
 def build_telecom_code(source: Tau2Source) -> TelecomCode:
     folder = f"domains/{DOMAIN}"
-    files = {name: source.read_text(f"{folder}/{name}") for name in ("data_model.py", "user_data_model.py")}
-    tools = source.read_text(f"{folder}/tools.py")
-    user_tools = source.read_text(f"{folder}/user_tools.py")
-    utils = source.read_text(f"{folder}/utils.py")
-    environment = source.read_text(f"{folder}/environment.py")
+    files = {name: source.read_python(f"{folder}/{name}") for name in ("data_model.py", "user_data_model.py")}
+    tools = source.read_python(f"{folder}/tools.py")
+    user_tools = source.read_python(f"{folder}/user_tools.py")
+    utils = source.read_python(f"{folder}/utils.py")
+    environment = source.read_python(f"{folder}/environment.py")
     try:
         helpers = "\n\n" + "\n\n".join(_function_source(utils, name, f"{folder}/utils.py") for name in ("get_today",))
         sync = _function_source(environment, "sync_tools", f"{folder}/environment.py", in_class="TelecomEnvironment")

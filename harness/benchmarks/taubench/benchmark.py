@@ -31,18 +31,19 @@ from .rules import TAUBENCH_REACT_RULES, TAUBENCH_RULES
 async def import_domain(options: dict[str, Any]) -> ImportResult:
     from harness.sandbox.spec import CodeOrigin, JailSpec
 
-    from .importer import TauBenchImportError, import_taubench
+    from .importer import TauBenchImportError, import_taubench, read_taubench
     from .source import TauBenchSource, TauBenchSourceError
 
     domain: str = options["domain"]
     split: str = options["split"]
     try:
-        checkout = TauBenchSource(options["source"])
+        # Everything the import needs is read (and refused when it must be) before the jail starts.
+        release = read_taubench(TauBenchSource(options["source"]), domain, split)
         jail = JailSpec.for_code(
             CodeOrigin.SOURCE, allow_weak_sandbox=options["allow_weak_sandbox"], workers=options["workers"]
         )
         async with jail.pool() as pool:
-            result = await import_taubench(checkout, domain, split, pool, concurrency=options["concurrency"])
+            result = await import_taubench(release, pool, concurrency=options["concurrency"])
     except (TauBenchSourceError, TauBenchImportError) as exc:
         raise SourceRefused(str(exc)) from exc
     if result.problems:
@@ -65,6 +66,7 @@ async def export_results(options: dict[str, Any]) -> ExportResult:
     from harness.errors import BadInput
     from harness.library import LibraryError, load_library
     from harness.metrics import load_run
+    from harness.outputs import write_output_file
 
     from .export import NotTauBenchRun, env_run_results, upstream_pass_hat_k
 
@@ -81,8 +83,7 @@ async def export_results(options: dict[str, Any]) -> ExportResult:
         raise BadInput(f"cannot export {run_dir}: {error}") from error
     if not records:
         raise BadInput(f"cannot export {run_dir}: it has no scored episode")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(records, indent=2) + "\n", encoding="utf-8")
+    write_output_file(out, (json.dumps(records, indent=2) + "\n").encode("utf-8"))
     left_out = len(trajectories) - len(records)
     curve = ", ".join(f"pass^{k}={value:.4f}" for k, value in upstream_pass_hat_k(records).items())
     return ExportResult(

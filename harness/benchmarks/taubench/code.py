@@ -97,8 +97,8 @@ def tools_source(source: TauBenchSource, layout: DomainLayout) -> str:
     seen: set[str] = set()
     for module, class_name in layout.tools:
         relative = f"{layout.domain}/tools/{module}.py"
-        text = source.read_text(relative)
-        defined = {n.name for n in ast.parse(text).body if isinstance(n, ast.ClassDef)}
+        text, tree = source.read_python(relative)
+        defined = {n.name for n in tree.body if isinstance(n, ast.ClassDef)}
         if class_name not in defined:
             raise TauBenchSourceError(f"{PACKAGE}/envs/{relative} defines no class {class_name}")
         if module not in seen:
@@ -108,9 +108,11 @@ def tools_source(source: TauBenchSource, layout: DomainLayout) -> str:
     return "".join(parts)
 
 
-def environment_code(source: TauBenchSource, layout: DomainLayout) -> str:
-    return tools_source(source, layout) + ENVIRONMENT_SOURCE.format(cls=ENVIRONMENT_CLASS, domain=layout.domain)
+def environment_code(tools: str, layout: DomainLayout) -> str:
+    """The environment class around ``tools`` (:func:`tools_source`)."""
+    return tools + ENVIRONMENT_SOURCE.format(cls=ENVIRONMENT_CLASS, domain=layout.domain)
 
 
-def schema_probe_code(source: TauBenchSource, layout: DomainLayout) -> str:
-    return tools_source(source, layout) + SCHEMA_SOURCE.format(probe=SCHEMA_PROBE_CLASS)
+def schema_probe_code(tools: str) -> str:
+    """The class that answers each tool's ``get_info()`` around ``tools`` (:func:`tools_source`)."""
+    return tools + SCHEMA_SOURCE.format(probe=SCHEMA_PROBE_CLASS)

@@ -7,6 +7,10 @@ the task's gold actions (kept when they answer with an error upstream too), its 
 outputs. Its checks reproduce upstream's ``Env.calculate_reward`` (``tau_bench/envs/base.py``): the final data's
 hash equals the hash the gold reaches (computed by :func:`replay_gold` in the jail before anything is written),
 and each required output is in some reply of the agent to the user.
+
+The import is two steps: :func:`read_taubench` reads everything it needs of the checkout (through its
+:class:`~harness.files.SourceTree`: a symlinked wiki, a data file named outside the domain's data folder or a
+``.git`` pointing outside are refused before any code runs), then :func:`import_taubench` runs the tools in the jail.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from harness.benchmarks.taubench.code import (
     SCHEMA_PROBE_CLASS,
     environment_code,
     schema_probe_code,
+    tools_source,
 )
 from harness.benchmarks.taubench.rules import TAUBENCH_RULES
 from harness.benchmarks.taubench.source import (
@@ -65,6 +70,22 @@ def check(initial, final):
 
 class TauBenchImportError(ValueError):
     """The import cannot be done as asked."""
+
+
+@dataclass
+class TauBenchRelease:
+    """Everything an import reads of one domain's split, read before any of the domain's code runs."""
+
+    layout: DomainLayout
+    split: str
+    commit: str
+    license: str
+    tasks: list[dict[str, Any]]
+    data: dict[str, Any]
+    """``load_data``'s dict: every data file, by its key."""
+    wiki: str
+    environment_code: str
+    schema_probe_code: str
 
 
 @dataclass
@@ -123,23 +144,24 @@ def output_check(index: int, output: str) -> Check:
     return Check(id=f"taubench-output-{index}", description=f"The agent told the user {output!r}.", source=source)
 
 
-def _environment(source: TauBenchSource, layout: DomainLayout, tools: list[dict[str, Any]]) -> Environment:
+def _environment(release: TauBenchRelease, tools: list[dict[str, Any]]) -> Environment:
+    layout = release.layout
     return Environment(
         id=f"taubench-{layout.domain}",
         name=f"τ-bench {layout.domain}",
         domain=layout.domain,
         summary=f"τ-bench's {layout.domain} domain: its tools and data, from sierra-research/tau-bench.",
-        introduction=source.read_text(f"{layout.domain}/wiki.md"),
+        introduction=release.wiki,
         tools=[ToolSpec(function=FunctionSpec(**tool["function"])) for tool in tools],
         class_name=ENVIRONMENT_CLASS,
-        code=environment_code(source, layout),
+        code=release.environment_code,
         call_dispatcher=DISPATCHER,
         provenance=Provenance(
             source=SOURCE,
             upstream_id=layout.domain,
             details={
-                "taubench_commit": source.commit,
-                "source_license": source.license,
+                "taubench_commit": release.commit,
+                "source_license": release.license,
                 "license_note": SOURCE_LICENSE_NOTE,
                 "terminate_tools": list(layout.terminate_tools),
             },
@@ -147,13 +169,14 @@ def _environment(source: TauBenchSource, layout: DomainLayout, tools: list[dict[
     )
 
 
-async def probe_tools(pool: SandboxPool, source: TauBenchSource, layout: DomainLayout) -> list[dict[str, Any]]:
+async def probe_tools(pool: SandboxPool, release: TauBenchRelease) -> list[dict[str, Any]]:
     """Each tool's ``get_info()``, run in the jail, in ``ALL_TOOLS`` order."""
+    domain = release.layout.domain
     probe = Environment(
-        id=f"taubench-{layout.domain}-schemas",
+        id=f"taubench-{domain}-schemas",
         name="schemas",
         class_name=SCHEMA_PROBE_CLASS,
-        code=schema_probe_code(source, layout),
+        code=release.schema_probe_code,
         call_dispatcher=DISPATCHER,
     )
     session = await open_tool_session(pool, probe, {}, record_diffs=False)
@@ -163,9 +186,7 @@ async def probe_tools(pool: SandboxPool, source: TauBenchSource, layout: DomainL
     finally:
         await session.close()
     if not isinstance(observation.content, str):
-        raise TauBenchSourceError(
-            f"the {layout.domain} tools do not give their schemas in the jail: {observation.error}"
-        )
+        raise TauBenchSourceError(f"the {domain} tools do not give their schemas in the jail: {observation.error}")
     tools: list[dict[str, Any]] = orjson.loads(observation.content)
     return tools
 
@@ -223,9 +244,8 @@ def _scenario(
     )
 
 
-async def import_taubench(
-    source: TauBenchSource, domain: str, split: str, pool: SandboxPool, *, concurrency: int = 2
-) -> TauBenchImport:
+def read_taubench(source: TauBenchSource, domain: str, split: str) -> TauBenchRelease:
+    """Read everything the import of ``domain``/``split`` needs, before any of its code runs."""
     layout = source.layout(domain)
     if split not in layout.splits:
         raise TauBenchImportError(f"no split {split!r} for {domain}; it has {', '.join(layout.splits)}")
@@ -236,11 +256,25 @@ async def import_taubench(
             f"{list(TAUBENCH_RULES.ending_tools)}"
         )
     module, name = layout.splits[split]
-    tasks = source.tasks(domain, module, name)
-    data = {key: source.read_json(f"{domain}/data/{file}") for key, file in layout.data_files.items()}
-    environment = _environment(source, layout, await probe_tools(pool, source, layout))
-    result = TauBenchImport(environment=environment, commit=source.commit)
-    result.scenarios = [_scenario(environment, layout, split, i, task, data) for i, task in enumerate(tasks)]
+    tools = tools_source(source, layout)
+    return TauBenchRelease(
+        layout=layout,
+        split=split,
+        commit=source.commit,
+        license=source.license,
+        tasks=source.tasks(domain, module, name),
+        data={key: source.read_json(f"{domain}/data/{file}") for key, file in layout.data_files.items()},
+        wiki=source.read_text(f"{domain}/wiki.md"),
+        environment_code=environment_code(tools, layout),
+        schema_probe_code=schema_probe_code(tools),
+    )
+
+
+async def import_taubench(release: TauBenchRelease, pool: SandboxPool, *, concurrency: int = 2) -> TauBenchImport:
+    layout, split, data = release.layout, release.split, release.data
+    environment = _environment(release, await probe_tools(pool, release))
+    result = TauBenchImport(environment=environment, commit=release.commit)
+    result.scenarios = [_scenario(environment, layout, split, i, task, data) for i, task in enumerate(release.tasks)]
     gate = asyncio.Semaphore(concurrency)
 
     async def verify(index: int) -> None:

@@ -4,6 +4,10 @@ A domain is a folder ``tau_bench/envs/<domain>/`` with ``env.py`` (its splits, a
 ...tasks_<split> import <NAME> as tasks``, and its ``terminate_tools``), ``tools/__init__.py`` (``ALL_TOOLS``, each
 class imported from its own module), ``data/__init__.py`` (``load_data``: JSON files read into one dict) and
 ``wiki.md``. Tasks are the literal ``Task(...)``/``Action(...)`` calls of the split's module, read with ``ast``.
+
+Every file is read through :class:`harness.files.SourceTree`: a symbolic link is refused with its path, a file
+name the checkout's own code gives (``load_data``'s JSON files) must stay inside the domain's data folder, sizes
+and JSON are bounded, and the commit is read from ``.git`` and validated (:func:`harness.files.checkout_commit`).
 """
 
 from __future__ import annotations
@@ -13,12 +17,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
+from harness.files import (
+    FOLDER,
+    RELEASE_BUDGET,
+    SOURCE_TEXT_BYTES,
+    SYMLINK,
+    SourceTree,
+    checkout_commit,
+    parse_python,
+    require_relative,
+)
+from harness.names import is_safe_id
 
 PACKAGE = "tau_bench"
 SOURCE_LICENSE = "mit"
 SOURCE_LICENSE_NOTE = "MIT (Copyright (c) 2024 Sierra Research)"
 _MARKERS = ("tau_bench/envs/base.py", "tau_bench/types.py")
+_DOMAIN_FILES = ("env.py", "tools/__init__.py", "data/__init__.py")
 
 
 class TauBenchSourceError(ValueError):
@@ -36,14 +51,14 @@ class DomainLayout:
     tools: list[tuple[str, str]]
     """(module file name without ``.py``, class name) of each tool, in ``ALL_TOOLS`` order."""
     data_files: dict[str, str] = field(default_factory=dict)
-    """``load_data``'s key → the JSON file it reads."""
+    """``load_data``'s key → the JSON file it reads (a path inside the domain's ``data`` folder)."""
 
 
 def _literal(node: ast.expr, where: str) -> Any:
     try:
         return ast.literal_eval(node)
-    except ValueError as exc:
-        raise TauBenchSourceError(f"{where}: not a literal ({ast.unparse(node)[:80]}): {exc}") from exc
+    except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError) as exc:
+        raise TauBenchSourceError(f"{where}: not a literal ({ast.unparse(node)[:80]}): {exc}") from None
 
 
 class TauBenchSource:
@@ -55,64 +70,62 @@ class TauBenchSource:
             raise TauBenchSourceError(f"{path} does not exist")
         if not path.is_dir():
             raise TauBenchSourceError(f"{path} is a file; expected a τ-bench checkout folder (git clone of tau-bench)")
-        missing = [marker for marker in _MARKERS if not (path / marker).is_file()]
+        self.tree = SourceTree(path, budget=RELEASE_BUDGET)
+        missing = [marker for marker in _MARKERS if not self.tree.exists(marker)]
         if missing:
-            found = sorted(p.name + ("/" if p.is_dir() else "") for p in path.iterdir())[:8]
+            entries = self.tree.entries()
+            found = sorted(name + ("/" if kind == FOLDER else "") for name, kind in entries.items())[:8]
             raise TauBenchSourceError(
                 f"{path} is not a τ-bench checkout: found {', '.join(found) or 'nothing'}; expected "
                 f"{' and '.join(_MARKERS)} with tau_bench/envs/<domain>/(env.py, tools/, data/)"
             )
-        self.envs = path / PACKAGE / "envs"
+        self.envs = self.tree.sub(f"{PACKAGE}/envs")
         self.license = SOURCE_LICENSE
-        self.commit = self._commit()
+        self.commit = checkout_commit(self.tree) or "unknown"
 
-    def _commit(self) -> str:
-        """The checkout's commit, read from ``.git`` as text ("unknown" without one)."""
-        git = self.path / ".git"
-        try:
-            head = (git / "HEAD").read_text().strip()
-            if not head.startswith("ref: "):
-                return head
-            ref = head[5:]
-            if (git / ref).is_file():
-                return (git / ref).read_text().strip()
-            for line in (git / "packed-refs").read_text().splitlines():
-                if line.endswith(f" {ref}"):
-                    return line.split()[0]
-        except OSError:
-            pass
-        return "unknown"
+    def where(self, relative: str) -> str:
+        """How a message names file ``relative`` of ``tau_bench/envs``."""
+        return self.envs.where(relative)
 
     def domains(self) -> list[str]:
-        return sorted(
-            d.name
-            for d in self.envs.iterdir()
-            if d.is_dir() and all((d / f).is_file() for f in ("env.py", "tools/__init__.py", "data/__init__.py"))
-        )
+        """The domain folders of ``tau_bench/envs`` (a symbolic link among them is refused, not skipped)."""
+        found = []
+        for name, kind in self.envs.entries().items():
+            if kind == SYMLINK:
+                self.envs.is_dir(name)  # raises, naming the link
+            if kind == FOLDER and all(self.envs.exists(f"{name}/{file}") for file in _DOMAIN_FILES):
+                found.append(name)
+        return sorted(found)
 
     def read_text(self, relative: str) -> str:
-        target = self.envs / relative
-        if not target.is_file():
+        if not self.envs.exists(relative):
             raise TauBenchSourceError(f"{self.path} has no {PACKAGE}/envs/{relative}")
-        return target.read_text(encoding="utf-8")
+        return self.envs.read_text(relative, max_bytes=SOURCE_TEXT_BYTES)
 
     def read_json(self, relative: str) -> Any:
-        try:
-            return orjson.loads((self.envs / relative).read_bytes())
-        except (OSError, orjson.JSONDecodeError) as exc:
-            raise TauBenchSourceError(f"{self.path}: {PACKAGE}/envs/{relative} is not readable JSON: {exc}") from exc
+        """A JSON file of ``tau_bench/envs``, decoded under the reader's budget of bytes, values and nesting."""
+        if not self.envs.exists(relative):
+            raise TauBenchSourceError(f"{self.path} has no {PACKAGE}/envs/{relative}")
+        return self.envs.read_json(relative)
+
+    def read_python(self, relative: str) -> tuple[str, ast.Module]:
+        """A module's text and its syntax tree (it is parsed, never run)."""
+        text = self.read_text(relative)
+        return text, parse_python(text, self.where(relative))
 
     def parse(self, relative: str) -> ast.Module:
-        try:
-            return ast.parse(self.read_text(relative))
-        except SyntaxError as exc:
-            raise TauBenchSourceError(f"{PACKAGE}/envs/{relative} does not parse: {exc}") from exc
+        return self.read_python(relative)[1]
 
     def layout(self, domain: str) -> DomainLayout:
         available = self.domains()
         if domain not in available:
             raise TauBenchSourceError(
                 f"no domain {domain!r} in {self.path}; it holds {', '.join(available) or 'no domain'}"
+            )
+        if not is_safe_id(f"taubench-{domain}"):
+            raise TauBenchSourceError(
+                f"{self.where(domain)}: the domain's folder name cannot name an environment (use letters, digits, "
+                "'.', '_' or '-')"
             )
         splits, terminate = self._env_py(domain)
         return DomainLayout(
@@ -196,6 +209,9 @@ class TauBenchSource:
             raise TauBenchSourceError(
                 f"{domain}/data/__init__.py: load_data is not 'read JSON files, return {{key: data}}'"
             )
+        named_by = f"{self.where(f'{domain}/data/__init__.py')}: load_data"
+        for file in mapping.values():
+            require_relative(file, named_by)  # read from the domain's data folder, never beside or above it
         return mapping
 
     def tasks(self, domain: str, module: str, name: str) -> list[dict[str, Any]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import random
 import zipfile
@@ -10,7 +11,19 @@ from pathlib import Path
 
 import pytest
 
-from harness.files import ReadBudget, SourceTree, UnsafeFile, checkout_commit
+from harness.files import (
+    JsonAllowance,
+    ReadBudget,
+    SourceTree,
+    UnsafeFile,
+    checkout_commit,
+    dist_info_metadata,
+    metadata_field,
+    module_file,
+    parse_python,
+    read_named_json,
+    require_version,
+)
 
 
 @pytest.fixture
@@ -121,3 +134,66 @@ def test_a_checkout_commit_is_validated(tree: Path) -> None:
     (git / "HEAD").symlink_to(tree / "secret.txt")
     with pytest.raises(UnsafeFile, match="symbolic link"):
         checkout_commit(SourceTree(tree))
+
+
+def test_a_file_the_user_names_is_read_through_their_link_under_the_budget(tmp_path: Path) -> None:
+    (tmp_path / "blobs").mkdir()
+    (tmp_path / "blobs" / "abc").write_text('{"env_id": "env_1"}')
+    (tmp_path / "envs.json").symlink_to(tmp_path / "blobs" / "abc")  # as a Hub snapshot lays out its files
+    assert read_named_json(tmp_path / "envs.json") == {"env_id": "env_1"}
+    (tmp_path / "bomb.json").write_bytes(_bomb(200_000))
+    with pytest.raises(UnsafeFile, match=r"bomb\.json: holds more than 100,000 JSON values"):
+        read_named_json(tmp_path / "bomb.json", ReadBudget(max_values=100_000))
+    with pytest.raises(UnsafeFile, match="bytes; the limit is 1,000"):
+        read_named_json(tmp_path / "bomb.json", ReadBudget(max_bytes=1000))
+    os.mkfifo(tmp_path / "pipe")
+    for path in (tmp_path / "pipe", tmp_path / "blobs"):
+        with pytest.raises(UnsafeFile, match="not a regular file"):
+            read_named_json(path)
+    with pytest.raises(UnsafeFile, match="no such file"):
+        read_named_json(tmp_path / "missing.json")
+
+
+def test_json_held_in_strings_shares_one_budget() -> None:
+    allowance = JsonAllowance(ReadBudget(max_values=1000))
+    assert allowance.decode('{"a": [1, 2]}', "record 1") == {"a": [1, 2]}
+    hidden = json.loads('"' + "\\u005b\\u005d\\u002c" * 400 + '[]"')  # no bracket in the file's own bytes
+    assert allowance.decode("[" + hidden + "]", "record 2") == [[]] * 401
+    with pytest.raises(UnsafeFile, match=r"record 3: its JSON texts hold more than 1,000 values in all"):
+        allowance.decode("[" + hidden + "]", "record 3")
+    with pytest.raises(ValueError, match="unexpected"):  # not JSON: the caller reports it with its record
+        JsonAllowance().decode("[1,", "record 4")
+    with pytest.raises(UnsafeFile, match="levels deep"):
+        JsonAllowance().decode("[" * 200 + "]" * 200, "record 5")
+
+
+@pytest.mark.parametrize(
+    "text", ["-" * 1_000_000 + "1", "a" + ".b" * 1_000_000, "(" * 300 + ")" * 300, "def f(:\n", "x = '\x00'\n"]
+)
+def test_python_that_does_not_parse_is_one_refusal_naming_the_file(text: str) -> None:
+    with pytest.raises(UnsafeFile, match=r"^src/m\.py does not parse: "):
+        parse_python(text, "src/m.py")
+
+
+@pytest.mark.parametrize("name", ["/etc/passwd", "..x", "a..b", "a/b", "a.b/../../c", "", "a.", "1a", "a b"])
+def test_a_module_a_source_names_must_be_a_dotted_module_name(name: str) -> None:
+    with pytest.raises(UnsafeFile, match=r"^utils\.py: MAPPING names the module .* not a dotted module name"):
+        module_file(name, "utils.py: MAPPING")
+    assert module_file("pkg.sub.module", "utils.py: MAPPING") == "pkg/sub/module.py"
+
+
+def test_a_wheels_metadata_is_found_beside_its_package_and_a_link_refused(tmp_path: Path) -> None:
+    (tmp_path / "other-1.0.dist-info").mkdir()
+    (tmp_path / "other-1.0.dist-info" / "METADATA").write_text("Name: other\nVersion: 1.0\n")
+    (tmp_path / "pkg-2.0.dist-info").mkdir()
+    (tmp_path / "pkg-2.0.dist-info" / "METADATA").write_text("Name: pkg\nVersion: 2.0\nLicense: MIT \n")
+    text = dist_info_metadata(SourceTree(tmp_path), project="pkg")
+    assert metadata_field(text, "Version") == "2.0" and metadata_field(text, "License") == "MIT"
+    assert metadata_field(text, "Home-page") is None
+    assert require_version("2026.3.23", "w") == "2026.3.23"
+    with pytest.raises(UnsafeFile, match="is not a version number"):
+        require_version("1.0\x1b]52;c;x\x07", "w")
+    (tmp_path / "pkg-2.0.dist-info" / "METADATA").unlink()
+    (tmp_path / "pkg-2.0.dist-info" / "METADATA").symlink_to(tmp_path / "other-1.0.dist-info" / "METADATA")
+    with pytest.raises(UnsafeFile, match=r"pkg-2\.0\.dist-info/METADATA is a symbolic link"):
+        dist_info_metadata(SourceTree(tmp_path), project="pkg")

@@ -254,7 +254,9 @@ async def test_run_through_an_mcp_server(tmp_path):
     results = read_results(outcome.run_dir / "results.jsonl")
     assert len(results) == 3
     assert all(t.reward is not None and t.reward.success for t in results), [(t.termination, t.errors) for t in results]
-    assert orjson.loads((outcome.run_dir / "manifest.json").read_bytes())["config"]["mcp"] == url
+    # The manifest records the server without its credential (the URL's token path segment).
+    recorded = orjson.loads((outcome.run_dir / "manifest.json").read_bytes())["config"]["mcp"]
+    assert recorded == url.replace(url.split("/")[3], "[redacted]") and "[redacted]" in recorded
 
 
 def test_an_alias_bounds_the_episodes_in_flight():

@@ -2,9 +2,12 @@
 
 An environment whose constructor raises, that never finishes loading, that the static checks refuse, or whose
 process exits, dies or stops on its own must not be able to void its episodes (an infrastructure error is not
-scored, makes the run exit 1 and is offered for a re-run). Through the real CLI: each such episode ends as
-``environment_error`` with the environment at fault, scored 0, counted per environment in the summary; the run
-exits 0 and ``--resume --retry-errors`` runs nothing again. A model endpoint that fails is still infrastructure.
+scored, makes the run exit 1 and is offered for a re-run). That holds for an exit with the very status a child
+that could not confine itself exits with (70): the child confirmed its confinement before any code of the
+environment ran, so that status is the code's. Through the real CLI: each such episode ends as
+``environment_error`` with the environment at fault (not retryable), scored 0, counted per environment in the
+summary; the run exits 0 and ``--resume --retry-errors`` runs nothing again. A model endpoint that fails is still
+infrastructure, and so is a child whose confinement really fails, before it could confirm it.
 """
 
 from __future__ import annotations
@@ -19,11 +22,12 @@ from pathlib import Path
 import orjson
 import pytest
 
+from harness.blame import classify_failure
 from harness.hub.rows import records_to_table, rows_to_records
 from harness.library import write_seed_layout
 from harness.metrics import read_results, summarize_group
 from harness.reward import trajectory_reward
-from harness.sandbox import find_problems
+from harness.sandbox import EnvironmentFailed, SandboxPool, find_problems
 from harness.schema import (
     Check,
     Environment,
@@ -34,6 +38,7 @@ from harness.schema import (
     ReferenceAction,
     Scenario,
     TerminationReason,
+    ToolCall,
     Trajectory,
 )
 from harness.scoring import zero_reward
@@ -139,6 +144,36 @@ class Spins:
                 pass
 '''
 
+UNCONFINED_ON_CALL = '''
+import typing
+
+
+class UnconfinedOnCall:
+    def __init__(self, init_config: dict):
+        self.done = init_config.get("done", False)
+
+    def finish(self) -> dict:
+        """Finish the task (and exit with the status of a child that could not confine itself)."""
+        self.done = True
+        typing.sys.modules["os"]._exit(70)
+        return {"success": True}
+'''
+
+UNCONFINED_ON_LOAD = '''
+import typing
+
+
+class UnconfinedOnLoad:
+    def __init__(self, init_config: dict):
+        self.done = init_config.get("done", False)
+        typing.sys.modules["os"]._exit(70)
+
+    def finish(self) -> dict:
+        """Finish the task."""
+        self.done = True
+        return {"success": True}
+'''
+
 HOSTILE = {
     "raises-on-load": ("RaisesOnLoad", RAISES_ON_LOAD, "could not be instantiated"),
     "never-loads": ("NeverLoads", NEVER_LOADS, "could not be loaded"),
@@ -146,6 +181,12 @@ HOSTILE = {
     "exits": ("ExitsOnCall", EXITS, "exited with status 3"),
     "kills-itself": ("KillsItself", CRASHES, "SIGSEGV"),
     "spins": ("Spins", SPINS, "did not finish within"),
+    "unconfined-on-call": ("UnconfinedOnCall", UNCONFINED_ON_CALL, "exited with status 70"),
+    "unconfined-on-load": (
+        "UnconfinedOnLoad",
+        UNCONFINED_ON_LOAD,
+        "could not be loaded: the sandbox process exited with status 70",
+    ),
 }
 """Environment id: (class name, code, what its failure's detail says)."""
 
@@ -223,11 +264,12 @@ def test_an_environment_that_fails_its_episodes_gets_them_scored_as_failures(
     for env_id, trajectory in trajectories.items():
         assert trajectory.termination is TerminationReason.ENVIRONMENT_ERROR, (env_id, trajectory.termination_detail)
         assert trajectory.failure is not None and trajectory.failure.at_fault == "environment", env_id
+        assert (trajectory.failure.kind, trajectory.failure.retryable) == ("environment", False), env_id
         assert HOSTILE[env_id][2] in trajectory.failure.detail, (env_id, trajectory.failure.detail)
         assert trajectory.reward is not None, env_id
         assert (trajectory.reward.state_reward, trajectory.reward.success) == (0.0, False), env_id
     # The calls that ended their process are on record, marked as such.
-    for env_id in ("exits", "kills-itself", "spins"):
+    for env_id in ("exits", "kills-itself", "spins", "unconfined-on-call"):
         steps = trajectories[env_id].steps
         assert [step.call.name for step in steps] == ["finish"] and steps[0].observation.process_ended, env_id
 
@@ -250,6 +292,31 @@ def test_an_environment_that_fails_its_episodes_gets_them_scored_as_failures(
     assert again.code == 0, again.stdout + again.stderr
     assert "0 to run" in again.stdout, again.stdout
     assert (out / "results.jsonl").read_bytes() == recorded
+
+
+def test_a_child_whose_confinement_fails_before_it_confirms_it_is_an_infrastructure_error(
+    library: Path, workspace: Path
+) -> None:
+    """Without no_new_privs and without the namespaces (whose user namespace would grant the capability instead),
+    an ordinary user's child cannot apply Landlock or seccomp: every child exits with status 70 before it confirms
+    its confinement, so no code of the environment ever runs, and the sandbox is at fault."""
+    library = Path(shutil.copytree(library, workspace / "library"))
+    open_to_ordinary_user(workspace)
+    out = workspace / "run"
+    # --include-invalid: the screening's sessions would fail alike, and the scenario is not what is being judged.
+    run = ["run", "--envs", str(library), "--env", "exits", "--agent", "oracle", "--include-invalid", "--out", str(out)]
+    disabled = "no_new_privs,network_namespace,uts_namespace,pid_namespace,mount_namespace"
+    finished = run_as_ordinary_user(
+        [sys.executable, "-m", "harness.cli", *run], home=workspace, extra_env={"HARNESS_SANDBOX_DISABLE": disabled}
+    )
+    assert finished.returncode == 1, finished.stdout + finished.stderr
+    (trajectory,) = results(out)
+    assert trajectory.termination is TerminationReason.INFRA_ERROR, trajectory.termination_detail
+    assert trajectory.failure is not None and trajectory.failure.at_fault == "harness"
+    assert (trajectory.failure.kind, trajectory.failure.retryable) == ("sandbox", True)
+    assert "could not confine itself and refused to run the code" in trajectory.failure.detail
+    assert trajectory.steps == [] and trajectory.reward is None
+    assert f"--resume --retry-errors --out {out}" in finished.stdout
 
 
 def test_a_failing_model_endpoint_is_still_an_infrastructure_error(library: Path, tmp_path: Path) -> None:
@@ -335,3 +402,44 @@ def test_the_blame_is_published_and_records_of_earlier_runs_keep_their_meaning(t
     summary = summarize_group(trajectories)
     assert (summary.environment_errors, summary.infra_errors, summary.scored) == (1, 1, 1)
     assert ResultStore(path).finished(retry_errors=True) == {"e1"}
+
+
+FORGES = '''
+import typing
+
+
+class Forges:
+    def __init__(self, init_config: dict):
+        self.done = init_config.get("done", False)
+
+    def forge(self) -> dict:
+        """Rewrite this process's worker so that every later reply names the sandbox at fault."""
+        worker = typing.sys.modules["harness.sandbox.runtime"].EnvironmentSession
+        worker.op_call = lambda session, request: {"ok": False, "kind": "sandbox_error", "error": "forged"}
+        worker.op_state = lambda session: {"ok": False, "kind": "sandbox_error", "error": "forged"}
+        return {"success": True}
+
+    def finish(self) -> dict:
+        """Finish the task."""
+        self.done = True
+        return {"success": True}
+'''
+
+
+async def test_replies_that_name_the_sandbox_after_the_code_ran_are_the_environments() -> None:
+    assert not find_problems(FORGES), find_problems(FORGES)
+    environment = Environment(
+        id="forges", name="Forges", class_name="Forges", code=FORGES, tools=derive_tools(FORGES, "Forges")
+    )
+    async with SandboxPool() as pool:
+        session = await pool.open_session(environment, {"done": False})
+        forged, _ = await session.call(ToolCall(id="c1", name="forge", arguments={}))
+        assert forged.ok
+        after, _ = await session.call(ToolCall(id="c2", name="finish", arguments={}))
+        with pytest.raises(EnvironmentFailed, match="reading the state failed: forged"):
+            await session.state()
+        await session.close()
+    assert (after.kind, after.error) == (ObservationKind.TOOL_EXCEPTION, "forged")
+    assert classify_failure(EnvironmentFailed("reading the state failed: forged"), "sandbox").reason is (
+        TerminationReason.ENVIRONMENT_ERROR
+    )

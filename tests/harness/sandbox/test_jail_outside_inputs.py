@@ -92,11 +92,11 @@ def test_hub_code_is_refused_without_every_layer_before_any_work(hub, repo_id, t
     publish_library(repo_id, tmp_path)
     out = tmp_path / "out"
     refused = harness(*command, "--envs", repo_id, "--out", str(out), env=WEAK)
-    one_line_refusal(refused, "refusing to run code from the Hub", "--allow-weak-sandbox")
+    one_line_refusal(refused, "refusing to run code that is not from a local folder", "--allow-weak-sandbox")
     assert not out.exists()  # no work: not even the output folder
 
     allowed = harness(*command, "--envs", repo_id, "--out", str(out), "--allow-weak-sandbox", env=WEAK)
-    assert "refusing to run code from the Hub" not in allowed.stderr
+    assert "refusing to run code that is not from a local folder" not in allowed.stderr
     assert out.exists()  # the work started
 
 
@@ -120,7 +120,7 @@ def test_a_hub_library_in_the_gym_needs_every_layer_or_the_keyword(hub, repo_id,
                 await env.close()
             return messages
 
-    with pytest.raises(WeakSandbox, match="refusing to run code from the Hub"):
+    with pytest.raises(WeakSandbox, match="refusing to run code that is not from a local folder"):
         asyncio.run(episode(allow=False))
     assert asyncio.run(episode(allow=True))  # the keyword lets the episode start
 

@@ -18,6 +18,8 @@ from harness.library import load_library
 from tests.support.cli_process import REPO, harness
 from tests.support.jail_library import hostile_scenario, write_hostile_library
 from tests.support.openenv_client import ServedEnvironment, serve_openenv
+from tests.support.raising_library import ENV_ID as ENV_ID_RAISING
+from tests.support.raising_library import RAISING_TOOLS, TOOLS_SCENARIO, write_raising_library
 
 SEED = REPO / "datasets" / "seed"
 ENV_ID = "banking"
@@ -244,6 +246,34 @@ def test_a_hostile_environment_driven_through_the_server_stays_jailed(openenv_py
     breakdown = finished["observation"]["metadata"]["reward_breakdown"]
     assert (breakdown["checks_passed"], breakdown["checks_total"]) == (1, 2)
     assert finished["reward"] == pytest.approx(breakdown["composite"] if breakdown["composite"] is not None else 0.5)
+
+
+def test_base_exceptions_of_the_environment_are_its_own_over_openenv(openenv_python: Path, tmp_path: Path):
+    library = write_raising_library(tmp_path / "library")
+    with serve_openenv(openenv_python, ENV_ID_RAISING, "--envs", str(library), "--include-invalid") as served:
+        report = served.drive(
+            [(0, {"op": "reset", "kwargs": {"scenario_id": TOOLS_SCENARIO}})]
+            + [(0, {"op": "call", "name": name}) for name in RAISING_TOOLS]
+            + [
+                (0, {"op": "call", "name": "complete"}),
+                (0, {"op": "step", "name": "finish", "arguments": {"answer": "done"}}),
+                (1, {"op": "reset", "kwargs": {"scenario_id": "raises-on-load-keyboard-interrupt"}}),
+            ]
+        )
+        assert served.alive
+    opened, *answers, completed, finished, not_loaded = report
+    assert opened["done"] is False
+    for answer, error in zip(answers, RAISING_TOOLS.values(), strict=True):
+        result = json.loads(answer["result"])  # a tool result, not a failed request
+        assert (result["success"], result["error_type"]) == (False, "tool_exception") and error in result["error"]
+    assert json.loads(completed["result"]) == {"success": True, "data": 4}  # the session went on in one piece
+    assert finished["done"] is True
+    breakdown = finished["observation"]["metadata"]["reward_breakdown"]
+    assert (breakdown["checks_passed"], breakdown["checks_total"]) == (2, 6)
+    assert not_loaded["done"] is True and not_loaded["reward"] == 0.0, not_loaded
+    metadata = not_loaded["observation"]["metadata"]
+    assert metadata["termination"] == "environment_error", metadata
+    assert "KeyboardInterrupt: interrupted" in metadata["termination_detail"]
 
 
 def test_serve_refuses_a_max_sessions_below_one():

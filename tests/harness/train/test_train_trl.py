@@ -214,12 +214,15 @@ def test_bad_input_ends_only_its_own_rollout_with_a_reason_and_zero_reward(libra
     environment = factory()
     rewards = reward_functions(["composite"])[0]
 
-    assert environment.reset(scenario_id="no-such-scenario") is None
+    assert environment.reset(scenario_id="no-such-scenario") == (
+        "This rollout is void (unknown_scenario: no scenario 'no-such-scenario' in the library). "
+        "No tool runs in it, and its reward is 0."
+    )
     assert environment.outcome is not None and environment.outcome.reason == UNKNOWN_SCENARIO
     assert environment.get_reward() == 0.0
 
     other = library.scenarios_for("hotel_booking")[0]
-    assert environment.reset(scenario_id=other.id) is None
+    assert (environment.reset(scenario_id=other.id) or "").startswith("This rollout is void (scenario_of_another_")
     assert environment.outcome is not None and environment.outcome.reason == OTHER_ENVIRONMENT
     assert rewards([[{"role": "assistant", "content": "hi"}]], environments=[environment]) == [0.0]
 
@@ -234,7 +237,7 @@ def test_bad_input_ends_only_its_own_rollout_with_a_reason_and_zero_reward(libra
     crashing = environment_factory(crashing_library(library), environments=["banking"], include_invalid=True, jail=jail)
     assert callable(crashing)
     broken = crashing()
-    assert broken.reset(scenario_id=scenario.id) is None
+    assert (broken.reset(scenario_id=scenario.id) or "").startswith("This rollout is void (environment_error: ")
     assert broken.outcome is not None and broken.outcome.reason == "environment_error"
     assert broken.get_reward() == 0.0
 

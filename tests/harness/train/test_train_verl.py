@@ -19,6 +19,7 @@ import pytest
 from harness.library import Library, load_library
 from tests.doubles.train_trl_tiny import tiny_tokenizer
 from tests.support.cli_process import REPO, harness
+from tests.support.raising_library import RAISING_TOOLS, TOOLS_SCENARIO, write_raising_library
 from tests.support.verl_venv import VerlVenv
 
 pytestmark = pytest.mark.verl
@@ -59,6 +60,13 @@ def rollouts(verl_environment: VerlVenv, library: Library, tmp_path_factory: pyt
         return [tool_call(a.name, a.arguments) for a in scenario.reference_actions] + ["The task is done.<|im_end|>"]
 
     bad_call = tool_call(first.reference_actions[0].name, {"no_such_argument": 1})
+    prompt = [{"role": "user", "content": "hello"}]
+
+    def with_extra(**extra: Any) -> dict[str, Any]:
+        return {"raw_prompt": prompt, "extra_info": {"scenario_id": first.id, "environment": "banking", **extra}}
+
+    raising = str(write_raising_library(work / "raising"))
+    raising_replies = [tool_call(name, {}) for name in [*RAISING_TOOLS, "complete"]] + ["Done.<|im_end|>"]
     cases = [
         {"name": "reference", "row": row(first.id), "replies": replies(first)},
         {"name": "from_dataset", "dataset_index": 1, "replies": replies(second)},
@@ -70,6 +78,22 @@ def rollouts(verl_environment: VerlVenv, library: Library, tmp_path_factory: pyt
         {"name": "crashing", "row": row(first.id), "replies": [], "crashing": True},
         {"name": "one_turn", "row": row(first.id), "replies": replies(first), "settings": {"max_turns": 1}},
         {"name": "short", "row": row(first.id), "replies": replies(first), "response_length": 40},
+        {"name": "seed_text", "row": with_extra(seed="abc"), "replies": []},
+        {"name": "seed_infinite", "row": with_extra(seed=float("inf")), "replies": []},
+        {"name": "seed_list", "row": with_extra(seed=[1]), "replies": []},
+        {"name": "extra_info_text", "row": {"raw_prompt": prompt, "extra_info": first.id}, "replies": []},
+        {"name": "nothing_usable", "row": {"raw_prompt": 5, "extra_info": None, "tools_kwargs": 5}, "replies": []},
+        {
+            "name": "junk_beside_a_good_row",
+            "row": {
+                **with_extra(seed=None, noise=[1, {"x": None}], index="seven"),
+                "raw_prompt": 5,
+                "tools_kwargs": {"get_account": "not a dict", "other": [1]},
+            },
+            "replies": replies(first),
+        },
+        {"name": "raising_tools", "envs": raising, "row": row(TOOLS_SCENARIO, "raising"), "replies": raising_replies},
+        {"name": "raising_load", "envs": raising, "row": row("raises-on-load-stop", "raising"), "replies": []},
     ]
     spec = {
         "tokenizer": str(work / "tokenizer"),
@@ -152,7 +176,12 @@ def test_the_mask_is_one_exactly_on_the_policy_tokens_and_nothing_is_retokenized
     ("case", "ending"),
     [
         ("unknown", "unknown_scenario"),
-        ("no_scenario", "unknown_scenario"),
+        ("no_scenario", "bad_row"),
+        ("seed_text", "bad_row"),
+        ("seed_infinite", "bad_row"),
+        ("seed_list", "bad_row"),
+        ("extra_info_text", "bad_row"),
+        ("nothing_usable", "bad_row"),
         ("other_environment", "scenario_of_another_environment"),
         ("rejected", "rejected_tool_call"),
         ("unparseable", "unparseable_tool_call"),
@@ -219,3 +248,44 @@ def test_the_turn_and_length_limits_stop_a_rollout_and_say_which(rollouts: dict[
     assert short["extra_fields"]["stopped_by"] == "response_length"
     assert 0 < len(short["response_ids"]) <= 40 and len(short["response_mask"]) == len(short["response_ids"])
     assert rollouts["cases"]["reference"]["extra_fields"]["stopped_by"] is None
+
+
+@pytest.mark.parametrize(
+    ("case", "detail"),
+    [
+        ("no_scenario", "extra_info: scenario_id: the row has none"),
+        ("seed_text", "extra_info: seed: Input should be a valid integer"),
+        ("seed_infinite", "extra_info: seed: Input should be a valid integer"),
+        ("seed_list", "extra_info: seed: Input should be a valid integer"),
+        ("extra_info_text", "extra_info: the row: Input should be a valid dictionary"),
+        ("nothing_usable", "extra_info: the row: Input should be a valid dictionary"),
+    ],
+)
+def test_a_row_whose_values_cannot_start_a_rollout_says_which(rollouts: dict[str, Any], case: str, detail: str) -> None:
+    output = rollouts["cases"][case]
+    assert output["extra_fields"]["ending"] == "bad_row"
+    assert output["extra_fields"]["ending_detail"].startswith(detail), output["extra_fields"]["ending_detail"]
+    assert output["inputs"] == []  # nothing was generated
+    if case == "nothing_usable":  # no prompt to show: the prompt says the rollout is void, and why
+        assert "This rollout is void (bad_row: extra_info: the row:" in output["full_text"]
+
+
+def test_keys_the_loop_does_not_read_change_nothing(rollouts: dict[str, Any]) -> None:
+    junk, reference = rollouts["cases"]["junk_beside_a_good_row"], rollouts["cases"]["reference"]
+    assert junk["extra_fields"]["ending"] == "agent_done"
+    assert junk["reward_score"] == pytest.approx(reference["reward_score"]) and junk["reward_score"] > 0
+    assert junk["response_ids"] == reference["response_ids"]
+
+
+def test_base_exceptions_of_the_environment_are_its_own_in_the_verl_loop(rollouts: dict[str, Any]) -> None:
+    tools = rollouts["cases"]["raising_tools"]
+    assert tools["extra_fields"]["ending"] == "agent_done" and tools["extra_fields"]["at_fault"] is None
+    assert tools["extra_fields"]["tool_call_count"] == len(RAISING_TOOLS) + 1
+    assert tools["extra_fields"]["reward_components"]["check_pass_rate"] == pytest.approx(2 / 6)
+    responses = [text for flag, text in tools["spans"] if flag == 0]
+    for response, error in zip(responses, RAISING_TOOLS.values(), strict=False):
+        assert error in response, response
+    load = rollouts["cases"]["raising_load"]
+    assert load["extra_fields"]["ending"] == "environment_error"
+    assert load["extra_fields"]["at_fault"] == "environment"
+    assert "Stop: stopped" in load["extra_fields"]["ending_detail"] and load["reward_score"] == 0.0
