@@ -48,7 +48,7 @@ def cpu_seconds() -> float:
 
 async def main(source: Path, concurrency: int, workers: int | None) -> None:
     from agents.run_adapters import agent_factory, user_factory
-    from harness.importers.bfcl import import_bfcl, verify_import, write_import
+    from harness.benchmarks.bfcl.importer import import_bfcl, verify_import, write_import
     from harness.library import load_library
     from harness.runner import RunConfig, run
     from harness.sandbox import SandboxPool

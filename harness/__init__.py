@@ -24,7 +24,7 @@ _EXPORTS = {
     "SandboxLimits": "harness.sandbox",
     "score_final_state": "harness.scoring",
     "EpisodeRules": "harness.rules",
-    "rules_profile": "harness.rules",
+    "rules_profile": "harness.registry",
     "said_any": "harness.transcript_checks",
     "told_user": "harness.transcript_checks",
     "asked_user": "harness.transcript_checks",

@@ -11,7 +11,7 @@ from pathlib import PurePosixPath
 from harness.errors import BadInput
 
 MAX_MEMBER_BYTES = 256 << 20
-"""The largest member read (a BFCL data file is a few MB)."""
+"""The largest member read (a benchmark's data file is a few MB)."""
 MAX_RATIO = 100
 """The largest size-to-compressed-size ratio of a member above :data:`RATIO_FLOOR_BYTES` (text deflates ~5:1)."""
 RATIO_FLOOR_BYTES = 1 << 20

@@ -1,6 +1,6 @@
 """Tool sessions for environments that take every call through one dispatcher method.
 
-An environment with ``call_dispatcher`` set (BFCL's imported classes) receives each call unvalidated, as
+An environment with ``call_dispatcher`` set (a benchmark's imported classes) receives each call unvalidated, as
 ``dispatcher(name=..., arguments={...})``, and decides itself what an unknown name or wrong arguments give: the
 sandbox's schema check and its integer coercion are bypassed, so ``30.0`` reaches the method as ``30.0``.
 """

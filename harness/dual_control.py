@@ -1,6 +1,6 @@
-"""Dual control (τ²'s telecom): a simulated user with tools of its own, acting on its own part of the state.
+"""Dual control: a simulated user with tools of its own, acting on its own part of the state.
 
-Upstream's orchestrator (``tau2/orchestrator/orchestrator.py``) sends a user message that holds tool calls to the
+A dual-control benchmark's orchestrator sends a user message that holds tool calls to the
 environment, which runs each call on the user's toolkit (``requestor="user"``) and syncs the two states; the tool
 results go back to the user, who writes again, until it writes text for the agent (or stops). The agent never sees
 those calls or their results, and the user never sees the agent's. Each user message with tool calls is a step

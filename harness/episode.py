@@ -13,7 +13,7 @@ writes a stop token, or at the step limit.
 supply assistant messages themselves, such as a trainer's rollout loop.
 
 How a turn is treated and how the reward is computed follow the episode rules (:mod:`harness.rules`,
-``EpisodeConfig.rules``): ``harness`` (the default) or ``envscaler`` (upstream EnvScaler's runtime). The loop
+``EpisodeConfig.rules``): ``harness`` (the default) or a profile a benchmark declares. The loop
 reads the profile's fields (:attr:`Episode.rules`), never its name. Checks get the state snapshot taken at
 reset as ``initial_state`` and, when they declare a third parameter, the transcript
 (:func:`harness.scoring.check_transcript`).
@@ -22,7 +22,6 @@ reset as ``initial_state`` and, when they declare a third parameter, the transcr
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -34,13 +33,7 @@ from harness.dual_control import UserToolSession, user_call_messages, user_round
 from harness.episode_config import EpisodeConfig
 from harness.llm import LLMError
 from harness.message_limits import MessageLimits
-from harness.prompts import (
-    default_user_profile,
-    rules_agent_system_prompt,
-    rules_user_system_prompt,
-    user_greeting,
-    user_system_prompt,
-)
+from harness.prompts import conversation_opening, rules_agent_system_prompt, rules_user_system_prompt
 from harness.protocols import (
     AgentPolicy,
     AgentPolicyError,
@@ -50,12 +43,8 @@ from harness.protocols import (
     UserPolicy,
     openai_tool_call,
 )
-from harness.rules import (
-    INVALID_ACTION_TEXT,
-    PARSE_ERROR_TEXT,
-    EpisodeRules,
-    user_reply,
-)
+from harness.rule_components import NameOutcome, TurnKind, components
+from harness.rules import EpisodeRules
 from harness.sandbox import SandboxError, SandboxPool
 from harness.schema import (
     AgentSettings,
@@ -77,7 +66,6 @@ from harness.schema import (
 )
 from harness.scoring import zero_reward
 from harness.statediff import diff_values
-from harness.tool_messages import pass_through_tools, tool_message
 from harness.toolspec import derive_tools
 from harness.turns import TurnTracker
 from harness.verdict import EndedEpisode, episode_verdict
@@ -90,20 +78,6 @@ SessionOpener = Callable[[Environment, dict[str, Any], int], Awaitable[ToolSessi
 
 FAILED_ENDINGS = frozenset({TerminationReason.ENVIRONMENT_ERROR, TerminationReason.INFRA_ERROR})
 """Endings whose final state is not scored by the checks (see :mod:`harness.blame`)."""
-
-# Observation kinds that mean "the method raised" (or would have, in plain Python: a keyword the method does
-# not take, a missing argument). Under rules with ``raising_tool_ends_episode`` they end the episode. A result
-# that is not JSON (BAD_RESULT) is not among them: the method returned, and upstream would show its ``str()``
-# and go on, so the agent gets an error observation and goes on.
-RAISING_KINDS = frozenset(
-    {
-        ObservationKind.TOOL_EXCEPTION,
-        ObservationKind.INVALID_ARGUMENTS,
-        ObservationKind.TIMEOUT,
-        ObservationKind.RESOURCE_LIMIT,
-        ObservationKind.FORBIDDEN,
-    }
-)
 
 
 class Episode:
@@ -162,7 +136,9 @@ class Episode:
         self._session: ToolSession | None = None
         self._opening: asyncio.Future[None] | None = None
         self._session_opener = session_opener
-        self.rules: EpisodeRules = config.profile
+        self.rules: EpisodeRules = config.rules
+        parts = components(self.rules)
+        self.reader, self.answers, self.ending = parts.reader, parts.answers, parts.ending
         self._start_state: dict[str, Any] | None = None
         self._state_keys: set[str] = set()
         self._session_tools: set[str] = set()
@@ -191,8 +167,8 @@ class Episode:
         it, so that an environment that does not load still costs at most those first two requests."""
         self.phase = "sandbox"
         session_environment = self.environment
-        if self.rules.pass_arguments_through and self._session_opener is None:
-            session_environment = self.environment.model_copy(update={"tools": pass_through_tools(self.environment)})
+        if self._session_opener is None:
+            session_environment = self.reader.session_environment(self.environment)
         self._session_tools = set(session_environment.tool_names)
         opening = asyncio.ensure_future(self._open(session_environment))
         user_acts_on_session = bool(self.rules.user_tool_calls and self.user_tools)  # dual control
@@ -240,21 +216,10 @@ class Episode:
             self.messages.append({"role": "user", "content": self.scenario.task})
             return False
         user_version = self.user.settings.system_prompt_version
-        opening = user_greeting(user_version)
-        if self.rules.agent_greeting is not None:
-            opening = self.rules.agent_greeting
-            self.messages.append({"role": "assistant", "content": opening})
-        elif self.rules.user_opening is not None:
-            opening = self.rules.user_opening
-        user_prompt = rules_user_system_prompt(
-            self.rules.system_prompts,
-            self.scenario.task,
-            tags=self.scenario.tags,
-            stop=(self.rules.stop_tokens or ("",))[0],
-        )
-        if user_prompt is None:
-            profile = self.scenario.user_profile or default_user_profile(self.scenario.task)
-            user_prompt = user_system_prompt(profile, user_version)
+        greeting, opening = conversation_opening(self.rules, user_version)
+        if greeting is not None:
+            self.messages.append({"role": "assistant", "content": greeting})
+        user_prompt = rules_user_system_prompt(self.scenario, self.rules, user_version)
         self.user_view = [{"role": "system", "content": user_prompt}, {"role": "user", "content": opening}]
         return True
 
@@ -279,38 +244,25 @@ class Episode:
         turn_index = self.turns
         self.turns += 1
         self.usage["agent"].add(turn.usage)
-        calls = self._assign_call_ids(turn, turn_index)
-        if self.rules.first_call_only:
-            calls = calls[:1]
-            if self.rules.drop_unrun_calls and len(turn.message.get("tool_calls") or []) > 1:
-                turn.message = {**turn.message, "tool_calls": turn.message["tool_calls"][:1]}
+        calls = self.reader.runnable(turn, self._assign_call_ids(turn, turn_index))
         self.messages.append(turn.message)
         await self.session_opened()  # the turn is recorded (and its tokens counted) even if the session failed
         observations: list[Observation] = []
-        reply_call = calls[0] if calls and self.rules.reply_tool and calls[0].name == self.rules.reply_tool else None
-        if reply_call is not None:
-            content = (reply_call.arguments or {}).get("content")
-            if isinstance(content, str):
-                await self._reply(content)
-            else:
-                self._invalid_action(turn_index, "the reply tool needs a 'content' argument")
-        elif calls and self.rules.errors_as_user_messages and calls[0].arguments is None:
-            # Upstream: arguments that are JSON but not an object are an invalid action; others do not parse.
-            if _is_json(calls[0].raw_arguments):
-                self._invalid_action(turn_index, f"arguments of {calls[0].name!r} are not an object")
-            else:
-                self._unreadable(turn, turn_index, f"arguments of {calls[0].name!r} are not JSON")
-        elif self.rules.unreadable_turn_ends_episode and any(call.arguments is None for call in calls):
-            unreadable = next(call for call in calls if call.arguments is None)
-            self._unreadable(turn, turn_index, f"arguments of {unreadable.name!r} are not a JSON object")
-        elif calls:
+        action = self.reader.read(turn, calls)
+        if action.kind is TurnKind.REPLY:
+            await self._reply(action.text)
+        elif action.kind is TurnKind.INVALID_ACTION:
+            self._invalid_action(turn_index, action.error)
+        elif action.kind is TurnKind.UNREADABLE:
+            self._unreadable(turn, turn_index, action.error)
+        else:
             self._parse_errors_in_a_row = 0
-            for call in calls:
+            for call in action.calls:
                 observation = await self._execute(call, turn_index)
                 if observation is None:
                     break
                 observations.append(observation)
-                if call.name in self.rules.ending_tools:
+                if self.ending.after_call(call.name):
                     self.end(TerminationReason.AGENT_DONE, f"the agent called {call.name}, which ends the episode")
                 if self.done:
                     break
@@ -318,12 +270,6 @@ class Episode:
                 self.end(TerminationReason.MAX_STEPS, reason)
             if not self.done:
                 self._count_messages(2)  # the agent's message and the batch of tool results
-        elif turn.parse_error is not None:
-            self._unreadable(turn, turn_index, turn.parse_error)
-        elif not turn.text and self.rules.empty_turn_is_parse_error:
-            self._unreadable(turn, turn_index, "the turn has neither text nor a tool call")
-        else:
-            await self._reply(turn.text)
         limit_reached = self.limits is None and self.turns >= self.config.step_limit
         if not self.done and limit_reached and not self._turn_limited:
             self.end(TerminationReason.MAX_STEPS, f"step limit {self.config.step_limit} reached")
@@ -338,7 +284,7 @@ class Episode:
         """The agent's text reply: the end of a non-conversational episode, the next message to the user in a
         conversation."""
         self._parse_errors_in_a_row = 0
-        if self.user is None or any(phrase in text for phrase in self.rules.agent_stop_phrases):
+        if self.user is None or self.ending.agent_done(text):
             self.end(TerminationReason.AGENT_DONE)
             return
         self._count_messages(1)
@@ -360,16 +306,15 @@ class Episode:
 
     def _unreadable(self, turn: AgentTurn, turn_index: int, error: str) -> None:
         self.errors.append(f"turn {turn_index}: unreadable agent output: {error}")
-        if self.rules.unreadable_turn_ends_episode:
+        if self.ending.unreadable_ends:
             self.end(TerminationReason.AGENT_ERROR, f"unreadable agent turn: {error}")
             return
-        if self.rules.errors_as_user_messages:
-            self.messages.append({"role": "user", "content": PARSE_ERROR_TEXT})
-        elif turn.feedback is not None:
-            self.messages.append(turn.feedback)
-        # Rules that count messages count the unreadable message and the answer to it (ACEBench's multi_step).
-        self._count_messages(2 if self.rules.errors_as_user_messages or turn.feedback is not None else 1)
-        if self.done or not self.rules.parse_error_limit:
+        answer = self.answers.unreadable(turn)
+        if answer is not None:
+            self.messages.append(answer)
+        # Rules that count messages count the unreadable message and the answer to it.
+        self._count_messages(2 if answer is not None else 1)
+        if self.done or not self.ending.unreadable_in_a_row_ends:
             return
         self._parse_errors_in_a_row += 1
         if self._parse_errors_in_a_row >= self.config.max_consecutive_parse_errors:
@@ -382,7 +327,7 @@ class Episode:
         """An action the rules answer with upstream's "invalid action" user message; the episode goes on."""
         self._parse_errors_in_a_row = 0
         self.errors.append(f"turn {turn_index}: invalid action: {error}")
-        self.messages.append({"role": "user", "content": INVALID_ACTION_TEXT})
+        self.messages.append(self.answers.invalid_action())
 
     def fail(self, exc: BaseException) -> None:
         """End the episode because ``exc`` was raised during the current phase (see :mod:`harness.blame`)."""
@@ -432,10 +377,7 @@ class Episode:
                 self.failure = None
                 self.fail(exc)
                 check_results, reward = [], None
-        if (
-            self.termination is TerminationReason.ENVIRONMENT_ERROR
-            and self.rules.environment_failure == "scored_failed"
-        ):
+        if self.termination is TerminationReason.ENVIRONMENT_ERROR and self.ending.environment_failure_scores:
             reward = zero_reward(self.scenario)
         await self.close()
         termination = self.termination
@@ -483,15 +425,7 @@ class Episode:
 
     def _system_prompt(self) -> str:
         version = self.agent_settings.system_prompt_version
-        finish = next(iter(self.rules.agent_stop_phrases), "finish conversation")
-        return rules_agent_system_prompt(
-            self.environment,
-            self.config.mode,
-            self.rules.system_prompts,
-            version,
-            finish_phrase=finish,
-            scenario=self.scenario,
-        )
+        return rules_agent_system_prompt(self.environment, self.config.mode, self.rules, version, self.scenario)
 
     async def close(self) -> None:
         opening, self._opening = self._opening, None
@@ -527,11 +461,12 @@ class Episode:
         """Run one call and record it; None when the rules answered it without running it (an invalid action)."""
         self.phase = "sandbox"
         assert self._session is not None
-        if self.rules.errors_as_user_messages and call.name not in self._session_tools:
-            if call.name not in self._state_keys:
-                self._invalid_action(turn_index, f"no tool named {call.name!r}")
-                return None
-            # Upstream looks the name up on the instance and calls it: a state attribute is not callable.
+        outcome = self.reader.name_outcome(call.name, self._session_tools, self._state_keys)
+        if outcome is NameOutcome.INVALID_ACTION:
+            self._invalid_action(turn_index, f"no tool named {call.name!r}")
+            return None
+        if outcome is NameOutcome.NOT_CALLABLE:
+            # The name is looked up on the instance and called: a state attribute is not callable.
             observation = Observation(
                 tool_call_id=call.id,
                 name=call.name,
@@ -572,12 +507,12 @@ class Episode:
         )
         if self.limits is not None:
             self.limits.record_tool_result(observation)
-        if self.rules.raising_tool_ends_episode and observation.kind in RAISING_KINDS:
-            # Upstream answers with the exception as a user message and ends the episode with reward 0.
-            self.messages.append({"role": "user", "content": f"Error: <Exception>\n{observation.error}"})
+        if self.ending.on_raise(observation):
+            # The exception is answered as a user message and the episode ends with reward 0.
+            self.messages.append(self.answers.raised(observation))
             self.end(TerminationReason.TOOL_EXCEPTION, f"{call.name}: {observation.error}")
             return
-        self.messages.append(tool_message(observation, self.rules))
+        self.messages.append(self.answers.tool_result(observation))
 
     async def _user_speaks(self) -> None:
         assert self.user is not None
@@ -602,13 +537,9 @@ class Episode:
             return
         self.usage["user"].add(reply.usage)
         self.user_view.append({"role": "assistant", "content": reply.text})
-        self.messages.append({"role": "user", "content": user_reply(reply, self.rules)})
-        stops = self.rules.stop_tokens
-        stop_token = reply.stop_token
-        if stop_token is None and stops is not None:
-            # A rules' own stop phrase (ACEBench's "finish conversation") is not among the simulator's tokens.
-            stop_token = next((stop for stop in stops if stop in reply.text), None)
-        if stop_token is not None and (stops is None or stop_token in stops):
+        self.messages.append({"role": "user", "content": self.answers.user_message(reply)})
+        stop_token = self.ending.user_stop(reply)
+        if stop_token is not None:
             self.end(TerminationReason.USER_STOP, stop_token)
         elif self.scripted is not None:
             self.scripted.user_spoke()
@@ -647,14 +578,6 @@ async def _settled(opening: asyncio.Future[None]) -> None:
     await asyncio.wait([opening])
     if not opening.cancelled():
         opening.exception()
-
-
-def _is_json(text: str | None) -> bool:
-    try:
-        json.loads(text or "")
-    except ValueError:
-        return False
-    return True
 
 
 async def drive(episode: Episode, agent: AgentPolicy) -> Trajectory:

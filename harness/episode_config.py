@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from harness.registry import rules_profile
 from harness.reward import CompositeWeights
-from harness.rules import DEFAULT_RULES, EpisodeRules, RulesName, rules_profile
+from harness.rules import HARNESS_RULES, EpisodeRules
 from harness.schema import Mode
 
 DEFAULT_MAX_STEPS: dict[str, int] = {"nonconv": 30, "conv": 40}
@@ -27,14 +30,19 @@ class EpisodeConfig(BaseModel):
     max_consecutive_parse_errors: int = Field(
         default=3, ge=1, description="Unreadable agent turns in a row before the episode ends as agent_error."
     )
-    rules: RulesName = Field(default=DEFAULT_RULES, description="Episode rules: harness, envscaler or tau2.")
+    rules: EpisodeRules = Field(
+        default=HARNESS_RULES,
+        description="The episode rules: a profile, or its name (harness, or one a registered benchmark declares), "
+        "resolved once here.",
+    )
+
+    @field_validator("rules", mode="before")
+    @classmethod
+    def _profile(cls, rules: Any) -> Any:
+        return rules_profile(rules) if rules is None or isinstance(rules, str) else rules
 
     @property
     def step_limit(self) -> int:
         if self.max_steps is not None:
             return self.max_steps
-        return self.profile.default_max_steps or DEFAULT_MAX_STEPS[self.mode]
-
-    @property
-    def profile(self) -> EpisodeRules:
-        return rules_profile(self.rules)
+        return self.rules.default_max_steps or DEFAULT_MAX_STEPS[self.mode]

@@ -16,6 +16,7 @@ from harness.library_records import (
     is_seed_layout,
     load_seed_layout,
     read_library_source,
+    write_new_library,
     write_seed_layout,
 )
 
@@ -26,6 +27,7 @@ __all__ = [
     "is_seed_layout",
     "load_library",
     "load_seed_layout",
+    "write_new_library",
     "write_seed_layout",
 ]
 

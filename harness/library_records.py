@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import itertools
 import logging
+import shutil
+import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +21,7 @@ from harness.containment import OutsideLibrary, require_inside
 from harness.errors import BadInput
 from harness.fingerprint import fingerprint
 from harness.names import require_safe_id
+from harness.registry import jail_modules
 from harness.sandbox.limits import SandboxLimits
 from harness.sandbox.policy import optional_modules_named_in
 from harness.sandbox.spec import CodeOrigin, JailSpec
@@ -49,8 +52,8 @@ class Library:
         return [s for s in self.scenarios if s.environment_id == environment_id]
 
     def optional_modules(self, scenarios: Iterable[Scenario] | None = None) -> frozenset[str]:
-        """The optional third-party modules a sandbox pool must load to run these scenarios (by default the whole
-        library: every environment, every check): those their environments' code or their checks name
+        """The jail modules a sandbox pool must load to run these scenarios (by default the whole library: every
+        environment, every check): those their environments' code or their checks name
         (``SandboxPool(optional_modules=...)``)."""
         chosen = self.scenarios if scenarios is None else list(scenarios)
         if scenarios is None:
@@ -58,7 +61,7 @@ class Library:
         else:
             codes = {self.environments[s.environment_id].code for s in chosen if s.environment_id in self.environments}
         checks = (check.source for scenario in chosen for check in scenario.checks)
-        return optional_modules_named_in(itertools.chain(codes, checks))
+        return optional_modules_named_in(itertools.chain(codes, checks), jail_modules())
 
     @property
     def code_origin(self) -> CodeOrigin:
@@ -202,3 +205,18 @@ def write_seed_layout(environments: list[Environment], scenarios: list[Scenario]
     for env_id, items in by_environment.items():
         lines = [scenario_json(s) for s in items]
         (out / "scenarios" / f"{env_id}.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+
+
+def write_new_library(environments: list[Environment], scenarios: list[Scenario], out: Path) -> None:
+    """:func:`write_seed_layout` all at once: into a sibling folder first, then renamed to ``out`` (which must not
+    exist, or be empty), so that an interrupted write leaves nothing half-written in ``out``."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        write_seed_layout(environments, scenarios, staging)
+        if out.exists():
+            out.rmdir()
+        staging.replace(out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise

@@ -1,6 +1,7 @@
-"""The step and error limits of rules that count messages, as τ²-bench's orchestrator does.
+"""The step and error limits of rules that count messages (``EpisodeRules.step_unit``), as a benchmark's
+orchestrator counts them.
 
-Upstream (``tau2/orchestrator/orchestrator.py``) counts one step per message: each agent message, each batch of
+Such an orchestrator counts one step per message: each agent message, each batch of
 tool results, each user message (the agent's greeting is not one). After every step whose next message is not
 for the environment it checks the step limit, then the number of tool results flagged as errors over the whole
 episode; the error limit wins when both are reached, and either replaces a user stop made in the same step.

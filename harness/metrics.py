@@ -7,9 +7,9 @@ Accounting rules:
   likewise kept out of the reward averages (it still counts in the step, token and cost averages: it ran).
 - An episode whose environment failed (``termination == environment_error``: it could not be loaded, or its
   process died, stopped or exited on its own) is counted as ``environment_errors``; it is scored as its rules
-  say (``harness``: a failed episode with reward 0, in every average; ``envscaler``: unscored), never dropped.
+  say (``environment_failure``: a failed episode with reward 0, in every average, or unscored), never dropped.
 - When a run's ``results.jsonl`` holds several lines for one ``episode_id`` (a retry), the last line wins.
-- pass^k follows τ-bench: for each task with ``n`` scored trials of which ``c`` succeeded, C(c, k) / C(n, k),
+- pass^k as agent benchmarks define it: per task with ``n`` scored trials of which ``c`` succeeded, C(c, k) / C(n, k),
   averaged over tasks; k runs from 1 to the smallest ``n`` over the group's tasks. A task is one scenario in
   one mode; trials are told apart by the trajectory's ``trial`` field.
 """
@@ -48,7 +48,8 @@ RUN_FILE_BUDGET = ReadBudget(
 
 
 def pass_hat_k(n: int, c: int, k: int) -> float:
-    """τ-bench's pass^k for one task: the chance that k trials drawn from n (c successes) all succeed."""
+    """pass^k for one task, as agent benchmarks define it: the chance that k trials drawn from n (c successes) all
+    succeed."""
     if n < 1 or k < 1 or k > n or c < 0 or c > n:
         raise ValueError(f"pass^k needs 1 <= k <= n and 0 <= c <= n (got n={n}, c={c}, k={k})")
     return math.comb(c, k) / math.comb(n, k)

@@ -22,7 +22,7 @@ STOP = "###STOP###"
 TRANSFER = "###TRANSFER###"
 OUT_OF_SCOPE = "###OUT-OF-SCOPE###"
 STOP_TOKENS: tuple[str, ...] = (STOP, TRANSFER, OUT_OF_SCOPE)
-"""Tokens a simulated user ends a conversation with (τ-bench's conventions)."""
+"""Tokens a simulated user ends a conversation with (the conventions of simulated-user benchmarks)."""
 
 
 @runtime_checkable

@@ -33,8 +33,9 @@ from harness.dispatch import open_tool_session
 from harness.errors import BadInput
 from harness.library import Library
 from harness.metrics import MANIFEST_FILE, RESULTS_FILE, load_run, summarize_run, write_summary
+from harness.registry import rules_profile
 from harness.reward import CompositeWeights
-from harness.rules import DEFAULT_RULES, EpisodeRules, UnknownRules, rules_profile
+from harness.rules import DEFAULT_RULES, EpisodeRules, UnknownRules
 from harness.sandbox import SandboxError, SandboxPool
 from harness.schema import (
     DatasetRef,

@@ -24,10 +24,12 @@ from harness.run.plan import (
     drop_invalid,
     episode_id,
     plan_episodes,
+    recommended_settings,
     resolve_rules,
+    resolve_settings,
+    rules_mismatch,
     select_scenarios,
     selection_problems,
-    suggested_rules,
 )
 from harness.run.progress import (
     ProgressCallback,
@@ -77,10 +79,12 @@ __all__ = [
     "infra_error_causes",
     "models_in_use",
     "plan_episodes",
+    "recommended_settings",
     "resolve_rules",
+    "resolve_settings",
+    "rules_mismatch",
     "run",
     "select_scenarios",
     "selection_problems",
-    "suggested_rules",
     "user_settings",
 ]

@@ -1,6 +1,6 @@
 """Reading a library's scenario lines, each initial state decoded once however many scenarios start from it.
 
-The scenarios of a benchmark domain mostly start from the same database (τ² retail: 114 lines, each carrying the
+The scenarios of a benchmark domain mostly start from the same database (retail tasks: 114 lines, each carrying the
 same 1.2 MB). Decoded line by line, a library holds a copy per scenario (870 MB for retail) and spends most of its
 load decoding them. Here a line whose initial state is, byte for byte, the JSON of a state already read shares that
 state's object, and only the rest of the line is decoded.

@@ -100,7 +100,7 @@ class Environment(Record):
     )
     user_tools: list[ToolSpec] = Field(
         default_factory=list,
-        description="Tools of the simulated user (dual control, τ² telecom): the user's calls run in the same "
+        description="Tools of the simulated user (dual control): the user's calls run in the same "
         "session through the dispatcher with requestor 'user'; the agent never gets these tools nor sees their calls.",
     )
 
@@ -138,8 +138,8 @@ class Check(Record):
     """One verifiable item of a scenario's checklist.
 
     ``source`` defines ``def check(initial_state, final_state)``, ``def check(initial_state, final_state,
-    transcript)`` (the messages after the system prompt; see :mod:`harness.transcript_checks`) or EnvScaler's
-    ``def check_func(final_state)`` (which reads a global ``initial_state``). ``initial_state`` is the
+    transcript)`` (the messages after the system prompt; see :mod:`harness.transcript_checks`) or the released
+    record format's ``def check_func(final_state)`` (which reads a global ``initial_state``). ``initial_state`` is the
     instance's state right after construction. Only an exact ``True`` passes.
 
     A guard check ("nothing else changed") has a ``gate``: the id of the check it is counted only once, so that
@@ -376,7 +376,9 @@ class RewardBreakdown(Record):
     gold_state_match: bool | None = None
     composite: float | None = None
     process_accuracy: float | None = Field(
-        default=None, description="ACEBench's process accuracy (milestones found in order), beside the reward."
+        default=None,
+        description="The process accuracy (milestones found in order), beside the reward, under rules with a process "
+        "check.",
     )
 
 
@@ -385,11 +387,11 @@ class TerminationReason(StrEnum):
     USER_STOP = "user_stop"
     MAX_STEPS = "max_steps"
     TOO_MANY_ERRORS = "too_many_errors"
-    """The episode's tool calls failed as many times as the rules allow (``tau2``: 10 in all, as upstream)."""
+    """The episode's tool calls failed as many times as the rules allow (``EpisodeRules.max_tool_errors``)."""
     CONTEXT_OVERFLOW = "context_overflow"
     AGENT_ERROR = "agent_error"
     TOOL_EXCEPTION = "tool_exception"
-    """A tool raised and the episode rules end the episode there (``envscaler``: reward 0)."""
+    """A tool raised and the episode rules end the episode there (reward 0)."""
     ENVIRONMENT_ERROR = "environment_error"
     """The environment failed the episode: it could not be loaded, or its process died, stopped or exited on its
     own. Scored as the rules say (``EpisodeRules.environment_failure``), never re-run."""

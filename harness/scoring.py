@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import Iterable
 from typing import Any
 
-from harness.rules import EpisodeRules, rules_profile
+from harness.rules import HARNESS_RULES, EpisodeRules
 from harness.sandbox.check_batches import checks_of_scenario
 from harness.sandbox.pool import SandboxPool
 from harness.schema import Check, CheckResult, RewardBreakdown, Scenario
@@ -37,16 +37,15 @@ def check_transcript(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [m for m in messages if m.get("role") != "system"]
 
 
-def reward_from_results(results: list[CheckResult], rules: EpisodeRules | str | None = None) -> RewardBreakdown:
+def reward_from_results(results: list[CheckResult], rules: EpisodeRules = HARNESS_RULES) -> RewardBreakdown:
     """state_reward over all checks, delta_reward over the checks that were false at reset, success if all pass;
     rounded as the rules say."""
     if not results:
         raise ScenarioWithoutChecks("a scenario with no checks cannot be scored")
-    profile = rules_profile(rules)
     passed = sum(r.passed for r in results)
     open_at_reset = [r for r in results if r.passed_at_reset is False]
     delta = sum(r.passed for r in open_at_reset) / len(open_at_reset) if open_at_reset else None
-    digits = profile.reward_decimals
+    digits = rules.reward_decimals
     return RewardBreakdown(
         state_reward=round(passed / len(results), digits) if digits is not None else passed / len(results),
         delta_reward=round(delta, digits) if digits is not None and delta is not None else delta,
@@ -57,8 +56,8 @@ def reward_from_results(results: list[CheckResult], rules: EpisodeRules | str | 
 
 
 def zero_reward(scenario: Scenario) -> RewardBreakdown:
-    """The reward of an episode the rules give 0 without running its checks (EnvScaler: a raising tool, the step
-    limit)."""
+    """The reward of an episode the rules give 0 without running its checks (under rules that end on a raising
+    tool, or cut at the step limit without a score)."""
     return RewardBreakdown(
         state_reward=0.0, success=False, checks_passed=0, checks_total=len(scenario.checks), composite=0.0
     )
@@ -144,7 +143,7 @@ async def score_final_state(
     *,
     initial_state: dict[str, Any] | None = None,
     transcript: list[dict[str, Any]] | None = None,
-    rules: EpisodeRules | str | None = None,
+    rules: EpisodeRules = HARNESS_RULES,
     reset_results: list[CheckResult] | None = None,
 ) -> tuple[list[CheckResult], RewardBreakdown]:
     """Run the scenario's checks on (initial, final, transcript), and mark what already held at reset.

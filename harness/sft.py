@@ -107,7 +107,7 @@ TokenCounter = Callable[[dict[str, Any]], int]
 def executed_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The conversation with each assistant turn's tool calls cut to those that got a result.
 
-    Under rules that run only the first call of a turn (``envscaler``), the model may have asked for more; a
+    Under rules that run only the first call of a turn (``first_call_only``), the model may have asked for more; a
     training row must not teach calls whose results it never shows (and OpenAI-format trainers reject a call
     without its result). A turn none of whose calls was answered (the episode ended on it) is kept whole."""
     answered = {m.get("tool_call_id") for m in messages if m.get("role") == "tool"}

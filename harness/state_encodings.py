@@ -2,7 +2,7 @@
 
 A large state is written to JSON many times in a run: each session's open request carries it, each check request
 carries an episode's initial and final state, and a scenario's hashes (library fingerprint, ``versions``,
-screening) write it with sorted keys. A τ² retail database takes about 1 ms to write and 3.5 ms with sorted keys,
+screening) write it with sorted keys. A retail database takes about 1 ms to write and 3.5 ms with sorted keys,
 and every scenario of the domain starts from the same one. States that are never changed once made (a library's
 initial states, shared between the scenarios that start alike; the states a pool's sessions started from, read
 with ``shared=True``) are *held* here, and their JSON is written the first time it is asked for and kept.

@@ -1,7 +1,7 @@
 """What the agent sees of a tool call, and the tool schemas a session is opened with.
 
 A tool message carries the tool's own result or an error the agent can act on, written as the episode rules say
-(JSON, Python's ``str()`` under upstream EnvScaler's rules, the environment's own text under τ²'s). Under rules
+(JSON, Python's ``str()`` of the value, or the environment's own text: ``EpisodeRules.tool_result_format``). Under rules
 that pass arguments through, the session gets schemas without types (:func:`pass_through_tools`), so any value
 reaches the method.
 """
@@ -19,10 +19,10 @@ from harness.toolspec import ToolDerivationError, derive_tools
 
 def observation_content(observation: Observation, rules: EpisodeRules | None = None) -> str:
     """The text of a ``tool`` message: the tool's own result, or an error the agent can act on; as JSON, or as
-    Python's ``str()`` of the value under rules whose ``tool_result_format`` is ``python`` (upstream EnvScaler)."""
+    Python's ``str()`` of the value under rules whose ``tool_result_format`` is ``python``."""
     result_kinds = (ObservationKind.OK, ObservationKind.TOOL_ERROR)
     if rules is not None and rules.tool_result_format == "text":
-        # τ²'s ToolMessage: the environment's text as it is, an exception as "Error: <message>" (environment.py).
+        # The environment's text as it is, an exception as "Error: <message>", as such benchmarks write them.
         if observation.kind not in result_kinds:
             return f"Error: {observation.error or observation.kind.value}"
         content = observation.content

@@ -48,7 +48,7 @@ def calls_by_turn(messages: list[dict[str, Any]], turns: list[ScriptedTurn]) -> 
 
     A turn starts at the user message that says its content (in order; other user messages, such as parse
     feedback, belong to the turn under way). A step whose calls include one with unreadable arguments is left
-    out whole, as BFCL's checker leaves out a response it cannot decode.
+    out whole, as a turn checker leaves out a response it cannot decode.
     """
     grouped: list[list[list[ToolCall]]] = []
     for message in messages:

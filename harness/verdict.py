@@ -1,9 +1,10 @@
 """An ended episode's verdict from its final state: the one decision a run and ``harness rescore`` both make.
 
-Which scoring applies: a scripted benchmark conversation without checks is judged turn by turn (BFCL); an ending
-the rules score 0 skips the checks (EnvScaler: a raising tool, the step limit; τ²: any ending but the user's stop);
-otherwise the checks run in the sandbox and the rules say whether the reward is EnvFactory's composite, the checks'
-pass rate, or all-or-nothing (τ²).
+Which scoring applies: a scripted conversation without checks is judged turn by turn, by the turn scorer of the
+benchmark its scenario comes from (``Benchmark.turn_scorer``); an ending the rules score 0 skips the checks (a
+raising tool or the step limit under rules that end there; any ending but the user's stop under rules that score
+only that); otherwise the checks run in the sandbox and the rules say whether the reward is EnvFactory's composite,
+the checks' pass rate, all-or-nothing, or one check's verdict.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.bfcl import score_turns
+from harness.registry import benchmark_for_source
 from harness.reward import CompositeWeights, composite
 from harness.rules import EpisodeRules
 from harness.sandbox.pool import SandboxPool
@@ -38,8 +39,8 @@ class EndedEpisode:
 
 
 def rules_give_zero(rules: EpisodeRules, termination: TerminationReason) -> bool:
-    """Whether the rules score this ending 0 without running the checks (EnvScaler: a raising tool, the step
-    limit; τ²: any ending but the user's stop)."""
+    """Whether the rules score this ending 0 without running the checks: an ending outside the rules' scored
+    endings, a raising tool under rules it ends, the step limit under rules that do not score a truncation."""
     if rules.scored_endings is not None and termination not in rules.scored_endings:
         return True
     if termination is TerminationReason.TOOL_EXCEPTION:
@@ -53,7 +54,11 @@ async def episode_verdict(
     """The check results and the reward of ``ended`` (no reward when the scenario has nothing to score with)."""
     scenario = ended.scenario
     if ended.scripted and not scenario.checks:
-        return await score_turns(pool, scenario, ended.environment, ended.messages, ended.termination, seed=ended.seed)
+        owner = benchmark_for_source(scenario.provenance.source)
+        if owner is not None and owner.turn_scorer is not None:
+            return await owner.turn_scorer(
+                pool, scenario, ended.environment, ended.messages, ended.termination, seed=ended.seed
+            )
     if not scenario.checks:
         return [], None
     if rules_give_zero(ended.rules, ended.termination):

@@ -56,13 +56,6 @@ def _summary_sections(max_k: int) -> list[tuple[str, list[str]]]:
     return sections
 
 
-def cost_cell(summary: GroupSummary) -> str:
-    """Never "$0" for requests whose price is unknown."""
-    if summary.unpriced_requests and not summary.total_cost_usd:
-        return "unpriced"
-    return fmt_cost(summary.total_cost_usd) + (" + unpriced" if summary.unpriced_requests else "")
-
-
 def _summary_values(summary: GroupSummary, max_k: int) -> dict[str, str]:
     values = {
         "episodes": str(summary.episodes),

@@ -103,7 +103,7 @@ def check_choices(*, mode: str, agent: str, models: dict[str, str | None]) -> No
     from agents.factory import AGENT_KINDS
 
     problems = []
-    if mode not in ("nonconv", "conv", "both"):
+    if mode is not None and mode not in ("nonconv", "conv", "both"):
         problems.append(f"--mode {mode!r}: use nonconv, conv or both")
     if agent not in AGENT_KINDS:
         problems.append(f"--agent {agent!r}: use one of {', '.join(AGENT_KINDS)}")
@@ -116,10 +116,10 @@ def check_choices(*, mode: str, agent: str, models: dict[str, str | None]) -> No
 
 
 def check_rules(rules: str | None) -> None:
-    from harness.rules import RULES_NAMES
+    from harness.registry import profile_names
 
-    if rules is not None and rules not in RULES_NAMES:
-        raise BadInput(f"--rules {rules!r}: use one of {', '.join(RULES_NAMES)}")
+    if rules is not None and rules not in profile_names():
+        raise BadInput(f"--rules {rules!r}: use one of {', '.join(profile_names())}")
 
 
 def run_baselines(config: RunConfig, run_dir: Path) -> dict[str, RunOutcome]:

@@ -13,7 +13,7 @@ import logging
 import signal
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,8 @@ from .plan import (
     load_run_library,
     nothing_to_run,
     plan_episodes,
-    resolve_rules,
+    resolve_settings,
+    rules_mismatch,
     select_scenarios,
     selection_problems,
 )
@@ -82,6 +83,8 @@ class RunContext:
     on_start: StartCallback | None
     stop_on_signals: bool
     backend: EpisodeBackend | None
+    settings_from: dict[str, str] = field(default_factory=dict)
+    """Where the settings not given came from (``resolve_settings``), for the run's header."""
 
 
 async def run(
@@ -117,8 +120,11 @@ async def run(
         raise RunRefused(*problems)
     if config.skip_bad_records and library.problems:
         logger.warning("running without %d record(s) that do not load", len(library.problems))
+    config, settings_from = resolve_settings(config, library)
     scenarios = select_scenarios(library, config)
-    config = resolve_rules(config, library, scenarios)
+    mismatch = rules_mismatch(config, library, scenarios)
+    if mismatch is not None:
+        raise RunRefused(mismatch)
     # One pool screens the scenarios and runs the episodes, so the confinement it requires covers both.
     jail = library.jail(
         scenarios, allow_weak_sandbox=config.allow_weak_sandbox, workers=config.workers, limits=sandbox_limits
@@ -144,6 +150,7 @@ async def run(
                     on_start=on_start,
                     stop_on_signals=stop_on_signals,
                     backend=backend,
+                    settings_from=settings_from,
                 )
                 return await run_planned(context)
 
@@ -247,6 +254,8 @@ async def run_planned(context: RunContext) -> RunOutcome:
                 recorded=len(set(store.terminations)),
                 models={m: resolution_line(manifest.model_resolution.get(m)) for m in models_in_use(config)},
                 in_flight=min(in_flight, max(len(todo), 1)),
+                rules=str(config.rules),
+                settings_from=dict(context.settings_from),
             )
         )
     progress = RunProgress(total=len(todo))

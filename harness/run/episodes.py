@@ -11,7 +11,8 @@ from harness.episode_config import EpisodeConfig
 from harness.library import Library
 from harness.llm import LLMClient
 from harness.protocols import AgentPolicy, UserPolicy
-from harness.rules import DEFAULT_RULES
+from harness.registry import rules_profile
+from harness.rules import HARNESS_RULES, EpisodeRules
 from harness.sandbox import SandboxPool
 from harness.schema import AgentSettings, RecordVersions, Scenario, Trajectory
 from harness.versions import record_versions
@@ -36,6 +37,8 @@ class EpisodeContext:
     run_id: str
     agent: AgentSettings
     user: AgentSettings
+    rules: EpisodeRules = HARNESS_RULES
+    """The run's profile, resolved once from ``config.rules``."""
     versions: dict[tuple[str, str], RecordVersions] = field(default_factory=dict, compare=False)
     """What graded each scenario's episodes, by (environment, scenario) id: hashed once per scenario, not per
     episode (the library does not change during a run)."""
@@ -45,8 +48,7 @@ class EpisodeContext:
         versions = self.versions.get(key)
         if versions is None:
             environment = self.library.environments.get(scenario.environment_id)
-            rules = self.config.rules or DEFAULT_RULES
-            versions = self.versions[key] = record_versions(environment, scenario, rules)
+            versions = self.versions[key] = record_versions(environment, scenario, self.rules.name)
         return versions.model_copy()  # each trajectory its own: one may be changed without the others
 
     @classmethod
@@ -70,6 +72,7 @@ class EpisodeContext:
             run_id,
             agent=agent_settings(config),
             user=user_settings(config),
+            rules=rules_profile(config.rules),
         )
 
 
@@ -94,7 +97,7 @@ async def _episode(spec: EpisodeSpec, context: EpisodeContext) -> Trajectory:
         seed=spec.seed,
         trial=spec.trial,
         run_id=context.run_id,
-        rules=config.rules or DEFAULT_RULES,
+        rules=context.rules,
     )
     if config.mcp is not None:
         from harness.mcp import run_mcp_episode

@@ -83,6 +83,9 @@ class RunPlan:
     recorded: int
     models: dict[str, str]
     in_flight: int
+    rules: str = "harness"
+    settings_from: dict[str, str] = field(default_factory=dict)
+    """Where each setting the user did not give came from (``rules``, ``mode``, ...: "the library", "the rules")."""
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,9 @@ from harness.episode import Episode
 from harness.episode_config import EpisodeConfig
 from harness.library import Library
 from harness.protocols import UserPolicy, agent_turn_from_message
+from harness.registry import rules_profile
 from harness.reward import CompositeWeights
-from harness.rules import RulesName, rules_profile
+from harness.rules import EpisodeRules, RulesName
 from harness.sandbox import SandboxError, SandboxPool, WeakSandbox
 from harness.sandbox.arguments import CallRejected, validate_call
 from harness.sandbox.spec import require_confinement
@@ -97,9 +98,12 @@ class EpisodeSettings:
     scenarios: dict[str, Scenario] = field(default_factory=dict)
     screened: dict[str, str | None] = field(default_factory=dict)
     """The cheap validation's verdict per scenario id, shared by every rollout slot."""
+    profile: EpisodeRules = field(init=False)
+    """``rules`` resolved once: the profile every rollout is played under."""
 
     def __post_init__(self) -> None:
-        self.rules = rules_profile(self.rules).name
+        self.profile = rules_profile(self.rules)
+        self.rules = self.profile.name
         if not self.scenarios:
             self.scenarios = {s.id: s for s in self.library.scenarios}
 
@@ -167,7 +171,7 @@ class JailedEpisode:
             max_steps=settings.max_steps,
             seed=seed,
             reward_weights=settings.weights,
-            rules=settings.rules,
+            rules=settings.profile,
         )
         user = settings.user
         try:

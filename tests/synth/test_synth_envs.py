@@ -312,7 +312,7 @@ def test_cli_runs_the_pipeline_and_prints_the_cost_table(tmp_path: Path) -> None
     outcome = CliRunner().invoke(app, args)
     assert outcome.exit_code == 0, outcome.output
     assert "1 accepted" in outcome.output
-    assert "USD per accepted environment" in outcome.output and "EnvScaler reports 1.02" in outcome.output
+    assert "USD per accepted environment" in outcome.output and "skeleton paper: 1.02" in outcome.output
     assert len(list((tmp_path / "out" / "environments").glob("*.py"))) == 1
 
     unpriced = CliRunner().invoke(app, [*args, "--price-model", "no-such-model"])

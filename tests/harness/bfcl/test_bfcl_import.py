@@ -12,8 +12,8 @@ from pathlib import Path
 import orjson
 import pytest
 
+from harness.benchmarks.bfcl.code import STRPTIME_SOURCE
 from harness.hub.rows import records_to_table, rows_to_records
-from harness.importers.bfcl_code import STRPTIME_SOURCE
 from harness.library import load_library
 from tests.support.cli_process import harness_cli
 

@@ -6,8 +6,8 @@ import orjson
 import pytest
 from typer.testing import CliRunner
 
+from harness.benchmarks.envscaler import import_envscaler
 from harness.cli import app
-from harness.importers import import_envscaler
 from harness.library import load_library
 from harness.sandbox import SandboxPool
 from harness.schema import ToolCall

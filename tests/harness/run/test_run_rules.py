@@ -11,7 +11,7 @@ from pathlib import Path
 
 import orjson
 
-from harness.importers.envscaler import import_envscaler
+from harness.benchmarks.envscaler.importer import import_envscaler
 from tests.harness.importers.test_parity_envscaler import CHECKS, ENV_RECORD, INIT_CONFIG
 
 

@@ -1,6 +1,6 @@
 """Import BFCL's multi-turn categories (the ``bfcl-eval`` wheel, or its unpacked folder) into our records.
 
-One environment per set of involved API classes (see :mod:`harness.importers.bfcl_code`); one scenario per
+One environment per set of involved API classes (see :mod:`harness.benchmarks.bfcl.code`); one scenario per
 BFCL entry, with the entry's id as its id, the user turns in order (a ``miss_func`` turn, which has no user text,
 says BFCL's fixed notice), the functions that turn adds, and the ground truth as reference actions per turn.
 Nothing of BFCL is imported or executed here; :func:`verify_import` replays the ground truth in the sandbox.
@@ -11,16 +11,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.bfcl.checker import ERROR_PREFIX, result_text
-from harness.dispatch import open_tool_session
-from harness.files import UnsafeFile, require_module_name, require_relative
-from harness.importers.bfcl_code import (
+from harness.benchmarks.bfcl.checker import ERROR_PREFIX, result_text
+from harness.benchmarks.bfcl.code import (
     DISPATCHER,
     ClassModule,
     build_class_module,
@@ -28,8 +24,10 @@ from harness.importers.bfcl_code import (
     composed_class_name,
     parse_call,
 )
-from harness.importers.bfcl_source import CATEGORIES, BfclSource, BfclSourceError
-from harness.library import write_seed_layout
+from harness.benchmarks.bfcl.source import CATEGORIES, BfclSource, BfclSourceError
+from harness.dispatch import open_tool_session
+from harness.files import UnsafeFile, require_module_name, require_relative
+from harness.library import write_new_library
 from harness.names import is_safe_id
 from harness.sandbox import EnvironmentLoadError, SandboxPool
 from harness.schema import (
@@ -365,13 +363,4 @@ def write_import(result: BfclImport, out: Path) -> None:
     then renamed, so an interrupted import leaves nothing half-written in ``out``."""
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise BfclImportError(f"{out} already exists and is not empty; choose another --out")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        write_seed_layout(result.environments, result.scenarios, staging)
-        if out.exists():
-            out.rmdir()
-        staging.replace(out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+    write_new_library(result.environments, result.scenarios, out)

@@ -1,10 +1,11 @@
 """Import EnvScaler's environments and scenarios (their release: JSON lists with JSON-string fields; their
 repository: dicts keyed by ``env_id``) into our records. Quirks stay here and never leak inward.
 
-Imported environments suggest the ``envscaler`` episode rules (``provenance.details["suggested_rules"]``), which
-``harness run`` uses unless told otherwise, so an imported library scores as upstream's runtime does. Scenario
-ids read naturally: the upstream task id when it already names its environment (``env_1_rl-task_1``), else
-``<env_id>-<task_id>``; a repeated id gets a ``-2``, ``-3``… suffix.
+Imported environments record the ``envscaler`` episode rules as their suggestion
+(``provenance.details["suggested_rules"]``); ``harness run`` runs them under those rules unless told otherwise (the
+benchmark's recommendation, found from ``provenance.source``), so an imported library scores as upstream's runtime
+does. Scenario ids read naturally: the upstream task id when it already names its environment
+(``env_1_rl-task_1``), else ``<env_id>-<task_id>``; a repeated id gets a ``-2``, ``-3``… suffix.
 
 The files are read as hostile: each under the reader's size limit and JSON budget
 (:func:`harness.files.read_named_json`), and the JSON held in their string fields under one more budget shared by

@@ -28,7 +28,7 @@ import re
 import sys
 from dataclasses import dataclass, field
 
-from harness.importers.bfcl_source import CLASS_SOURCE_FOLDER, BfclSource, BfclSourceError
+from harness.benchmarks.bfcl.source import CLASS_SOURCE_FOLDER, BfclSource, BfclSourceError
 
 DISPATCHER = "execute_call"
 LONG_CONTEXT_MODULE = "long_context"

@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, Any
 from agents.text_calls import TextCallAgent
 from harness.benchmarks.acebench.calls import EXECUTION, NOT_CALLS_REPLY, has_call_brackets, parse_calls
 from harness.benchmarks.acebench.evaluation import CALL_TEXT_KEY
+from harness.benchmarks.acebench.rules import ACEBENCH_STOP
 from harness.benchmarks.acebench.source import CATEGORIES
 from harness.protocols import AgentTurn, openai_tool_call
-from harness.rules import ACEBENCH_STOP
 from harness.schema import ModelSettings, Scenario
 
 if TYPE_CHECKING:
