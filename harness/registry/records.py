@@ -14,7 +14,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from harness.rules import DEFAULT_RULES, EpisodeRules
+from harness.rules.profiles import DEFAULT_RULES, EpisodeRules
 from harness.schema import (
     CheckResult,
     Environment,

@@ -43,7 +43,7 @@ async def score_scripted(
 
 
 async def import_release(options: dict[str, Any]) -> ImportResult:
-    from harness.archives import ArchiveRefused
+    from harness.files.archives import ArchiveRefused
     from harness.sandbox.spec import CodeOrigin, JailSpec
 
     from .importer import BfclImportError, import_bfcl, verify_import
@@ -91,7 +91,7 @@ async def import_release(options: dict[str, Any]) -> ImportResult:
 async def export_results(options: dict[str, Any]) -> ExportResult:
     from harness.errors import BadInput
     from harness.library import LibraryError, load_library
-    from harness.metrics import load_run
+    from harness.results.metrics import load_run
 
     from .export import export_run as write_run
 

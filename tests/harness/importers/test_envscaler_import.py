@@ -11,7 +11,7 @@ from harness.cli import app
 from harness.library import load_library
 from harness.sandbox import SandboxPool
 from harness.schema import ToolCall
-from harness.scoring import score_final_state
+from harness.scoring.checks import score_final_state
 
 # Written in the style of EnvScaler's generated classes: TypedDict entities, no constructor argument handling
 # beyond defaults (the runtime setattr's every init_config key), `success` dicts.
