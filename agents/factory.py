@@ -11,8 +11,8 @@ from agents.function_calling import FunctionCallingAgent
 from agents.oracle import OracleAgent
 from agents.prompted import PromptedAgent
 from agents.user_simulator import UserSimulator
-from harness.protocols import AgentPolicy, UserPolicy
 from harness.registry import agent_kinds
+from harness.rules.protocols import AgentPolicy, UserPolicy
 from harness.schema import AgentSettings, ModelSettings, Scenario
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ from collections import Counter
 
 from harness.library import load_library
 from harness.sandbox import SandboxPool
-from harness.scoring import score_final_state
+from harness.scoring.checks import score_final_state
 from harness.validate import initial_snapshot
 
 

@@ -10,7 +10,7 @@
             break
     result.reward, result.info["check_results"]           # the rules' reward, and each check's outcome
 
-``rules`` picks the episode rules (:mod:`harness.rules`): ``harness`` (the default; the reward is EnvFactory's
+``rules`` picks the episode rules (:mod:`harness.rules.profiles`): ``harness`` (the default; the reward is EnvFactory's
 composite) or a profile a benchmark declares (:func:`harness.registry.rules_profile`), whose reward is its own
 (a benchmark's runtime: the fraction of checks passed, rounded as upstream rounds it, and 0 for the endings it
 scores 0). ``reset`` refuses a scenario that
@@ -36,16 +36,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.episode import Episode
-from harness.episode_config import EpisodeConfig
+from harness.episode.config import EpisodeConfig
+from harness.episode.loop import Episode
 from harness.library import Library
-from harness.protocols import UserPolicy, agent_turn_from_message
 from harness.registry import rules_profile
-from harness.reward import CompositeWeights
-from harness.rules import DEFAULT_RULES, RulesName
+from harness.rules.profiles import DEFAULT_RULES, RulesName
+from harness.rules.protocols import UserPolicy, agent_turn_from_message
 from harness.sandbox import SandboxPool
 from harness.sandbox.spec import require_confinement
 from harness.schema import AgentSettings, Mode, ModelSettings, Scenario, TerminationReason
+from harness.scoring.reward import CompositeWeights
 from harness.toolspec import ToolDerivationError
 from harness.train.jailed_episode import UNKNOWN_SCENARIO, RolloutOutcome, void_outcome
 from harness.train.rows import BAD_ROW, read_row, void_text

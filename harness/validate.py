@@ -18,16 +18,16 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from harness.dispatch import open_tool_session
-from harness.dual_control import UserToolSession, user_call_messages
+from harness.episode.dispatch import open_tool_session
+from harness.episode.dual_control import UserToolSession, user_call_messages
+from harness.episode.tool_messages import tool_message
 from harness.library import Library
-from harness.protocols import openai_tool_call
 from harness.registry import released_sources
+from harness.rules.protocols import openai_tool_call
 from harness.sandbox.pool import EnvironmentFailed, EnvironmentLoadError, SandboxError, SandboxPool
 from harness.schema import CheckResult, Environment, ReferenceAction, Scenario, Step, ToolCall, UserReferenceAction
-from harness.scoring import check_transcript, checks_at_reset, prepared_checks, reward_from_results
-from harness.state_encodings import READ_ONLY_STATES
-from harness.tool_messages import tool_message
+from harness.scoring.checks import check_transcript, checks_at_reset, prepared_checks, reward_from_results
+from harness.states.encodings import READ_ONLY_STATES
 from harness.toolspec import ToolDerivationError, derive_tools
 
 logger = logging.getLogger(__name__)

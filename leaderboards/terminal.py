@@ -17,7 +17,8 @@ from rich.table import Table
 from rich.text import Text
 
 from harness.console import terminal_text
-from harness.metrics import (
+from harness.records.versions import VersionsSummary, versions_of
+from harness.results.metrics import (
     GroupSummary,
     assistant_turns,
     episode_cost,
@@ -26,7 +27,6 @@ from harness.metrics import (
     summarize_overall,
 )
 from harness.schema import DiffEntry, RunManifest, Scenario, Trajectory
-from harness.versions import VersionsSummary, versions_of
 from leaderboards.aggregate import LeaderboardTable, dataset_label
 from leaderboards.page import fmt_cost, fmt_float, fmt_percent, fmt_tokens, to_json_text
 from leaderboards.verdicts import closed_gates

@@ -452,8 +452,8 @@ class ScenarioSynthesizer:
         self, environment: Environment, scenario: Scenario, attempt: int, usage: Usage
     ) -> Trajectory:
         from agents.factory import build_agent
-        from harness.episode import run_episode
-        from harness.episode_config import EpisodeConfig
+        from harness.episode.config import EpisodeConfig
+        from harness.episode.loop import run_episode
 
         assert self.config.solve_with is not None
         agent = build_agent(

@@ -17,9 +17,9 @@ def export_atif_command(
     out: Annotated[Path, typer.Option("--out", help="Folder for one ATIF-v1.4 JSON document per episode.")],
 ) -> None:
     """Every episode of a run as an Agent Trajectory Interchange Format (ATIF-v1.4) document."""
-    from harness.atif import UnsafeEpisodeId, write_atif
     from harness.errors import BadInput
-    from harness.metrics import load_run
+    from harness.results.atif import UnsafeEpisodeId, write_atif
+    from harness.results.metrics import load_run
 
     try:
         _, trajectories = load_run(run_dir)

@@ -87,15 +87,12 @@ def import_command(benchmark: Benchmark) -> Callable[..., None]:
     assert importer is not None
 
     def run(**values: Any) -> None:
-        from harness.library import write_new_library, write_seed_layout
+        from harness.library import write_new_library
 
         debug = bool(values.get("debug"))
         out: Path = values[importer.out_option]
-        if importer.fresh_out and out.exists() and (not out.is_dir() or any(out.iterdir())):
-            taken = SourceRefused(
-                f"{out} already exists and is not empty; choose another --out", importer.refusal_status
-            )
-            raise refused(taken, debug)
+        if out.exists() and (not out.is_dir() or any(out.iterdir())):
+            raise refused(SourceRefused(f"{out} already exists and is not empty; choose another --out"), debug)
         try:
             result = finished(importer.run(values))
         except SourceRefused as error:
@@ -105,8 +102,7 @@ def import_command(benchmark: Benchmark) -> Callable[..., None]:
         if result.refusal is not None:
             err_console.print(labelled("nothing written:", "red", result.refusal), soft_wrap=True)
             raise typer.Exit(1)
-        write = write_new_library if importer.fresh_out else write_seed_layout
-        write(result.environments, result.scenarios, out)
+        write_new_library(result.environments, result.scenarios, out)
         if result.table is not None:
             table = Table(title=outside(result.table.title, multiline=False))
             for column in result.table.columns:

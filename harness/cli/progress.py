@@ -14,8 +14,8 @@ from rich.text import Text
 
 from harness.cli.errors import EXIT_COST_LIMIT, EXIT_FAILED, EXIT_OK, exit_status_for_signal
 from harness.console import markup_text, outside
-from harness.metrics import GroupSummary, cost_text
-from harness.runner import RunConfig, RunOutcome, RunPlan, RunProgress
+from harness.results.metrics import GroupSummary, cost_text
+from harness.run import RunConfig, RunOutcome, RunPlan, RunProgress
 
 _PLAIN_INTERVAL_S = 10.0
 _BAR_INTERVAL_S = 0.1

@@ -32,10 +32,10 @@ from harness.gym import ToolEnv
 from harness.library import Library
 from harness.llm import AliasTable, LLMClient
 from harness.registry import rules_profile
-from harness.reward import CompositeWeights, trajectory_reward
-from harness.rules import DEFAULT_RULES, RulesName
+from harness.rules.profiles import DEFAULT_RULES, RulesName
 from harness.sandbox import SandboxLimits, SandboxPool
 from harness.schema import ModelSettings, Scenario, TerminationReason, Trajectory
+from harness.scoring.reward import CompositeWeights, trajectory_reward
 
 from .cluster import import_ray
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 
 from harness.registry.records import NAME_PATTERN, Benchmark
-from harness.rules import DEFAULT_RULES
+from harness.rules.profiles import DEFAULT_RULES
 
 logger = logging.getLogger(__name__)
 

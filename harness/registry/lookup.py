@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from harness.registry.catalog import catalog
 from harness.registry.records import AgentKind, Benchmark, RewardComponent
-from harness.rules import DEFAULT_RULES, HARNESS_RULES, EpisodeRules, UnknownRules
+from harness.rules.profiles import DEFAULT_RULES, HARNESS_RULES, EpisodeRules, UnknownRules
 
 
 class UnknownBenchmark(ValueError):

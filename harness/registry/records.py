@@ -14,7 +14,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from harness.rules import DEFAULT_RULES, EpisodeRules
+from harness.rules.profiles import DEFAULT_RULES, EpisodeRules
 from harness.schema import (
     CheckResult,
     Environment,
@@ -118,13 +118,11 @@ class ImportCommand(BaseModel):
         description="Reads the source named by the options (a function, or a coroutine function when it needs the "
         "jail); raises SourceRefused when it cannot."
     )
-    out_option: str = Field(default="out", description="The option naming the library folder written.")
-    fresh_out: bool = Field(
-        default=True,
-        description="The library folder must not exist or be empty, and is written whole or not at all; False: "
-        "the records are written into it as they are.",
+    out_option: str = Field(
+        default="out",
+        description="The option naming the library folder written: it must not exist or be empty, and is written "
+        "whole or not at all.",
     )
-    refusal_status: int = Field(default=2, description="The exit status when --out is refused.")
 
 
 class ExportResult(BaseModel):

@@ -14,7 +14,7 @@ from harness.llm.python_models import PYTHON_PROVIDER
 from harness.mcp.credential import public_target
 from harness.registry import agent_kinds, profile_names, profiles
 from harness.registry.options import ALLOW_WEAK_SANDBOX_HELP
-from harness.rules import RulesName
+from harness.rules.profiles import RulesName
 from harness.schema import AgentSettings, ModelSettings
 
 # Settings that change what an episode does: resuming with any of them different would mix two experiments.

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import logging
 import signal
 import threading
@@ -20,11 +21,11 @@ from typing import Any
 from harness.collector import tuned_for_throughput
 from harness.library import Library
 from harness.llm import EndpointLimits, EndpointUnreachable, LLMClient, RequestRejected
-from harness.metrics import RESULTS_FILE, summarize_run, write_summary
+from harness.results.metrics import RESULTS_FILE, summarize_run, write_summary
+from harness.results.store import ResultStore
 from harness.sandbox import SandboxLimits, SandboxPool
 from harness.schema import RunManifest, Scenario, TerminationReason, Trajectory
-from harness.scoring import known_reset_results, prepared_checks
-from harness.store import ResultStore
+from harness.scoring.checks import known_reset_results, prepared_checks
 
 from .backend import EpisodeBackend, EpisodeJob
 from .config import ModelUnavailable, RunConfig, RunRefused, agent_settings, models_in_use
@@ -87,6 +88,17 @@ class RunContext:
     """Where the settings not given came from (``resolve_settings``), for the run's header."""
 
 
+CLUSTER_PACKAGE = "harness.distributed"
+"""Where the Ray backend lives. That package builds on the run's layers, so the run imports it by name, and only
+when a run asks for a cluster: a local run never loads Ray, and the layers depend one way."""
+
+
+def cluster_backend(address: str) -> EpisodeBackend:
+    """The backend that runs episodes on the Ray cluster at ``address`` (``RunConfig.ray``)."""
+    backend: EpisodeBackend = importlib.import_module(CLUSTER_PACKAGE).RayBackend(address)
+    return backend
+
+
 async def run(
     config: RunConfig,
     *,
@@ -108,11 +120,11 @@ async def run(
     (:class:`ModelUnavailable` when one does not answer). With ``stop_on_signals``, SIGINT or SIGTERM stops the
     run cleanly: episodes in flight are dropped (they run again on resume), the summary is written, and
     ``RunOutcome.stopped_by`` names the signal. Episodes run in this process, or through ``backend``; either way
-    this process alone writes the run folder. ``config.ray`` needs a backend for that cluster:
-    :func:`harness.runner.run` supplies it.
+    this process alone writes the run folder. With ``config.ray`` and no ``backend``, they run on that cluster
+    (:func:`cluster_backend`).
     """
     if config.ray is not None and backend is None:
-        raise ValueError("a run with config.ray needs the cluster backend: call harness.runner.run")
+        backend = cluster_backend(config.ray)
     asyncio.get_running_loop().set_exception_handler(quiet_cancelled_callbacks)
     library = library or load_run_library(config)
     problems = selection_problems(library, config)

@@ -6,16 +6,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from harness.episode import run_episode
-from harness.episode_config import EpisodeConfig
+from harness.episode.config import EpisodeConfig
+from harness.episode.loop import run_episode
 from harness.library import Library
 from harness.llm import LLMClient
-from harness.protocols import AgentPolicy, UserPolicy
+from harness.records.versions import record_versions
 from harness.registry import rules_profile
-from harness.rules import HARNESS_RULES, EpisodeRules
+from harness.rules.profiles import HARNESS_RULES, EpisodeRules
+from harness.rules.protocols import AgentPolicy, UserPolicy
 from harness.sandbox import SandboxPool
 from harness.schema import AgentSettings, RecordVersions, Scenario, Trajectory
-from harness.versions import record_versions
 
 from .config import RunConfig, agent_settings, user_settings
 from .plan import EpisodeSpec
@@ -78,7 +78,7 @@ class EpisodeContext:
 
 async def run_one_episode(spec: EpisodeSpec, context: EpisodeContext) -> Trajectory:
     """Run ``spec`` to its end; every failure of the episode is recorded in the trajectory it returns, and the
-    versions of what graded it (:mod:`harness.versions`)."""
+    versions of what graded it (:mod:`harness.records.versions`)."""
     trajectory = await _episode(spec, context)
     return trajectory.model_copy(update={"versions": context.versions_of(spec.scenario)})
 

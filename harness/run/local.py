@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from harness.sandbox import SandboxPool
 from harness.schema import Trajectory
-from harness.scoring import batch_key
+from harness.scoring.checks import batch_key
 
 from .backend import EpisodeJob
 from .episodes import EpisodeContext, run_one_episode

@@ -19,7 +19,7 @@ from harness.registry import (
     profile_owner,
     rules_profile,
 )
-from harness.rules import DEFAULT_RULES, UnknownRules
+from harness.rules.profiles import DEFAULT_RULES, UnknownRules
 from harness.sandbox import SandboxPool
 from harness.schema import AgentSettings, Mode, Scenario
 from harness.validate import invalid_scenarios

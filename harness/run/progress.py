@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.llm import LLMClient
-from harness.metrics import RunSummary
+from harness.results.metrics import RunSummary
 from harness.schema import RunManifest, TerminationReason, Trajectory
 
 

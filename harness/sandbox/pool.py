@@ -60,7 +60,7 @@ from harness.schema import (
     ToolCall,
     ToolSpec,
 )
-from harness.state_encodings import READ_ONLY_STATES
+from harness.states.encodings import READ_ONLY_STATES
 
 logger = logging.getLogger(__name__)
 
@@ -342,7 +342,7 @@ class SandboxPool:
         self._start_lock: asyncio.Lock | None = None
         self.layers: list[dict[str, Any]] = []
         self.reset_results: dict[tuple[str, int, tuple[str, ...]], tuple[Any, list[CheckResult]]] = {}
-        """Check results on each scenario's initial state, computed once per scenario (see harness.scoring)."""
+        """Check results on each scenario's initial state, computed once per scenario (see harness.scoring.checks)."""
         self.reset_pending: dict[tuple[str, int, tuple[str, ...]], asyncio.Event] = {}
         """Keys of ``reset_results`` being computed, each set when its computation ends (stored or not)."""
         self._batcher = CheckBatcher(

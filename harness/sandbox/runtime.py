@@ -30,7 +30,7 @@ from harness.sandbox.check_isolation import IMPORT_EVENT
 from harness.sandbox.environment_code import compile_environment
 from harness.sandbox.policy import ALLOWED_MODULES, REMOVED_BUILTINS, importable_roots, is_forbidden_attribute
 from harness.sandbox.shims import CONTEXT, SHIM_MODULES, Clock, FrozenDate, FrozenDateTime
-from harness.statediff import diff_values
+from harness.states.diff import diff_values
 
 
 class CallTimeout(BaseException):

@@ -14,13 +14,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.episode import Episode
-from harness.episode_config import EpisodeConfig
+from harness.episode.config import EpisodeConfig
+from harness.episode.loop import Episode
 from harness.library import Library
-from harness.protocols import UserPolicy, agent_turn_from_message
 from harness.registry import rules_profile
-from harness.reward import CompositeWeights
-from harness.rules import EpisodeRules, RulesName
+from harness.rules.profiles import EpisodeRules, RulesName
+from harness.rules.protocols import UserPolicy, agent_turn_from_message
 from harness.sandbox import SandboxError, SandboxPool, WeakSandbox
 from harness.sandbox.arguments import CallRejected, validate_call
 from harness.sandbox.spec import require_confinement
@@ -33,6 +32,7 @@ from harness.schema import (
     TerminationReason,
     Trajectory,
 )
+from harness.scoring.reward import CompositeWeights
 from harness.toolspec import ToolDerivationError
 from harness.train.rows import BAD_ROW, read_row
 from harness.validate import invalid_scenarios

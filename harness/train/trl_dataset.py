@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.library import Library
-from harness.prompts import rules_agent_system_prompt
 from harness.registry import rules_profile
-from harness.rules import DEFAULT_RULES, RulesName
+from harness.rules.profiles import DEFAULT_RULES, RulesName
+from harness.rules.prompts import rules_agent_system_prompt
 from harness.schema import Environment, Mode, Scenario
 
 if TYPE_CHECKING:

@@ -30,9 +30,9 @@ from verl.utils.profiler import simple_timer
 
 from harness.library import Library
 from harness.registry import rules_profile
-from harness.reward import CompositeWeights
-from harness.rules import DEFAULT_RULES, RulesName
+from harness.rules.profiles import DEFAULT_RULES, RulesName
 from harness.schema import Mode
+from harness.scoring.reward import CompositeWeights
 from harness.train.conversation import (
     BAD_MODE,
     MODES,

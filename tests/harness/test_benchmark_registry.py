@@ -23,7 +23,7 @@ from harness.registry import (
     read_catalog,
     rules_profile,
 )
-from harness.rules import HARNESS_RULES, UnknownRules
+from harness.rules.profiles import HARNESS_RULES, UnknownRules
 
 REPO = Path(__file__).resolve().parents[2]
 ENGINE_FOLDERS = ("harness", "agents", "synth", "leaderboards")
@@ -85,7 +85,7 @@ def test_a_broken_or_clashing_entry_point_is_one_line_and_the_others_load() -> N
             entry("envscaler", "harness.benchmarks.envscaler.benchmark:BENCHMARK"),
             entry("missing", "no_such_package.benchmark:BENCHMARK"),
             entry("wrongname", "harness.benchmarks.tau2.benchmark:BENCHMARK"),
-            entry("notone", "harness.rules:HARNESS_RULES"),
+            entry("notone", "harness.rules.profiles:HARNESS_RULES"),
             entry("envscaler", "harness.benchmarks.envscaler.benchmark:BENCHMARK"),
             entry("tau2", "harness.benchmarks.tau2.benchmark:BENCHMARK"),
         ]
@@ -116,5 +116,5 @@ def test_jail_modules_are_third_party_names_only() -> None:
     assert jail_module_problem("mpmath") is None and jail_module_problem("pydantic.main") is None
     assert jail_module_problem("os") == "'os' is not a third-party module"
     assert jail_module_problem("subprocess") == "'subprocess' is not a third-party module"
-    assert jail_module_problem("harness.rules") == "'harness.rules' is not a third-party module"
+    assert jail_module_problem("harness.rules.profiles") == "'harness.rules.profiles' is not a third-party module"
     assert jail_module_problem("bad name") == "'bad name' is not a module name"

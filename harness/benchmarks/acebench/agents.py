@@ -30,7 +30,7 @@ from harness.benchmarks.acebench.calls import EXECUTION, NOT_CALLS_REPLY, has_ca
 from harness.benchmarks.acebench.evaluation import CALL_TEXT_KEY
 from harness.benchmarks.acebench.rules import ACEBENCH_STOP
 from harness.benchmarks.acebench.source import CATEGORIES
-from harness.protocols import AgentTurn, openai_tool_call
+from harness.rules.protocols import AgentTurn, openai_tool_call
 from harness.schema import ModelSettings, Scenario
 
 if TYPE_CHECKING:

@@ -68,7 +68,7 @@ async def import_category(options: dict[str, Any]) -> ImportResult:
 async def export_results(options: dict[str, Any]) -> ExportResult:
     from harness.errors import BadInput
     from harness.library import load_library
-    from harness.metrics import load_run
+    from harness.results.metrics import load_run
 
     from .export import AceBenchExportError, export_run
 

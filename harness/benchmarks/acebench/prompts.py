@@ -3,7 +3,7 @@ text setting (``acebench-text``, read from the scenario)."""
 
 from __future__ import annotations
 
-from harness.rules import EpisodeRules
+from harness.rules.profiles import EpisodeRules
 from harness.schema import Environment, Mode, Scenario
 
 FINISH = "finish conversation"

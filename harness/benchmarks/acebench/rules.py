@@ -3,7 +3,7 @@ end-to-end and process accuracy (``docs/episode-rules.md`` gives each field's up
 
 from __future__ import annotations
 
-from harness.rules import EpisodeRules, RulesPrompts
+from harness.rules.profiles import EpisodeRules, RulesPrompts
 
 from .prompts import FINISH, agent_system_prompt, text_system_prompt, user_system_prompt
 

@@ -43,7 +43,7 @@ async def score_scripted(
 
 
 async def import_release(options: dict[str, Any]) -> ImportResult:
-    from harness.archives import ArchiveRefused
+    from harness.files.archives import ArchiveRefused
     from harness.sandbox.spec import CodeOrigin, JailSpec
 
     from .importer import BfclImportError, import_bfcl, verify_import
@@ -68,7 +68,9 @@ async def import_release(options: dict[str, Any]) -> ImportResult:
                 return ImportResult(notes=notes, refusal=f"{len(verification.problems)} problem(s) in {source}")
     except ArchiveRefused:  # bad input: the command is refused (status 2)
         raise
-    except (BfclSourceError, BfclImportError, OSError) as exc:
+    except (BfclSourceError, BfclImportError) as exc:  # a source or a category that cannot be used: bad input
+        raise SourceRefused(str(exc)) from exc
+    except OSError as exc:
         raise SourceRefused(str(exc), FAILED) from exc
     for env_id, modules in sorted(unavailable.items()):
         scenarios = sum(1 for s in result.scenarios if s.environment_id == env_id)
@@ -91,7 +93,7 @@ async def import_release(options: dict[str, Any]) -> ImportResult:
 async def export_results(options: dict[str, Any]) -> ExportResult:
     from harness.errors import BadInput
     from harness.library import LibraryError, load_library
-    from harness.metrics import load_run
+    from harness.results.metrics import load_run
 
     from .export import export_run as write_run
 
@@ -154,7 +156,6 @@ BENCHMARK = Benchmark(
             DEBUG,
         ),
         run=import_release,
-        refusal_status=FAILED,
     ),
     exporter=ExportCommand(
         help="Write a run in BFCL's result-file format, for `bfcl evaluate`.",

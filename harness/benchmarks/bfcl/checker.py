@@ -27,8 +27,9 @@ import json
 from collections import Counter
 from typing import Any
 
-from harness.dispatch import DispatchSession
-from harness.protocols import ToolSession
+from harness.episode.dispatch import DispatchSession
+from harness.episode.turns import calls_by_turn
+from harness.rules.protocols import ToolSession
 from harness.sandbox import EnvSession, SandboxError, SandboxPool
 from harness.schema import (
     CheckResult,
@@ -42,7 +43,6 @@ from harness.schema import (
     ToolCall,
     ToolSpec,
 )
-from harness.turns import calls_by_turn
 
 ERROR_PREFIX = "Error during execution: "
 

@@ -16,8 +16,8 @@ from typing import Any
 import orjson
 
 from harness.errors import BadInput
+from harness.files.outputs import OutputFolder, safe_file_name, write_output_file
 from harness.library import Library
-from harness.outputs import OutputFolder, safe_file_name, write_output_file
 from harness.schema import Scenario, TerminationReason, Trajectory
 
 

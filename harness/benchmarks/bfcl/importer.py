@@ -25,7 +25,7 @@ from harness.benchmarks.bfcl.code import (
     parse_call,
 )
 from harness.benchmarks.bfcl.source import CATEGORIES, BfclSource, BfclSourceError
-from harness.dispatch import open_tool_session
+from harness.episode.dispatch import open_tool_session
 from harness.files import UnsafeFile, require_module_name, require_relative
 from harness.library import write_new_library
 from harness.names import is_safe_id

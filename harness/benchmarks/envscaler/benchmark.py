@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.registry import Benchmark, CliOption, ImportCommand, ImportNote, ImportResult, RunSettings
+from harness.registry import NEW_LIBRARY, Benchmark, CliOption, ImportCommand, ImportNote, ImportResult, RunSettings
 from harness.schema import Environment
 
 from .rules import ENVSCALER_RULES, upstream_reward
@@ -53,11 +53,10 @@ BENCHMARK = Benchmark(
                 required=True,
                 help="EnvScaler environments file (JSON list or dict by env_id).",
             ),
-            CliOption(name="out", type="path", required=True, help="Folder to write our records to."),
+            NEW_LIBRARY,
             CliOption(name="scenarios", type="paths", help="Scenario files (RL or SFT); repeatable."),
         ),
         run=import_release,
-        fresh_out=False,
     ),
     recommend=recommend,
     reward_components={"envscaler": upstream_reward},

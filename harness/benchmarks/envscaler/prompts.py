@@ -7,7 +7,7 @@ user gets the project's prompt.
 
 from __future__ import annotations
 
-from harness.rules import EpisodeRules
+from harness.rules.profiles import EpisodeRules
 from harness.schema import Environment, Mode, Scenario
 
 COMPLETION_PHRASE = "Task Completed"

@@ -3,7 +3,7 @@ rule by rule, so that a trainer on the gym API or a leaderboard gets the reward 
 
 from __future__ import annotations
 
-from harness.rules import EpisodeRules, RulesPrompts
+from harness.rules.profiles import EpisodeRules, RulesPrompts
 from harness.schema import RewardBreakdown, TerminationReason, Trajectory
 
 from .prompts import agent_system_prompt

@@ -32,7 +32,7 @@ machinery that ``import pydantic`` leaves to first use."""
 
 
 async def import_domain(options: dict[str, Any]) -> ImportResult:
-    from harness.archives import ArchiveRefused
+    from harness.files.archives import ArchiveRefused
     from harness.sandbox.spec import CodeOrigin, JailSpec
 
     from .importer import Tau2ImportError, import_tau2, read_tau2
@@ -73,7 +73,7 @@ async def import_domain(options: dict[str, Any]) -> ImportResult:
 async def export_results(options: dict[str, Any]) -> ExportResult:
     from harness.errors import BadInput
     from harness.library import load_library
-    from harness.metrics import load_run
+    from harness.results.metrics import load_run
 
     from .export import Tau2ExportError, build_results, write_results
 

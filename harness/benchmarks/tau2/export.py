@@ -38,8 +38,8 @@ from harness.benchmarks.tau2.results_shapes import (
     Tau2UserInfo,
 )
 from harness.benchmarks.tau2.rules import TAU2_RULES
-from harness.dual_control import user_tool_message
-from harness.outputs import write_output_file
+from harness.episode.dual_control import user_tool_message
+from harness.files.outputs import write_output_file
 from harness.schema import (
     CheckResult,
     Environment,

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from harness.protocols import OUT_OF_SCOPE, STOP, TRANSFER
-from harness.rules import EpisodeRules
+from harness.rules.profiles import EpisodeRules
+from harness.rules.protocols import OUT_OF_SCOPE, STOP, TRANSFER
 from harness.schema import Environment, Mode, Scenario
 
 # τ²-bench's prompts (tau2/agent/llm_agent.py, tau2/user/user_simulator.py and its simulation guidelines) in our

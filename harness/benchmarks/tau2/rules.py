@@ -3,8 +3,8 @@ telecom tasks (``docs/episode-rules.md`` gives each field's upstream source)."""
 
 from __future__ import annotations
 
-from harness.protocols import OUT_OF_SCOPE, STOP, TRANSFER
-from harness.rules import EpisodeRules, RulesPrompts
+from harness.rules.profiles import EpisodeRules, RulesPrompts
+from harness.rules.protocols import OUT_OF_SCOPE, STOP, TRANSFER
 from harness.schema import TerminationReason
 
 from .prompts import agent_system_prompt, user_system_prompt

@@ -64,9 +64,9 @@ async def import_domain(options: dict[str, Any]) -> ImportResult:
 
 async def export_results(options: dict[str, Any]) -> ExportResult:
     from harness.errors import BadInput
+    from harness.files.outputs import write_output_file
     from harness.library import LibraryError, load_library
-    from harness.metrics import load_run
-    from harness.outputs import write_output_file
+    from harness.results.metrics import load_run
 
     from .export import NotTauBenchRun, env_run_results, upstream_pass_hat_k
 

@@ -38,7 +38,7 @@ from harness.benchmarks.taubench.source import (
     TauBenchSource,
     TauBenchSourceError,
 )
-from harness.dispatch import DispatchSession, open_tool_session
+from harness.episode.dispatch import DispatchSession, open_tool_session
 from harness.sandbox import SandboxPool
 from harness.schema import (
     Check,

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from harness.protocols import STOP
-from harness.rules import EpisodeRules
+from harness.rules.profiles import EpisodeRules
+from harness.rules.protocols import STOP
 from harness.schema import Environment, Mode, Scenario
 
 

@@ -3,8 +3,8 @@ reward for its imported domains (``docs/episode-rules.md`` gives each field's up
 
 from __future__ import annotations
 
-from harness.protocols import STOP
-from harness.rules import EpisodeRules, RulesPrompts
+from harness.rules.profiles import EpisodeRules, RulesPrompts
+from harness.rules.protocols import STOP
 from harness.schema import TerminationReason
 
 from .prompts import agent_system_prompt, react_user_system_prompt, user_system_prompt

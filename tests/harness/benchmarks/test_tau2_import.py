@@ -17,7 +17,7 @@ import pytest
 
 from harness.benchmarks.tau2.checks import db_digest
 from harness.benchmarks.tau2.code import DISPATCHER
-from harness.dispatch import DispatchSession, open_tool_session
+from harness.episode.dispatch import DispatchSession, open_tool_session
 from harness.library import load_library
 from harness.sandbox import SandboxPool
 from harness.schema import ToolCall

@@ -16,12 +16,12 @@ import orjson
 import pytest
 
 from harness.benchmarks.tau2.rules import TAU2_AGENT_GREETING, TAU2_RULES
-from harness.episode_config import EpisodeConfig
+from harness.episode.config import EpisodeConfig
+from harness.episode.message_limits import MessageLimits
+from harness.episode.tool_messages import observation_content
 from harness.library import load_library
-from harness.message_limits import MessageLimits
-from harness.metrics import pass_hat_k_curve
+from harness.results.metrics import pass_hat_k_curve
 from harness.schema import Observation, ObservationKind, Scenario, TerminationReason
-from harness.tool_messages import observation_content
 from tests.doubles.mock_openai import MockOpenAIServer, ReplayPolicy, SimulatedUserPolicy
 from tests.harness.benchmarks.test_tau2_import import airline_library, tau2_wheel  # noqa: F401  (fixtures)
 from tests.support.cli_process import Finished, harness

@@ -39,7 +39,7 @@ from harness.registry import (
     RunSettings,
     SourceRefused,
 )
-from harness.rules import HARNESS_RULES, RulesPrompts
+from harness.rules.profiles import HARNESS_RULES, RulesPrompts
 from harness.schema import Check, Environment, Provenance, ReferenceAction, Scenario
 from harness.toolspec import derive_tools
 
@@ -126,7 +126,7 @@ def import_counters(options: dict[str, Any]) -> ImportResult:
 
 
 def export_rewards(options: dict[str, Any]) -> ExportResult:
-    from harness.metrics import load_run
+    from harness.results.metrics import load_run
 
     manifest, trajectories = load_run(options["run_dir"])
     out = Path(options["out"])
