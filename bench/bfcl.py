@@ -48,9 +48,9 @@ def cpu_seconds() -> float:
 
 async def main(source: Path, concurrency: int, workers: int | None) -> None:
     from agents.run_adapters import agent_factory, user_factory
-    from harness.importers.bfcl import import_bfcl, verify_import, write_import
+    from harness.benchmarks.bfcl.importer import import_bfcl, verify_import, write_import
     from harness.library import load_library
-    from harness.runner import RunConfig, run
+    from harness.run import RunConfig, run
     from harness.sandbox import JailSpec
 
     with tempfile.TemporaryDirectory() as folder:
@@ -81,7 +81,7 @@ async def main(source: Path, concurrency: int, workers: int | None) -> None:
         outcome = await run(config, agent_factory=agent_factory, user_factory=user_factory, library=library)
         wall = time.perf_counter() - started
         cpu = cpu_seconds() - cpu_before
-        from harness.metrics import read_results
+        from harness.results.metrics import read_results
 
         results = read_results(outcome.run_dir / "results.jsonl")
         terminations = Counter(t.termination.value for t in results)

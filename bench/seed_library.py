@@ -10,7 +10,7 @@ import statistics
 from collections import Counter
 
 from harness.library import load_library
-from harness.scoring import score_final_state
+from harness.scoring.checks import score_final_state
 from harness.validate import initial_snapshot
 
 

@@ -14,10 +14,10 @@ from typing import Any
 
 from harness.gym import ToolEnv
 from harness.library import load_library
-from harness.protocols import UserTurn
-from harness.reward import trajectory_reward
+from harness.rules.protocols import UserTurn
 from harness.sandbox import JailSpec
 from harness.schema import AgentSettings, ModelSettings, Scenario
+from harness.scoring.reward import trajectory_reward
 
 
 def reference_policy(scenario: Scenario):

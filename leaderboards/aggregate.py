@@ -24,7 +24,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from harness.metrics import (
+from harness.results.metrics import (
     GroupSummary,
     deduplicate,
     load_run,
@@ -32,7 +32,7 @@ from harness.metrics import (
     summarize_group,
     task_key,
 )
-from harness.rules import DEFAULT_RULES
+from harness.rules.profiles import DEFAULT_RULES
 from harness.schema import AgentSettings, DatasetRef, RunManifest, Scenario, Trajectory
 from leaderboards.catalog import Catalog, CatalogCache
 from leaderboards.collisions import check_episode_collisions

@@ -6,7 +6,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.outputs import OutputFolder
+from harness.files.outputs import OutputFolder
 from leaderboards.aggregate import Leaderboard
 from leaderboards.index_html import INDEX_FILE, render_index
 from leaderboards.page import episode_file_name
@@ -33,7 +33,7 @@ class ReportFiles:
 def write_leaderboard(leaderboard: Leaderboard, out_dir: Path | str, title: str = "Leaderboard") -> ReportFiles:
     """Write the rows, ``report.md``, ``report.html``, ``index.html`` (every episode, sortable and filterable)
     and ``episodes/<id>.html`` for every episode into ``out_dir`` (every file inside it: episode pages are named by
-    :func:`leaderboards.page.episode_file_name`, and :class:`harness.outputs.OutputFolder` checks each path)."""
+    :func:`leaderboards.page.episode_file_name`, and :class:`harness.files.outputs.OutputFolder` checks each path)."""
     out = OutputFolder(out_dir)
     pages = {episode_id: (EPISODES_FOLDER, episode_file_name(episode_id)) for episode_id in leaderboard.episodes}
     for parts in [(ROWS_FILE,), (MARKDOWN_FILE,), (HTML_FILE,), (INDEX_FILE,), *pages.values()]:

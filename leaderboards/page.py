@@ -13,7 +13,7 @@ import html
 import json
 from typing import Any
 
-from harness.outputs import safe_file_name
+from harness.files.outputs import safe_file_name
 
 CONTENT_SECURITY_POLICY = (
     "default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"

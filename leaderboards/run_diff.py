@@ -11,7 +11,7 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from harness.metrics import GroupSummary, load_run, summarize_overall
+from harness.results.metrics import GroupSummary, load_run, summarize_overall
 from harness.schema import Trajectory
 
 from .terminal import plain

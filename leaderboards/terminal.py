@@ -17,7 +17,8 @@ from rich.table import Table
 from rich.text import Text
 
 from harness.console import terminal_text
-from harness.metrics import (
+from harness.records.versions import VersionsSummary, versions_of
+from harness.results.metrics import (
     GroupSummary,
     assistant_turns,
     episode_cost,
@@ -26,7 +27,6 @@ from harness.metrics import (
     summarize_overall,
 )
 from harness.schema import DiffEntry, RunManifest, Scenario, Trajectory
-from harness.versions import VersionsSummary, versions_of
 from leaderboards.aggregate import LeaderboardTable, dataset_label
 from leaderboards.page import fmt_cost, fmt_float, fmt_percent, fmt_tokens, to_json_text
 from leaderboards.verdicts import closed_gates
@@ -54,13 +54,6 @@ def _summary_sections(max_k: int) -> list[tuple[str, list[str]]]:
         sections.append(("pass^k", [f"pass^{k}" for k in range(1, max_k + 1)]))
     sections.append(("Effort", ["steps", "tool calls", "tokens/ep", "cost/ep", "cost"]))
     return sections
-
-
-def cost_cell(summary: GroupSummary) -> str:
-    """Never "$0" for requests whose price is unknown."""
-    if summary.unpriced_requests and not summary.total_cost_usd:
-        return "unpriced"
-    return fmt_cost(summary.total_cost_usd) + (" + unpriced" if summary.unpriced_requests else "")
 
 
 def _summary_values(summary: GroupSummary, max_k: int) -> dict[str, str]:

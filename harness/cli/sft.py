@@ -72,8 +72,8 @@ def sft(
 ) -> None:
     """Roll out a teacher (resumable), keep the episodes that reach the bar, export SFT datasets."""
     from harness.cli.progress import print_exit_line
-    from harness.metrics import read_results
-    from harness.sft import SelectionRule, export
+    from harness.results.metrics import read_results
+    from harness.results.sft import SelectionRule, export
 
     settings = SFT_FLAGS.values(values)
     check_choices(

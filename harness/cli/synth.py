@@ -201,7 +201,7 @@ def cost_table(costs: CostReport) -> Table:
     per_env = f"{costs.usd_per_accepted:.4f}" if costs.usd_per_accepted is not None else "n/a (none accepted)"
     table.caption = (
         f"USD per accepted environment: {per_env} (whole run / {costs.accepted}); "
-        f"EnvScaler reports {costs.reference_usd_per_environment:.2f}"
+        f"skeleton paper: {costs.reference_usd_per_environment:.2f}"
     )
     return table
 

@@ -138,7 +138,7 @@ def print_report(report: SynthesisReport, out: Path, what: str) -> None:
         f"{report.usage.requests} model calls ({report.usage.cached_requests} cached), "
         f"{report.usage.prompt_tokens:,} + {report.usage.completion_tokens:,} tokens; "
         f"${report.usd_total:.4f} at {markup_text(report.price_model)} prices, {per} per accepted scenario "
-        f"(EnvScaler: ${report.reference_usd_per_scenario:.2f})"
+        f"(skeleton paper: ${report.reference_usd_per_scenario:.2f})"
     )
     console.print(f"written to {out}/scenarios, {out}/rejected.jsonl, {out}/report.json", markup=False)
     if report.not_started:

@@ -17,7 +17,7 @@ from harness.run.config import RunConfig
 from harness.run.plan import EpisodeSpec
 from harness.run.spending import SpendLimit
 from harness.schema import ClusterInfo, ClusterNode, Trajectory
-from harness.scoring import batch_key
+from harness.scoring.checks import batch_key
 
 from .cluster import import_ray
 from .executor import RUN_EPISODE, EpisodeExecutor, EpisodeTicket, ExecutorPlan

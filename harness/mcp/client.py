@@ -58,7 +58,7 @@ from harness.schema import (
     ToolCall,
     ToolSpec,
 )
-from harness.statediff import diff_values
+from harness.states.diff import diff_values
 
 logger = logging.getLogger(__name__)
 

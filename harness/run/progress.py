@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.llm import LLMClient
-from harness.metrics import RunSummary
+from harness.results.metrics import RunSummary
 from harness.schema import RunManifest, TerminationReason, Trajectory
 
 
@@ -83,6 +83,9 @@ class RunPlan:
     recorded: int
     models: dict[str, str]
     in_flight: int
+    rules: str = "harness"
+    settings_from: dict[str, str] = field(default_factory=dict)
+    """Where each setting the user did not give came from (``rules``, ``mode``, ...: "the library", "the rules")."""
 
 
 @dataclass(frozen=True)

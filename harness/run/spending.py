@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from harness.llm import LLMClient
-from harness.metrics import episode_cost
+from harness.results.metrics import episode_cost
 from harness.schema import Trajectory
 
 from .config import RunConfig, RunRefused, models_in_use

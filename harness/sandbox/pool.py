@@ -60,7 +60,7 @@ from harness.schema import (
     ToolCall,
     ToolSpec,
 )
-from harness.state_encodings import READ_ONLY_STATES
+from harness.states.encodings import READ_ONLY_STATES
 
 logger = logging.getLogger(__name__)
 
@@ -298,9 +298,11 @@ class SandboxPool:
 
     ``workers`` is the number of zygotes (fork servers) the pool spreads its processes over. With
     ``require_full_confinement`` the pool refuses to start when any confinement layer is missing: the CLI asks
-    for it whenever the code comes from the Hub (see ``--allow-weak-sandbox``). ``optional_modules`` names the
-    optional third-party modules its children may import (``policy.optional_modules_named_in`` of the code it will
-    run); by default all that are installed, at some CPU per session. ``code_to_lint`` (environment and check
+    for it whenever the code comes from the Hub (see ``--allow-weak-sandbox``). ``jail_modules`` names the
+    third-party modules code in the jail may import (by default those the installed benchmarks declare:
+    ``harness.registry.jail_modules``; only the names reach the zygote); ``optional_modules`` those of them its
+    zygotes import ahead (``policy.optional_modules_named_in`` of the code it will run), by default all that are
+    installed, at some CPU per session. ``code_to_lint`` (environment and check
     sources the pool will run) gets its static checks while the first zygote boots, on this process's core.
     """
 
@@ -312,6 +314,7 @@ class SandboxPool:
         require_full_confinement: bool = False,
         optional_modules: Iterable[str] | None = None,
         code_to_lint: Iterable[str] = (),
+        jail_modules: Iterable[str] | None = None,
     ):
         self.limits = limits or SandboxLimits()
         self.reply_limits = ReplyLimits(self.limits)
@@ -319,8 +322,14 @@ class SandboxPool:
         """States read lately, shared by the readers that promise not to change them (``EnvSession.state``)."""
         self.size = max(1, workers or 1)
         self.require_full_confinement = require_full_confinement
+        if jail_modules is None:
+            from harness.registry import jail_modules as registered
+
+            jail_modules = registered()
+        self.jail_modules = frozenset(jail_modules)
+        """The third-party modules code in the jail may import (names; ``harness.sandbox.policy``)."""
         self.optional_modules = None if optional_modules is None else frozenset(optional_modules)
-        """The optional third-party modules its zygotes load ahead (``harness.sandbox.policy``); None: all."""
+        """The jail modules its zygotes load ahead; None: all."""
         self._zygotes: list[Zygote] = []
         self._next = itertools.count()
         self._checked: dict[str, list[str]] = {}
@@ -333,7 +342,7 @@ class SandboxPool:
         self._start_lock: asyncio.Lock | None = None
         self.layers: list[dict[str, Any]] = []
         self.reset_results: dict[tuple[str, int, tuple[str, ...]], tuple[Any, list[CheckResult]]] = {}
-        """Check results on each scenario's initial state, computed once per scenario (see harness.scoring)."""
+        """Check results on each scenario's initial state, computed once per scenario (see harness.scoring.checks)."""
         self.reset_pending: dict[tuple[str, int, tuple[str, ...]], asyncio.Event] = {}
         """Keys of ``reset_results`` being computed, each set when its computation ends (stored or not)."""
         self._batcher = CheckBatcher(
@@ -355,6 +364,7 @@ class SandboxPool:
             "disabled_env": {DISABLE_VARIABLE: os.environ.get(DISABLE_VARIABLE, "")},
             "seccomp": seccomp_filter(),
             "optional_modules": None if self.optional_modules is None else sorted(self.optional_modules),
+            "jail_modules": sorted(self.jail_modules),
         }
 
     def _new_zygote(self) -> Zygote:
@@ -458,7 +468,7 @@ class SandboxPool:
 
     def static_problems(self, code: str) -> list[str]:
         if code not in self._checked:
-            self._checked[code] = find_problems(code)
+            self._checked[code] = find_problems(code, self.jail_modules)
         return self._checked[code]
 
     async def open_session(

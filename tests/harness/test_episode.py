@@ -14,11 +14,12 @@ from typing import Any
 import pytest
 
 from agents.oracle import ORACLE_FINAL_MESSAGE, OracleAgent
-from harness.dispatch import open_tool_session
-from harness.episode import Episode, classify_failure, drive, run_episode
-from harness.episode_config import EpisodeConfig
+from harness.episode.config import EpisodeConfig
+from harness.episode.dispatch import open_tool_session
+from harness.episode.loop import Episode, classify_failure, drive, run_episode
+from harness.episode.tool_messages import observation_content
 from harness.library import load_library
-from harness.protocols import AgentPolicyError, AgentTurn, UserTurn, find_stop_token
+from harness.rules.protocols import AgentPolicyError, AgentTurn, UserTurn, find_stop_token
 from harness.sandbox import EnvironmentFailed, EnvironmentLoadError, JailSpec, SandboxError, SandboxLimits, SandboxPool
 from harness.schema import (
     AgentSettings,
@@ -37,7 +38,6 @@ from harness.schema import (
     Trajectory,
     UserProfile,
 )
-from harness.tool_messages import observation_content
 from harness.toolspec import derive_tools
 
 SHOP_CODE = '''
@@ -583,8 +583,8 @@ async def test_conv_mode_needs_a_user(pool: SandboxPool) -> None:
 
 async def test_every_trajectory_carries_the_composite_reward():
     from agents.oracle import OracleAgent
-    from harness.episode import run_episode
-    from harness.episode_config import EpisodeConfig
+    from harness.episode.config import EpisodeConfig
+    from harness.episode.loop import run_episode
     from harness.library import load_library
     from harness.sandbox import JailSpec
 

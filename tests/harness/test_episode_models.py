@@ -13,11 +13,11 @@ import pytest
 from agents.factory import build_agent, build_user
 from agents.prompted import PromptedAgent
 from agents.user_simulator import UserSimulator
-from harness.episode import run_episode
-from harness.episode_config import EpisodeConfig
+from harness.episode.config import EpisodeConfig
+from harness.episode.loop import run_episode
 from harness.library import load_library
 from harness.llm import LLMClient, RetryPolicy, register_python_model
-from harness.protocols import STOP, AgentPolicyError
+from harness.rules.protocols import STOP, AgentPolicyError
 from harness.sandbox import JailSpec, SandboxPool
 from harness.schema import ModelSettings, ObservationKind, Scenario, TerminationReason, Trajectory
 from tests.doubles.mock_openai import Fault, MockOpenAIServer

@@ -10,7 +10,7 @@ import pytest
 
 from harness.gym import InvalidScenario, ToolEnv
 from harness.library import load_library
-from harness.protocols import UserTurn
+from harness.rules.protocols import UserTurn
 from harness.sandbox import JailSpec
 from harness.schema import AgentSettings, Check, ModelSettings, Scenario
 from tests.support.raising_library import LOADS, RAISING_CHECKS, RAISING_TOOLS, TOOLS_SCENARIO, write_raising_library

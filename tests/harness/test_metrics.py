@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.metrics import (
+from harness.results.metrics import (
     RunSummary,
     load_run,
     pass_hat_k,

@@ -6,14 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from harness.metrics import read_results
 from harness.redact import REDACTED, register_secret
+from harness.results.metrics import read_results
+from harness.results.store import ResultStore
 from harness.schema import (
     Observation,
     TerminationReason,
     Trajectory,
 )
-from harness.store import ResultStore
 from tests.support.trajectories import one_call_trajectory
 
 SECRET = "sk-store-test-0d1e5c7a9b"

@@ -3,9 +3,9 @@ blamed on the simulated user counted apart in the run summary."""
 
 from __future__ import annotations
 
-from harness.blame import classify_failure
+from harness.episode.blame import classify_failure
 from harness.llm import LLMError
-from harness.metrics import summarize_group
+from harness.results.metrics import summarize_group
 from harness.schema import (
     AgentSettings,
     Failure,

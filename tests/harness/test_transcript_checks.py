@@ -12,15 +12,15 @@ from typer.testing import CliRunner
 
 from agents.oracle import OracleAgent
 from harness.cli import app
-from harness.episode import run_episode
-from harness.episode_config import EpisodeConfig
+from harness.episode.config import EpisodeConfig
+from harness.episode.loop import run_episode
 from harness.library import load_library, write_seed_layout
-from harness.protocols import AgentTurn, tool_calls_from_message
+from harness.rules.protocols import AgentTurn, tool_calls_from_message
 from harness.sandbox import JailSpec
 from harness.schema import AgentSettings, Check, Environment, ModelSettings, ReferenceAction, Scenario
-from harness.scoring import prepared_checks
+from harness.scoring.checks import prepared_checks
+from harness.scoring.transcript_checks import HELPER_SOURCE, asked_user, said_any, told_user, with_helpers
 from harness.toolspec import derive_tools
-from harness.transcript_checks import HELPER_SOURCE, asked_user, said_any, told_user, with_helpers
 
 LIBRARY = load_library()
 REFUSALS = [s for s in LIBRARY.scenarios if "transcript-check" in s.tags]

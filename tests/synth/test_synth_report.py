@@ -40,7 +40,7 @@ async def test_environment_report_shows_stages_reasons_coverage_and_cost(tmp_pat
     text = (tmp_path / "kept" / "out" / "synth_report.md").read_text()
     assert "## Acceptance per stage" in text and "| assessment | 1 | 1 | 100% |" in text
     assert "## Coverage per tool: parking_permits" in text and "| cancel_permit |" in text
-    assert "| EnvScaler, per environment | $1.02 |" in text
+    assert "| skeleton paper, per environment | $1.02 |" in text
     assert "| accepted on first assessment / after repair | 100% / 100% |" in text
     assert "| EnvFactory, first try / after revision | about 55% / about 80% |" in text
     assert (tmp_path / "kept" / "out" / "synth_report.html").read_text().startswith("<!doctype html>")
@@ -75,7 +75,7 @@ async def test_scenario_report_shows_gates_duplicates_and_cost(tmp_path: Path) -
     text = (out / "synth_report.md").read_text()
     assert "| state_loads | 3 | 3 | 100% |" in text
     assert "| duplicates dropped | 0 |" in text and "| duplicates found by | text |" in text
-    assert "| EnvScaler, per scenario | $0.06 |" in text
+    assert "| skeleton paper, per scenario | $0.06 |" in text
     assert "| mean solve rate | n/a (no solver rollouts) |" in text
 
 

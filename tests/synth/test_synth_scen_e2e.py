@@ -18,8 +18,8 @@ from typer.testing import CliRunner
 
 from agents.oracle import OracleAgent
 from harness.cli.synth_scenarios import register
-from harness.episode import run_episode
-from harness.episode_config import EpisodeConfig
+from harness.episode.config import EpisodeConfig
+from harness.episode.loop import run_episode
 from harness.library import load_library
 from harness.llm import LLMClient
 from harness.sandbox import JailSpec, SandboxPool

@@ -37,9 +37,9 @@ from harness.benchmarks.tau2.results_shapes import (
     Tau2ToolMessage,
     Tau2UserInfo,
 )
-from harness.dual_control import user_tool_message
-from harness.outputs import write_output_file
-from harness.rules import TAU2_RULES
+from harness.benchmarks.tau2.rules import TAU2_RULES
+from harness.episode.dual_control import user_tool_message
+from harness.files.outputs import write_output_file
 from harness.schema import (
     CheckResult,
     Environment,

@@ -17,7 +17,7 @@ import pytest
 
 from harness.benchmarks.tau2.checks import db_digest
 from harness.benchmarks.tau2.code import DISPATCHER
-from harness.dispatch import DispatchSession, open_tool_session
+from harness.episode.dispatch import DispatchSession, open_tool_session
 from harness.library import load_library
 from harness.sandbox import JailSpec
 from harness.schema import ToolCall
@@ -92,10 +92,13 @@ def test_the_retail_import_keeps_every_base_task_upstreams_tools_and_the_license
 
 def test_the_oracle_scores_every_airline_task_one(airline_library: Path, tmp_path: Path) -> None:
     run = tmp_path / "run"
+    # The library runs under the tau2 rules, as conversations (its recommendation): the oracle's user plays it.
     result = harness_cli(
         "run",
         "--agent",
         "oracle",
+        "--user-model",
+        "oracle-user",
         "--envs",
         str(airline_library),
         "--out",

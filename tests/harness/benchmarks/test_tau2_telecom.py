@@ -15,13 +15,13 @@ import pytest
 
 from agents.oracle import OracleAgent
 from agents.oracle_user import OracleUser
-from harness.episode import run_episode
-from harness.episode_config import EpisodeConfig
+from harness.episode.config import EpisodeConfig
+from harness.episode.loop import run_episode
 from harness.library import load_library
-from harness.protocols import STOP, UserTurn
+from harness.rules.protocols import STOP, UserTurn
 from harness.sandbox import JailSpec, SandboxPool
 from harness.schema import Environment, Scenario, Trajectory
-from harness.scoring import prepared_checks
+from harness.scoring.checks import prepared_checks
 from tests.doubles.mock_openai import MockOpenAIServer, ReplayPolicy
 from tests.harness.benchmarks.test_tau2_import import tau2_wheel, wheel_json  # noqa: F401  (fixture)
 from tests.support.cli_process import harness, harness_cli

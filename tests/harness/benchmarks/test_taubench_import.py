@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from harness.benchmarks.taubench.importer import data_hash, json_hash
-from harness.dispatch import DispatchSession, open_tool_session
+from harness.episode.dispatch import DispatchSession, open_tool_session
 from harness.library import load_library
 from harness.sandbox import JailSpec
 from harness.schema import Environment, ToolCall

@@ -11,9 +11,9 @@ import pytest
 
 from agents.run_adapters import user_factory
 from harness.library import Library, load_library
-from harness.metrics import read_results
-from harness.protocols import AgentTurn
-from harness.runner import RunConfig, run
+from harness.results.metrics import read_results
+from harness.rules.protocols import AgentTurn
+from harness.run import RunConfig, run
 from harness.sandbox import JailSpec
 from harness.schema import AgentSettings, ModelSettings, TerminationReason, Trajectory
 from tests.support.cli_process import harness_cli

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from agents.scripted_user import ScriptedUser
-from harness.episode import run_episode
-from harness.episode_config import EpisodeConfig
+from harness.episode.config import EpisodeConfig
+from harness.episode.loop import run_episode
 from harness.library import Library, load_library
-from harness.protocols import AgentTurn, openai_tool_call
+from harness.rules.protocols import AgentTurn, openai_tool_call
 from harness.sandbox import JailSpec
 from harness.schema import AgentSettings, ModelSettings, Scenario, TerminationReason, ToolCall, Trajectory
 

@@ -9,8 +9,8 @@ import asyncio
 from pathlib import Path
 
 from agents.run_adapters import agent_factory
-from harness.metrics import read_results
-from harness.runner import RunConfig, run
+from harness.results.metrics import read_results
+from harness.run import RunConfig, run
 from harness.sandbox import SandboxLimits
 from harness.schema import Check
 from tests.harness.sandbox.test_jail_check_batches import WITNESS

@@ -21,10 +21,10 @@ from typing import Any
 
 import pytest
 
+from harness.benchmarks.envscaler.importer import convert_environment, convert_scenario
 from harness.gym import ToolEnv
-from harness.importers.envscaler import convert_environment, convert_scenario
 from harness.library import Library
-from harness.protocols import UserTurn
+from harness.rules.protocols import UserTurn
 from harness.sandbox import JailSpec, SandboxPool
 from harness.schema import AgentSettings, DatasetRef, ModelSettings, Scenario
 from harness.validate import screen_scenario

@@ -15,8 +15,8 @@ import uvicorn
 from fastmcp import FastMCP
 
 from agents.oracle import OracleAgent
-from harness.episode import run_episode
-from harness.episode_config import EpisodeConfig
+from harness.episode.config import EpisodeConfig
+from harness.episode.loop import run_episode
 from harness.library import load_library
 from harness.mcp.client import McpToolSession
 from harness.mcp.evaluation import run_mcp_episode

@@ -20,8 +20,8 @@ from harness.collector import YOUNG_THRESHOLD
 from harness.library import load_library
 from harness.llm import AliasTable, EndpointLimits, LLMClient, RetryPolicy
 from harness.llm.aliases import AliasEntry
-from harness.metrics import read_results
-from harness.runner import RunConfig, RunRefused, run
+from harness.results.metrics import read_results
+from harness.run import RunConfig, RunRefused, run
 from harness.schema import TerminationReason
 from tests.doubles.mock_openai import Fault, MockOpenAIServer
 
@@ -260,7 +260,7 @@ async def test_run_through_an_mcp_server(tmp_path):
 
 
 def test_an_alias_bounds_the_episodes_in_flight():
-    from harness.runner import episodes_in_flight
+    from harness.run import episodes_in_flight
 
     aliases = AliasTable(
         {

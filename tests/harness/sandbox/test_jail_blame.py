@@ -22,11 +22,11 @@ from pathlib import Path
 import orjson
 import pytest
 
-from harness.blame import classify_failure
+from harness.episode.blame import classify_failure
 from harness.hub.rows import records_to_table, rows_to_records
 from harness.library import write_seed_layout
-from harness.metrics import read_results, summarize_group
-from harness.reward import trajectory_reward
+from harness.results.metrics import read_results, summarize_group
+from harness.results.store import ResultStore
 from harness.sandbox import EnvironmentFailed, JailSpec, find_problems
 from harness.schema import (
     Check,
@@ -41,8 +41,8 @@ from harness.schema import (
     ToolCall,
     Trajectory,
 )
-from harness.scoring import zero_reward
-from harness.store import ResultStore
+from harness.scoring.checks import zero_reward
+from harness.scoring.reward import trajectory_reward
 from harness.toolspec import derive_tools
 from tests.doubles.mock_openai import Fault
 from tests.doubles.seed_replay import alias_file, serving_mock

@@ -359,12 +359,12 @@ async def test_a_full_batch_starts_without_waiting_for_more_announced_episodes()
 
 
 async def test_a_runs_trials_of_one_task_are_scored_by_one_check_process(tmp_path: Path):
-    """Through ``harness.runner.run``: the local backend announces each episode, so the four trials of a task,
+    """Through ``harness.run.run``: the local backend announces each episode, so the four trials of a task,
     which finish one after another, are scored together (the gather window is long here, so only their arrivals
     end it), and every trial is recorded once with its own verdict."""
     from agents.run_adapters import agent_factory
-    from harness.metrics import read_results
-    from harness.runner import RunConfig, run
+    from harness.results.metrics import read_results
+    from harness.run import RunConfig, run
 
     scenario = hostile_scenario([("bump", {})], scenario_id="task", initial={"counter": 0, "loot": [], "tag": "task"})
     honest = Check(id="bumped", description="", source="def check(i, f):\n    return f['counter'] == 1\n")

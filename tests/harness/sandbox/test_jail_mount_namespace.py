@@ -14,10 +14,11 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-import mpmath  # noqa: F401  (imported, as the zygote imports it, so readable_roots() here lists its folder too)
+import mpmath  # noqa: F401  (imported, as the zygote imports it, so readable_roots(jail_modules()) here lists its folder too)
 import orjson
 import pytest
 
+from harness.registry import jail_modules
 from harness.sandbox import JailSpec, WeakSandbox
 from harness.sandbox.confine import LAYERS, readable_roots
 from harness.schema import Environment, Observation, ObservationKind, ToolCall
@@ -106,7 +107,9 @@ def secret() -> Iterator[Path]:
 def site_packages_file() -> str:
     """A file of site-packages outside the optional modules' folders: not a readable root."""
     location = os.path.realpath(orjson.__file__)
-    assert not any(location.startswith(root + os.sep) for root in readable_roots()), readable_roots()
+    assert not any(location.startswith(root + os.sep) for root in readable_roots(jail_modules())), readable_roots(
+        jail_modules()
+    )
     return location
 
 
@@ -168,7 +171,7 @@ async def test_a_child_cannot_leave_the_new_root(monkeypatch, secret, disabled):
     from harness.sandbox import JailSpec, namespaces
 
     monkeypatch.setenv("HARNESS_SANDBOX_DISABLE", disabled)
-    roots = readable_roots()
+    roots = readable_roots(jail_modules())
     environment = Environment(
         id="escape", name="Escape", class_name="Escape", code=ESCAPE, tools=derive_tools(ESCAPE, "Escape")
     )
@@ -194,7 +197,7 @@ def test_doctor_reports_the_layer_and_its_absence():
     layers = {layer["name"]: layer for layer in orjson.loads(present.stdout)["layers"]}
     assert list(layers) == list(LAYERS)
     assert layers["mount_namespace"]["active"], layers["mount_namespace"]
-    assert all(root in layers["mount_namespace"]["detail"] for root in readable_roots())
+    assert all(root in layers["mount_namespace"]["detail"] for root in readable_roots(jail_modules()))
     weak = harness_cli("doctor", env={"HARNESS_SANDBOX_DISABLE": WITHOUT_READ_LIMITS})
     assert weak.returncode == 1, weak.stdout + weak.stderr
     assert "mount_namespace" in weak.stdout and "--allow-weak-sandbox" in weak.stdout

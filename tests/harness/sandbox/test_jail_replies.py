@@ -18,7 +18,8 @@ import orjson
 import pytest
 
 from harness.library import write_seed_layout
-from harness.metrics import read_results
+from harness.results.metrics import read_results
+from harness.results.store import ResultStore
 from harness.sandbox import JailSpec, SandboxError, SandboxLimits, find_problems
 from harness.schema import (
     Check,
@@ -31,7 +32,6 @@ from harness.schema import (
     ToolCall,
     Trajectory,
 )
-from harness.store import ResultStore
 from harness.toolspec import derive_tools
 from tests.support.cli_process import harness
 from tests.support.trajectories import one_call_trajectory

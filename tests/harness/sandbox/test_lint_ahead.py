@@ -9,7 +9,7 @@ from harness.library import load_library
 from harness.run.driver import code_of
 from harness.sandbox import JailSpec
 from harness.schema import Environment
-from harness.scoring import prepared_checks
+from harness.scoring.checks import prepared_checks
 from harness.toolspec import derive_tools
 
 CLEAN = "class Counter:\n    def __init__(self, init_config: dict):\n        self.hits = 0\n"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
 SPEC = Path("harness/sandbox/spec.py")
-LIBRARY_RECORD = Path("harness/library_records.py")
+LIBRARY_RECORD = Path("harness/records/library.py")
 CODE = ("harness", "agents", "synth", "leaderboards", "bench", "examples")
 
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.library import load_library
+from harness.registry import jail_modules
 from harness.sandbox import JailSpec
-from harness.sandbox.policy import OPTIONAL_MODULES, optional_modules_named_in
+from harness.sandbox.policy import optional_modules_named_in as named_in
 from harness.schema import Environment, ObservationKind, ToolCall
 from harness.toolspec import derive_tools
 
@@ -37,6 +38,13 @@ def models() -> Environment:
     return Environment(
         id="models", name="Models", class_name="Models", code=MODELS, tools=derive_tools(MODELS, "Models")
     )
+
+
+OPTIONAL_MODULES = jail_modules()
+
+
+def optional_modules_named_in(sources: list[str]) -> frozenset[str]:
+    return named_in(sources, OPTIONAL_MODULES)
 
 
 def test_the_modules_named_are_found_in_imports_and_in_strings_and_nowhere_else():

@@ -9,7 +9,7 @@ import pytest
 
 from harness.sandbox import JailSpec, SandboxError, SandboxPool
 from harness.schema import Check, Environment, ObservationKind, Scenario, ToolCall
-from harness.scoring import ScenarioWithoutChecks, score_final_state
+from harness.scoring.checks import ScenarioWithoutChecks, score_final_state
 from harness.toolspec import derive_tools
 
 WALLET = '''
@@ -271,7 +271,7 @@ async def test_when_the_first_reset_computation_fails_a_waiting_episode_computes
 async def test_another_pool_starts_from_the_reset_results_one_pool_computed(pool):
     """How a Ray executor reuses the driver's screening: its scenarios are copies (they crossed the wire), and
     only those whose checks are unchanged adopt the results."""
-    from harness.scoring import adopt_reset_results, checks_at_reset, known_reset_results
+    from harness.scoring.checks import adopt_reset_results, checks_at_reset, known_reset_results
 
     original = scenario(CHECKS[:3])
     await checks_at_reset(pool, original)
