@@ -32,7 +32,7 @@ from harness.toolspec import derive_tools
 
 logger = logging.getLogger(__name__)
 
-SEED_LIBRARY = Path(__file__).resolve().parents[1] / "datasets" / "seed"
+SEED_LIBRARY = Path(__file__).resolve().parents[2] / "datasets" / "seed"
 
 
 class LibraryError(BadInput):
