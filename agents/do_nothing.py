@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.protocols import AgentTurn
+from harness.rules.protocols import AgentTurn
 from harness.schema import AgentSettings, ModelSettings
 
 DO_NOTHING_MESSAGE = "I will not do anything."

@@ -2,21 +2,51 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import importlib
+import logging
+from typing import TYPE_CHECKING, Any
 
-from agents.acebench_text import AceBenchTextAgent
 from agents.do_nothing import DoNothingAgent
 from agents.function_calling import FunctionCallingAgent
 from agents.oracle import OracleAgent
 from agents.prompted import PromptedAgent
 from agents.user_simulator import UserSimulator
-from harness.protocols import AgentPolicy, UserPolicy
+from harness.registry import agent_kinds
+from harness.rules.protocols import AgentPolicy, UserPolicy
 from harness.schema import AgentSettings, ModelSettings, Scenario
 
 if TYPE_CHECKING:
     from harness.llm import LLMClient
 
-AGENT_KINDS: tuple[str, ...] = ("function_calling", "prompted", "oracle", "do_nothing", "acebench-text")
+logger = logging.getLogger(__name__)
+
+OWN_AGENT_KINDS: tuple[str, ...] = ("function_calling", "prompted", "oracle", "do_nothing")
+
+
+def benchmark_agents() -> dict[str, str]:
+    """The agents the installed benchmarks bring, by kind: ``module:attribute`` of what builds one. A kind named
+    like one of the project's is left out, with a warning."""
+    found: dict[str, str] = {}
+    for kind in agent_kinds():
+        if kind.name in OWN_AGENT_KINDS:
+            logger.warning("a benchmark's agent kind %r is the project's own: left out", kind.name)
+        else:
+            found[kind.name] = kind.factory
+    return found
+
+
+BENCHMARK_AGENTS: dict[str, str] = benchmark_agents()
+"""The agents the installed benchmarks bring (imported only when one is built)."""
+AGENT_KINDS: tuple[str, ...] = (*OWN_AGENT_KINDS, *BENCHMARK_AGENTS)
+
+
+def benchmark_agent_factory(kind: str) -> Any:
+    """What builds a benchmark's agent of ``kind``: its declared ``module:attribute``, imported now."""
+    module, _, attribute = BENCHMARK_AGENTS[kind].partition(":")
+    found: Any = importlib.import_module(module)
+    for part in attribute.split("."):
+        found = getattr(found, part)
+    return found
 
 
 def build_agent(
@@ -29,7 +59,7 @@ def build_agent(
     system_prompt_version: str = "1",
 ) -> AgentPolicy:
     """An agent policy of ``kind``. Model-backed kinds need ``settings`` and ``client``; the oracle needs the
-    ``scenario`` whose reference actions it replays, and ``acebench-text`` the imported ACEBench scenario it is
+    ``scenario`` whose reference actions it replays, and a benchmark's agent the scenario of that benchmark it is
     prompted from (build one per scenario)."""
     if kind == "oracle":
         if scenario is None:
@@ -41,10 +71,12 @@ def build_agent(
         raise ValueError(f"unknown agent kind {kind!r} (known: {', '.join(AGENT_KINDS)})")
     if settings is None or client is None:
         raise ValueError(f"a {kind} agent needs model settings and an LLM client")
-    if kind == "acebench-text":
+    if kind in BENCHMARK_AGENTS:
         if scenario is None:
-            raise ValueError("the acebench-text agent is prompted from its scenario: pass scenario=")
-        return AceBenchTextAgent(settings, client, scenario, role=role, system_prompt_version=system_prompt_version)
+            raise ValueError(f"the {kind} agent is prompted from its scenario: pass scenario=")
+        factory = benchmark_agent_factory(kind)
+        agent: AgentPolicy = factory(settings, client, scenario, role=role, system_prompt_version=system_prompt_version)
+        return agent
     if kind == "prompted":
         return PromptedAgent(settings, client, role=role, system_prompt_version=system_prompt_version)
     return FunctionCallingAgent(settings, client, role=role, system_prompt_version=system_prompt_version)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from agents.model_agent import ModelAgent
-from harness.protocols import AgentTurn, agent_turn_from_message
+from harness.rules.protocols import AgentTurn, agent_turn_from_message
 
 if TYPE_CHECKING:
     pass

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from agents.oracle_user import PASS_TEXT, gold_schedule, hand_overs, next_call
-from harness.protocols import AgentTurn, openai_tool_call
+from harness.rules.protocols import AgentTurn, openai_tool_call
 from harness.schema import AgentSettings, ModelSettings, Scenario, ToolCall
 
 ORACLE_FINAL_MESSAGE = "I have completed your request."

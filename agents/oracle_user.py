@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.protocols import STOP, UserTurn
+from harness.rules.protocols import STOP, UserTurn
 from harness.run.config import ORACLE_USER_MODEL
 from harness.schema import AgentSettings, ModelSettings, ReferenceAction, Scenario, ToolCall
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from agents.text_calls import TextCallAgent
-from harness.prompts import prompted_parse_feedback, prompted_tools_prompt
-from harness.protocols import AgentTurn, openai_tool_call, parse_arguments
+from harness.rules.prompts import prompted_parse_feedback, prompted_tools_prompt
+from harness.rules.protocols import AgentTurn, openai_tool_call, parse_arguments
 from harness.schema import ToolCall
 
 if TYPE_CHECKING:

@@ -1,4 +1,4 @@
-"""The factories ``harness.runner.run`` takes: one policy per episode from the run's settings."""
+"""The factories ``harness.run.run`` takes: one policy per episode from the run's settings."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from agents.factory import build_agent_from_settings, build_user
 from agents.oracle_user import OracleUser
 from agents.scripted_user import ScriptedUser
 from harness.llm import LLMClient
-from harness.protocols import AgentPolicy, UserPolicy
+from harness.rules.protocols import AgentPolicy, UserPolicy
 from harness.run.config import ORACLE_USER_MODEL
 from harness.schema import AgentSettings, Scenario
 

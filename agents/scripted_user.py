@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.protocols import STOP, UserTurn
+from harness.rules.protocols import STOP, UserTurn
 from harness.schema import AgentSettings, ModelSettings, Scenario
 
 

@@ -7,7 +7,7 @@ from abc import ABC, abstractmethod
 from typing import Any
 
 from agents.model_agent import ModelAgent
-from harness.protocols import AgentTurn, split_reasoning
+from harness.rules.protocols import AgentTurn, split_reasoning
 
 
 class TextCallAgent(ModelAgent, ABC):

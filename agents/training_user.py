@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from agents.run_adapters import user_factory
 from harness.llm import LLMClient
-from harness.protocols import UserPolicy
+from harness.rules.protocols import UserPolicy
 from harness.schema import AgentSettings, JSONValue, ModelSettings, Scenario
 
 _clients: dict[str | None, LLMClient] = {}

@@ -1,9 +1,9 @@
 """The simulated user of conversational mode: a model playing the scenario's user profile.
 
 The loop gives it its own view of the conversation (its system prompt, built from the profile by
-:func:`harness.prompts.user_system_prompt`; its past messages as ``assistant``; the agent's text replies as
+:func:`harness.rules.prompts.user_system_prompt`; its past messages as ``assistant``; the agent's text replies as
 ``user``), so it never sees the agent's tool calls. It ends the conversation with a stop token. Under dual control
-(:mod:`harness.dual_control`) it is also given the user's own tools, and its view holds its own calls and their
+(:mod:`harness.episode.dual_control`) it is also given the user's own tools, and its view holds its own calls and their
 results.
 """
 
@@ -11,7 +11,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from harness.protocols import AgentPolicyError, UserTurn, find_stop_token, split_reasoning, tool_calls_from_message
+from harness.rules.protocols import (
+    AgentPolicyError,
+    UserTurn,
+    find_stop_token,
+    split_reasoning,
+    tool_calls_from_message,
+)
 from harness.schema import AgentSettings, ModelSettings, Usage
 
 if TYPE_CHECKING:

@@ -48,16 +48,16 @@ def cpu_seconds() -> float:
 
 async def main(source: Path, concurrency: int, workers: int | None) -> None:
     from agents.run_adapters import agent_factory, user_factory
-    from harness.importers.bfcl import import_bfcl, verify_import, write_import
+    from harness.benchmarks.bfcl.importer import import_bfcl, verify_import, write_import
     from harness.library import load_library
-    from harness.runner import RunConfig, run
-    from harness.sandbox import SandboxPool
+    from harness.run import RunConfig, run
+    from harness.sandbox import JailSpec
 
     with tempfile.TemporaryDirectory() as folder:
         started = time.perf_counter()
         imported = import_bfcl(source, ["all"])
         read = time.perf_counter() - started
-        async with SandboxPool(workers=workers) as pool:
+        async with JailSpec(workers=workers).pool() as pool:
             verification = await verify_import(imported, pool)
         verified = time.perf_counter() - started
         library_dir = Path(folder) / "library"
@@ -81,7 +81,7 @@ async def main(source: Path, concurrency: int, workers: int | None) -> None:
         outcome = await run(config, agent_factory=agent_factory, user_factory=user_factory, library=library)
         wall = time.perf_counter() - started
         cpu = cpu_seconds() - cpu_before
-        from harness.metrics import read_results
+        from harness.results.metrics import read_results
 
         results = read_results(outcome.run_dir / "results.jsonl")
         terminations = Counter(t.termination.value for t in results)

@@ -55,7 +55,7 @@ async def main() -> None:
     work = library.scenarios * args.passes
     shards = [work[i :: args.rollouts] for i in range(args.rollouts)]
     counts = [0, 0, 0]  # steps, episodes, episodes with reward 1.0
-    async with SandboxPool() as pool:
+    async with library.jail().pool() as pool:
         await rollout_loop(library, pool, library.scenarios[:2], [0, 0, 0])  # warm the check caches
         started = time.perf_counter()
         await asyncio.gather(*(rollout_loop(library, pool, shard, counts) for shard in shards))

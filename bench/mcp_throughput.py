@@ -16,7 +16,7 @@ import time
 from harness.library import load_library
 from harness.mcp.client import McpToolSession
 from harness.mcp.server import EnvironmentServer, running_http_server
-from harness.sandbox import SandboxPool
+from harness.sandbox import JailSpec
 from harness.schema import ToolCall
 
 ENV_ID = "retail_orders"
@@ -29,7 +29,7 @@ async def main(sessions: int, calls: int, workers: int) -> None:
     action = scenario.reference_actions[0]
     call = ToolCall(id="c", name=action.name, arguments=dict(action.arguments))
 
-    async with SandboxPool(workers=workers) as pool:
+    async with JailSpec(workers=workers).pool() as pool:
 
         async def direct_session() -> None:
             session = await pool.open_session(environment, scenario.initial_state)

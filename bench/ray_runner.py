@@ -51,7 +51,7 @@ def run_path(
     from harness.library import load_library
     from harness.llm import AliasTable, EndpointLimits, LLMClient
     from harness.llm.aliases import AliasEntry
-    from harness.runner import RunConfig, RunProgress, run
+    from harness.run import RunConfig, RunProgress, run
 
     library = load_library()
     trials = max(1, -(-episodes // len(library.scenarios)))

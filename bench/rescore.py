@@ -22,7 +22,6 @@ from pathlib import Path
 
 from harness.library import load_library
 from harness.rescore import plan_rescore, rescore_run
-from harness.sandbox import SandboxPool
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -38,7 +37,7 @@ def make_run(folder: Path, trials: int) -> Path:
 async def rescore(run_dir: Path, out: Path, concurrency: int) -> int:
     library = load_library(str(REPO / "datasets" / "seed"))
     plan = plan_rescore(run_dir, library, out)
-    async with SandboxPool(optional_modules=library.optional_modules()) as pool:
+    async with library.jail().pool() as pool:
         report = await rescore_run(plan, pool, concurrency=concurrency)
     assert report.complete, report.not_rescored[:3]
     return report.rescored

@@ -69,7 +69,7 @@ def run_level(
     from harness.library import load_library
     from harness.llm import AliasTable, EndpointLimits, LLMClient
     from harness.llm.aliases import AliasEntry
-    from harness.runner import RunConfig, run
+    from harness.run import RunConfig, run
 
     library = load_library()
     trials = max(1, -(-episodes // len(library.scenarios)))

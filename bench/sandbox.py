@@ -21,7 +21,8 @@ import statistics
 import time
 from typing import Any
 
-from harness.sandbox import SandboxLimits, SandboxPool
+from harness.registry import jail_modules
+from harness.sandbox import JailSpec, SandboxLimits, SandboxPool
 from harness.sandbox.check_batches import checks_of_scenario
 from harness.sandbox.policy import optional_modules_named_in
 from harness.schema import Check, Environment, ToolCall
@@ -181,7 +182,7 @@ async def scoring_cpu(rounds: int, together: int, batched: bool) -> float:
             await pool.run_checks(checks, state, state)
 
     before = _children_cpu()
-    async with SandboxPool(optional_modules=optional_modules_named_in([CODE])) as pool:
+    async with JailSpec(optional_modules=optional_modules_named_in([CODE], jail_modules())).pool() as pool:
         for _ in range(rounds):
             await asyncio.gather(*(score() for _ in range(together)))
     return (_children_cpu() - before) / (rounds * together)
@@ -197,7 +198,7 @@ async def session_cpu(count: int) -> tuple[float, float]:
 
     async def pool_cost(sessions: int) -> tuple[float, int]:
         cpu, faults = _children_cpu(), _children_faults()
-        async with SandboxPool(optional_modules=optional_modules_named_in([CODE])) as pool:
+        async with JailSpec(optional_modules=optional_modules_named_in([CODE], jail_modules())).pool() as pool:
             for index in range(sessions):
                 session = await pool.open_session(environment(), state_of_size(1000), seed=index)
                 await session.call(ToolCall(id="c", name="get_item", arguments={"item_id": "I-1"}))
@@ -240,9 +241,9 @@ async def main() -> None:
     args = parser.parse_args()
     direct = direct_latencies(args.calls)
     limits = SandboxLimits(max_state_bytes=200_000_000)
-    async with SandboxPool(
-        workers=args.workers, limits=limits, optional_modules=optional_modules_named_in([CODE])
-    ) as pool:
+    async with JailSpec(
+        workers=args.workers, limits=limits, optional_modules=optional_modules_named_in([CODE], jail_modules())
+    ).pool() as pool:
         active = [layer["name"] for layer in pool.layers if layer["active"]]
         opens = await open_latencies(pool, 200)
         sandboxed = await sandbox_latencies(pool, args.calls)

@@ -12,14 +12,13 @@ import asyncio
 import time
 
 from harness.library import load_library
-from harness.sandbox import SandboxPool
 from harness.validate import invalid_scenarios
 
 
 async def main(workers: int, copies: int) -> None:
     library = load_library()
     scenarios = [s.model_copy(update={"id": f"{s.id}#{k}"}) for k in range(copies) for s in library.scenarios]
-    async with SandboxPool(workers=workers) as pool:
+    async with library.jail(workers=workers).pool() as pool:
         started = time.perf_counter()
         invalid = await invalid_scenarios(pool, library, scenarios)
         elapsed = time.perf_counter() - started

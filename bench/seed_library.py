@@ -10,8 +10,7 @@ import statistics
 from collections import Counter
 
 from harness.library import load_library
-from harness.sandbox import SandboxPool
-from harness.scoring import score_final_state
+from harness.scoring.checks import score_final_state
 from harness.validate import initial_snapshot
 
 
@@ -35,7 +34,7 @@ async def main() -> None:
         f"with a refusal {sum('refusal' in s.tags for s in library.scenarios)}; "
         f"scored on the transcript {sum('transcript-check' in s.tags for s in library.scenarios)}"
     )
-    async with SandboxPool() as pool:
+    async with library.jail().pool() as pool:
         rewards = []
         for scenario in library.scenarios:
             # Doing nothing: the final state is the state at reset, and the agent said nothing.

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.llm import EndpointLimits, LLMClient, register_python_model
 from harness.llm.embeddings import embed
-from harness.sandbox import SandboxPool
+from harness.sandbox import JailSpec
 from synth.pipeline import SynthEnvsConfig, synthesize_environments
 from tests.doubles.scripted_synth import ScriptedSynthModel
 
@@ -103,7 +103,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         )
         client = TimedClient(LLMClient(default_limits=EndpointLimits(concurrency=args.concurrency, rpm=None, tpm=None)))
         await embed(["warm up the embedding model before the clock starts"])
-        async with SandboxPool(workers=args.workers or None) as pool:
+        async with JailSpec(workers=args.workers or None).pool() as pool:
             started = time.perf_counter()
             result = await synthesize_environments(config, client=client, pool=pool)  # type: ignore[arg-type]
             wall = time.perf_counter() - started

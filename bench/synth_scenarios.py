@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from harness.library import load_library
 from harness.llm import LLMClient
 from harness.llm.embeddings import embed
-from harness.sandbox import SandboxPool
+from harness.sandbox import JailSpec
 from harness.schema import Environment, ToolSpec
 from synth.graph import build_graph
 from synth.queries import QueryConfig, synthesize_queries
@@ -139,7 +139,7 @@ async def scenarios_run(per_env: int, chains: int, rollouts: int, latency: float
     environments = list(library.environments.values())
     ids = [e.id for e in environments]
     await embed(["warm up the embedding model (dedup) before the clock starts"])
-    async with SandboxPool() as pool:
+    async with JailSpec().pool() as pool:
         with tempfile.TemporaryDirectory() as folder:
             intervals: list[tuple[float, float]] = []
             client = LLMClient(cache_dir=None)

@@ -154,7 +154,7 @@ def run_upstream(
 
 
 def our_episodes(folder: Path) -> tuple[int, dict[str, int]]:
-    from harness.metrics import read_results
+    from harness.results.metrics import read_results
 
     results = read_results(folder / "run" / "results.jsonl")
     endings: dict[str, int] = {}

@@ -91,14 +91,13 @@ def in_a_fresh_process(step: Callable[[], Any], repeat: int) -> tuple[float, flo
 def jail_cpu(library: Path, repeat: int) -> float:
     """CPU of the zygote's tree per episode (a session opened, its state read, one DB check scored)."""
     from harness.library import load_library
-    from harness.sandbox import SandboxPool
 
     loaded = load_library(library)
     scenario = loaded.scenarios[0]
     environment = loaded.environments[scenario.environment_id]
 
     async def episodes() -> None:
-        async with SandboxPool(workers=1, optional_modules=loaded.optional_modules([scenario])) as pool:
+        async with loaded.jail([scenario], workers=1).pool() as pool:
             for _ in range(repeat):
                 session = await pool.open_session(environment, scenario.initial_state, record_diffs=False)
                 state = await session.state()

@@ -14,10 +14,10 @@ from typing import Any
 
 from harness.gym import ToolEnv
 from harness.library import load_library
-from harness.protocols import UserTurn
-from harness.reward import trajectory_reward
-from harness.sandbox import SandboxPool
+from harness.rules.protocols import UserTurn
+from harness.sandbox import JailSpec
 from harness.schema import AgentSettings, ModelSettings, Scenario
+from harness.scoring.reward import trajectory_reward
 
 
 def reference_policy(scenario: Scenario):
@@ -55,7 +55,7 @@ class ScriptedUser:
 
 async def main() -> None:
     library = load_library()
-    async with SandboxPool() as pool:
+    async with JailSpec().pool() as pool:
         for scenario in library.scenarios[:3]:
             for mode in ("nonconv", "conv"):
                 user = ScriptedUser(scenario) if mode == "conv" else None

@@ -86,7 +86,7 @@ class OfflineUser:
         self.settings = AgentSettings(kind="simulated_user", role="user", model=ModelSettings(model="offline"))
 
     async def respond(self, messages: list[dict[str, Any]]) -> Any:
-        from harness.protocols import STOP, UserTurn
+        from harness.rules.protocols import STOP, UserTurn
 
         said = sum(1 for message in messages if message.get("role") == "assistant")
         lines = [self.scenario.task, FOLLOW_UP]

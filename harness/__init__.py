@@ -1,6 +1,9 @@
-"""The engine: schema of record, model access, sandboxed runtime, scoring, episode loop, runner, Hub client.
+"""The engine: schema of record, model access, sandboxed runtime, scoring, episode loop, runs, Hub client.
 
-Public names are loaded lazily so that light processes (the sandbox worker) do not import pydantic or litellm.
+The curated surface: the records, ``load_library``, ``RunConfig`` and ``RunOutcome`` (a run is started with
+``harness.run.run``: the name ``harness.run`` is the run's package), the gym's ``ToolEnv``, the sandbox and the
+scoring helpers. Public names are loaded lazily so that light processes (the sandbox worker) do not import
+pydantic or litellm.
 """
 
 from __future__ import annotations
@@ -22,14 +25,17 @@ _EXPORTS = {
     "RunManifest": "harness.schema",
     "SandboxPool": "harness.sandbox",
     "SandboxLimits": "harness.sandbox",
-    "score_final_state": "harness.scoring",
-    "EpisodeRules": "harness.rules",
-    "rules_profile": "harness.rules",
-    "said_any": "harness.transcript_checks",
-    "told_user": "harness.transcript_checks",
-    "asked_user": "harness.transcript_checks",
+    "score_final_state": "harness.scoring.checks",
+    "EpisodeRules": "harness.rules.profiles",
+    "rules_profile": "harness.registry",
+    "said_any": "harness.scoring.transcript_checks",
+    "told_user": "harness.scoring.transcript_checks",
+    "asked_user": "harness.scoring.transcript_checks",
     "Library": "harness.library",
     "load_library": "harness.library",
+    "RunConfig": "harness.run",
+    "RunOutcome": "harness.run",
+    "ToolEnv": "harness.gym",
 }
 
 __all__ = ["__version__", *sorted(_EXPORTS)]

@@ -65,7 +65,7 @@ def tuned_for_throughput() -> Iterator[None]:
 @contextmanager
 def collector_paused() -> Iterator[None]:
     """No cyclic collection while the block runs (reading a library: parsing creates millions of objects that
-    all live on, and each collection on the way would walk all those made so far; a library of 114 τ² scenarios,
+    all live on, and each collection on the way would walk all those made so far; a library of 114 retail tasks,
     each carrying its 1.2 MB database, read in 16 s with collections and in 4 s without). Parsed records hold
     no reference cycles, so nothing is left for the collector that reference counting does not free."""
     enabled = gc.isenabled()

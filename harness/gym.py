@@ -10,9 +10,10 @@
             break
     result.reward, result.info["check_results"]           # the rules' reward, and each check's outcome
 
-``rules`` picks the episode rules (:mod:`harness.rules`): ``harness`` (the default; the reward is EnvFactory's
-composite) or ``envscaler`` (upstream EnvScaler's runtime: its reward is the fraction of checks passed, rounded
-to 4 decimals, and 0 when a tool raises or the step limit cuts the episode). ``reset`` refuses a scenario that
+``rules`` picks the episode rules (:mod:`harness.rules.profiles`): ``harness`` (the default; the reward is EnvFactory's
+composite) or a profile a benchmark declares (:func:`harness.registry.rules_profile`), whose reward is its own
+(a benchmark's runtime: the fraction of checks passed, rounded as upstream rounds it, and 0 for the endings it
+scores 0). ``reset`` refuses a scenario that
 the cheap part of ``harness validate`` finds invalid (:class:`InvalidScenario`) unless ``include_invalid``.
 A library from the Hub runs only in a pool with every confinement layer (:class:`WeakSandbox` otherwise) unless
 ``allow_weak_sandbox`` (the ``--allow-weak-sandbox`` of the CLI).
@@ -24,7 +25,7 @@ loaded. ``reset`` then returns one user message saying the episode is void and w
 ``unknown_scenario``, ``environment_error``, ...; ``info["trajectory"]`` is None when no episode started).
 
 In conv mode ``user`` is a user policy, or a function from the scenario to one (``ScriptedUser`` for scenarios
-with scripted turns, such as BFCL's); ``info["tools"]`` carries the tools visible after each step.
+with scripted turns, a benchmark's); ``info["tools"]`` carries the tools visible after each step.
 
 The methods are coroutines because environment code runs in sandboxed processes.
 """
@@ -35,15 +36,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.episode import Episode
-from harness.episode_config import EpisodeConfig
+from harness.episode.config import EpisodeConfig
+from harness.episode.loop import Episode
 from harness.library import Library
-from harness.protocols import UserPolicy, agent_turn_from_message
-from harness.reward import CompositeWeights
-from harness.rules import DEFAULT_RULES, RulesName, rules_profile
+from harness.registry import rules_profile
+from harness.rules.profiles import DEFAULT_RULES, RulesName
+from harness.rules.protocols import UserPolicy, agent_turn_from_message
 from harness.sandbox import SandboxPool
 from harness.sandbox.spec import require_confinement
 from harness.schema import AgentSettings, Mode, ModelSettings, Scenario, TerminationReason
+from harness.scoring.reward import CompositeWeights
 from harness.toolspec import ToolDerivationError
 from harness.train.jailed_episode import UNKNOWN_SCENARIO, RolloutOutcome, void_outcome
 from harness.train.rows import BAD_ROW, read_row, void_text
@@ -84,7 +86,8 @@ class ToolEnv:
     ):
         if mode == "conv" and user is None:
             raise ValueError("conversational mode needs a simulated user policy")
-        self.rules = rules_profile(rules).name
+        self.profile = rules_profile(rules)
+        self.rules = self.profile.name
         self.include_invalid = include_invalid
         self.allow_weak_sandbox = allow_weak_sandbox
         self._screened: dict[str, tuple[Scenario, str | None]] = {}
@@ -120,7 +123,7 @@ class ToolEnv:
                 raise InvalidScenario(f"scenario {scenario.id!r} is invalid: {problem}")
         self._count += 1
         config = EpisodeConfig(
-            mode=self.mode, max_steps=self.max_steps, seed=row.seed, reward_weights=self.weights, rules=self.rules
+            mode=self.mode, max_steps=self.max_steps, seed=row.seed, reward_weights=self.weights, rules=self.profile
         )
         try:
             episode = Episode(
@@ -170,7 +173,8 @@ class ToolEnv:
         self._episode = None
         reward = None
         if trajectory.reward is not None:
-            # Turn-scored scenarios (BFCL) have no composite: their reward is the share of turns passed.
+            # Turn-scored scenarios (a benchmark's scripted turns) have no composite: their reward is the share of
+            # turns passed.
             reward = trajectory.reward.composite
             if reward is None:
                 reward = trajectory.reward.state_reward

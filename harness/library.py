@@ -1,13 +1,13 @@
 """Loading environments and scenarios: the seed layout, a Hub-format folder, or a Hub dataset id.
 
-The library record and the reading of every kind of source are ``harness.library_records``'s; this module adds
+The library record and the reading of every kind of source are ``harness.records.library``'s; this module adds
 the Hub package's readers, imported only when a source needs them (they bring pyarrow and the Hub client)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from harness.library_records import (
+from harness.records.library import (
     SEED_LIBRARY,
     HubReaders,
     Library,
@@ -16,6 +16,7 @@ from harness.library_records import (
     is_seed_layout,
     load_seed_layout,
     read_library_source,
+    write_new_library,
     write_seed_layout,
 )
 
@@ -26,6 +27,7 @@ __all__ = [
     "is_seed_layout",
     "load_library",
     "load_seed_layout",
+    "write_new_library",
     "write_seed_layout",
 ]
 

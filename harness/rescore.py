@@ -3,13 +3,13 @@
 Each episode's final state is rebuilt by replaying its recorded tool calls in the jail, from the scenario's initial
 state, with the session the run used (the same rules, the same seed); every replayed result must equal the recorded
 one. The library's checks then run on that state through the same verdict a run computes
-(:func:`harness.verdict.episode_verdict`). An episode whose environment failed (``environment_error``) is scored by
-the rules alone (as a failure, or not at all), as a run scores it, when the environment's code is the version that
-failed.
+(:func:`harness.episode.verdict.episode_verdict`). An episode whose environment failed (``environment_error``) is
+scored by the rules alone (as a failure, or not at all), as a run scores it, when the environment's code is the
+version that failed.
 
 Only verdicts recomputed here reach the new folder. An episode that cannot be re-scored is listed with its reason
 and left out of the new results and summary (never counted with its old verdict): its record contradicts itself
-(:mod:`harness.contradictions`), the library lacks its environment or scenario, the environment's code or the
+(:mod:`harness.results.contradictions`), the library lacks its environment or scenario, the environment's code or the
 scenario changed since the run, a replayed result differs, or it ended without a final state to replay (an
 infrastructure error).
 """
@@ -29,13 +29,18 @@ from typing import Any, Literal, TypeVar
 import orjson
 from pydantic import BaseModel, Field
 
-from harness.contradictions import contradictions
-from harness.dispatch import open_tool_session
+from harness.episode.dispatch import open_tool_session
+from harness.episode.tool_messages import pass_through_tools
+from harness.episode.verdict import EndedEpisode, episode_verdict
 from harness.errors import BadInput
 from harness.library import Library
-from harness.metrics import MANIFEST_FILE, RESULTS_FILE, open_run, write_summary
-from harness.reward import CompositeWeights
-from harness.rules import DEFAULT_RULES, EpisodeRules, UnknownRules, rules_profile
+from harness.records.versions import environment_hash, library_checks_hash, record_versions
+from harness.registry import rules_profile
+from harness.results.contradictions import contradictions
+from harness.results.metrics import MANIFEST_FILE, RESULTS_FILE, open_run, write_summary
+from harness.results.store import ResultStore, StoredResults
+from harness.results.tally import SummaryTally
+from harness.rules.profiles import DEFAULT_RULES, EpisodeRules, UnknownRules
 from harness.sandbox import SandboxError, SandboxPool
 from harness.schema import (
     DatasetRef,
@@ -47,12 +52,8 @@ from harness.schema import (
     Step,
     Trajectory,
 )
-from harness.scoring import zero_reward
-from harness.store import ResultStore, StoredResults
-from harness.tally import SummaryTally
-from harness.tool_messages import pass_through_tools
-from harness.verdict import EndedEpisode, episode_verdict
-from harness.versions import environment_hash, library_checks_hash, record_versions
+from harness.scoring.checks import zero_reward
+from harness.scoring.reward import CompositeWeights
 
 logger = logging.getLogger(__name__)
 

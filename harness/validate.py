@@ -11,23 +11,26 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from harness.dispatch import open_tool_session
-from harness.dual_control import UserToolSession, user_call_messages
+from harness.episode.dispatch import open_tool_session
+from harness.episode.dual_control import UserToolSession, user_call_messages
+from harness.episode.tool_messages import tool_message
 from harness.library import Library
-from harness.protocols import openai_tool_call
-from harness.rules import BENCHMARK_SOURCES
-from harness.sandbox.pool import EnvironmentLoadError, SandboxError, SandboxPool
+from harness.registry import released_sources
+from harness.rules.protocols import openai_tool_call
+from harness.sandbox.pool import EnvironmentFailed, EnvironmentLoadError, SandboxError, SandboxPool
 from harness.schema import CheckResult, Environment, ReferenceAction, Scenario, Step, ToolCall, UserReferenceAction
-from harness.scoring import check_transcript, checks_at_reset, prepared_checks, reward_from_results
-from harness.state_encodings import READ_ONLY_STATES
-from harness.tool_messages import tool_message
+from harness.scoring.checks import check_transcript, checks_at_reset, prepared_checks, reward_from_results
+from harness.states.encodings import READ_ONLY_STATES
 from harness.toolspec import ToolDerivationError, derive_tools
+
+logger = logging.getLogger(__name__)
 
 
 class RecordReport(BaseModel):
@@ -245,7 +248,7 @@ async def screen_scenario(
             report.problems.append(f"check {result.check_id} fails to run on the initial state: {result.error}")
     if all(r.passed for r in at_reset):
         finding = "every check already holds at reset and on an empty transcript: doing nothing would succeed"
-        if scenario.provenance.source in BENCHMARK_SOURCES:
+        if scenario.provenance.source in released_sources():
             # A released benchmark's task is kept as released (often one whose right answer is a refusal): the
             # benchmark's own score counts it, so leaving it out would change the denominator.
             report.warnings.append(f"{finding} (a {scenario.provenance.source} task, kept as released)")
@@ -311,8 +314,13 @@ async def invalid_scenarios(
             try:
                 environment = library.environments[scenario.environment_id]
                 report, _, _ = await screen_scenario(pool, scenario, environment, snapshots)
-            except (SandboxError, EnvironmentLoadError) as exc:
+            except (EnvironmentLoadError, EnvironmentFailed) as exc:
                 return scenario.id, [f"sandbox: {exc}"]
+            except SandboxError as exc:
+                # The jail failed, not the scenario: it is not left out for it. Its episodes meet the same failure
+                # and are recorded as infrastructure errors, which --retry-errors re-runs.
+                logger.warning("scenario %s could not be screened, the sandbox failed: %s", scenario.id, exc)
+                return scenario.id, []
             return scenario.id, report.problems
 
     candidates = [s for s in scenarios if s.environment_id in library.environments]

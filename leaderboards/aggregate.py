@@ -23,10 +23,12 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from harness.metrics import open_run
-from harness.rules import DEFAULT_RULES
+from harness.results.metrics import (
+    open_run,
+)
+from harness.results.store import StoredResults
+from harness.rules.profiles import DEFAULT_RULES
 from harness.schema import AgentSettings, DatasetRef, RunManifest
-from harness.store import StoredResults
 from leaderboards.catalog import Catalog, CatalogCache
 from leaderboards.collisions import check_episode_collisions
 from leaderboards.pages import EpisodePages

@@ -2,8 +2,10 @@
 
 A run manifest names its environment set (``dataset.source``) and fingerprints it. When the source is a local
 folder that still holds the same content (same fingerprint), the reports use it for environment domains, task
-texts and check descriptions. Nothing is downloaded: a Hub id, a missing folder or a folder whose content has
-changed since the run gives an empty catalog, and the reports fall back to what the trajectories hold.
+texts and check descriptions. Nothing is downloaded: a Hub id, a missing folder, a folder whose content has
+changed since the run, or a manifest without a fingerprint gives an empty catalog, and the reports fall back to
+what the trajectories hold. A run folder may come from someone else: without the fingerprint, a manifest naming a
+private folder of this machine would put that folder's task texts into a report.
 """
 
 from __future__ import annotations
@@ -43,14 +45,14 @@ class CatalogCache:
 def load_catalog(manifest: RunManifest) -> Catalog:
     dataset = manifest.dataset
     folder = Path(dataset.source)
-    if not folder.is_dir():
+    if not dataset.fingerprint or not folder.is_dir():
         return Catalog()
     try:
         library = load_library(folder)
     except Exception as error:  # a broken or foreign folder only costs the extra details
         logger.warning("cannot read the environment set %s for report details: %s", folder, error)
         return Catalog()
-    if dataset.fingerprint and library.source.fingerprint != dataset.fingerprint:
+    if library.source.fingerprint != dataset.fingerprint:
         logger.warning(
             "the environment set in %s changed since run %s (fingerprint %s, now %s); not using it for details",
             folder,

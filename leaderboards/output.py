@@ -6,7 +6,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.outputs import OutputFolder
+from harness.files.outputs import OutputFolder
 from leaderboards.aggregate import Leaderboard
 from leaderboards.index_html import INDEX_FILE, IndexPage
 from leaderboards.page import episode_file_name
@@ -35,7 +35,7 @@ class ReportFiles:
 def write_leaderboard(leaderboard: Leaderboard, out_dir: Path | str, title: str = "Leaderboard") -> ReportFiles:
     """Write the rows, ``report.md``, ``report.html``, ``index.html`` (every episode, sortable and filterable)
     and ``episodes/<id>.html`` for every episode into ``out_dir`` (every file inside it: episode pages are named by
-    :func:`leaderboards.page.episode_file_name`, and :class:`harness.outputs.OutputFolder` checks each path). Each
+    :func:`leaderboards.page.episode_file_name`, and :class:`harness.files.outputs.OutputFolder` checks each path). Each
     episode is read from its run as its page is written."""
     out = OutputFolder(out_dir)
     for parts in [(ROWS_FILE,), (MARKDOWN_FILE,), (HTML_FILE,), (INDEX_FILE,)]:

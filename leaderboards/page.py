@@ -11,8 +11,9 @@ import base64
 import hashlib
 import html
 import json
-import re
 from typing import Any
+
+from harness.files.outputs import safe_file_name
 
 CONTENT_SECURITY_POLICY = (
     "default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
@@ -89,13 +90,10 @@ def fmt_tokens(value: float | None) -> str:
     return "–" if value is None else f"{value:,.0f}"
 
 
-_UNSAFE_FILE_CHARACTERS = re.compile(r"[^A-Za-z0-9._-]")
-
-
 def episode_file_name(episode_id: str) -> str:
-    """A file name for an episode page that is safe whatever the episode id holds."""
-    name = _UNSAFE_FILE_CHARACTERS.sub("_", episode_id).lstrip(".") or "episode"
-    return f"{name[:150]}.html"
+    """A file name for an episode page that is safe whatever the episode id holds, and that no other id shares
+    (an id that is not a plain name gets a short hash of itself: ``../x`` and ``_.x`` do not meet)."""
+    return f"{safe_file_name(episode_id, fallback='episode')}.html"
 
 
 def html_page(title: str, body: str, script: str | None = None) -> str:

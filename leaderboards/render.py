@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.metrics import assistant_turns, episode_cost, episode_tokens
+from harness.results.metrics import assistant_turns, episode_cost, episode_tokens
 from harness.schema import Check, CheckResult, DiffEntry, Scenario, Step, Trajectory
 from leaderboards.page import esc, fmt_cost, fmt_float, fmt_tokens, html_page, to_json_text
 from leaderboards.verdicts import closed_gates

@@ -1,7 +1,7 @@
 """What a leaderboard row and a run's failure list need, counted one record at a time in the order the records
 stand (the order the whole list of them had), never holding them.
 
-A row's summary is a :class:`harness.tally.GroupTally`; its 95% interval on the mean reward needs each distinct
+A row's summary is a :class:`harness.results.tally.GroupTally`; its 95% interval on the mean reward needs each distinct
 reward value with its count (the variance is a second sum over the values, once the mean is known); its pass^k
 needs, per run and task, the trials and successes; the mean reward per domain and per mode is a plain running sum
 in that order, as it always was. A run's failures need, per environment and per scenario, counts, a running sum and
@@ -15,9 +15,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from harness.exact_sum import ExactSum
-from harness.metrics import task_key
+from harness.results.metrics import task_key
+from harness.results.tally import GroupTally, pass_hat_k_of
 from harness.schema import AgentSettings, Trajectory
-from harness.tally import GroupTally, pass_hat_k_of
 
 Z95 = 1.959963984540054
 

@@ -11,10 +11,10 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from harness.metrics import GroupSummary, open_run
+from harness.results.metrics import GroupSummary, open_run
+from harness.results.store import StoredResults
+from harness.results.tally import SummaryTally
 from harness.schema import Trajectory
-from harness.store import StoredResults
-from harness.tally import SummaryTally
 
 from .terminal import plain
 

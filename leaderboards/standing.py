@@ -12,8 +12,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
 
+from harness.results.store import StoredResults
 from harness.schema import Trajectory
-from harness.store import StoredResults
 
 _LAST = (1 << 32) - 1
 MAX_OPEN_RUNS = 32

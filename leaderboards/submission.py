@@ -1,8 +1,8 @@
 """A run as one JSON document for sites that take leaderboard submissions (``harness export leaderboard-json``).
 
 Per environment and mode: episodes, scored, success rate, pass^1..k, mean reward, cost, and the versions the
-numbers came from (environment code, checks, rules, package; see :mod:`harness.versions`). Every number is the
-one ``harness show`` prints for the same group (the same :mod:`harness.metrics` functions compute it).
+numbers came from (environment code, checks, rules, package; see :mod:`harness.records.versions`). Every number is the
+one ``harness show`` prints for the same group (the same :mod:`harness.results.metrics` functions compute it).
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from harness import __version__
-from harness.metrics import open_run
-from harness.outputs import write_output_file
+from harness.files.outputs import write_output_file
+from harness.records.versions import VersionsSummary
+from harness.results.metrics import open_run
+from harness.results.tally import SummaryTally, summary_tally
 from harness.schema import RunManifest, Trajectory
-from harness.tally import SummaryTally, summary_tally
-from harness.versions import VersionsSummary
 
 SUBMISSION_FORMAT = "envharness-leaderboard/1"
 

@@ -19,7 +19,8 @@ from rich.table import Table
 from rich.text import Text
 
 from harness.console import terminal_text
-from harness.metrics import (
+from harness.records.versions import VersionsSummary
+from harness.results.metrics import (
     GroupSummary,
     StoredRun,
     assistant_turns,
@@ -27,10 +28,9 @@ from harness.metrics import (
     episode_tokens,
     open_run,
 )
+from harness.results.store import StoredResults
+from harness.results.tally import SummaryTally
 from harness.schema import DiffEntry, Scenario, Trajectory
-from harness.store import StoredResults
-from harness.tally import SummaryTally
-from harness.versions import VersionsSummary
 from leaderboards.aggregate import LeaderboardTable, dataset_label
 from leaderboards.page import fmt_cost, fmt_float, fmt_percent, fmt_tokens, to_json_text
 from leaderboards.verdicts import closed_gates
@@ -58,13 +58,6 @@ def _summary_sections(max_k: int) -> list[tuple[str, list[str]]]:
         sections.append(("pass^k", [f"pass^{k}" for k in range(1, max_k + 1)]))
     sections.append(("Effort", ["steps", "tool calls", "tokens/ep", "cost/ep", "cost"]))
     return sections
-
-
-def cost_cell(summary: GroupSummary) -> str:
-    """Never "$0" for requests whose price is unknown."""
-    if summary.unpriced_requests and not summary.total_cost_usd:
-        return "unpriced"
-    return fmt_cost(summary.total_cost_usd) + (" + unpriced" if summary.unpriced_requests else "")
 
 
 def _summary_values(summary: GroupSummary, max_k: int) -> dict[str, str]:
@@ -198,8 +191,8 @@ def is_failed(trajectory: Trajectory) -> bool:
 
 class RunViewTally:
     """What :func:`run_view` shows of a run's records, counted as they are read (a
-    :class:`harness.store.RecordListener`): the summary by environment and mode and by model, environment and mode,
-    the models, and how many episodes failed."""
+    :class:`harness.results.store.RecordListener`): the summary by environment and mode and by model, environment and
+    mode, the models, and how many episodes failed."""
 
     def __init__(self) -> None:
         self.by_environment = SummaryTally()

@@ -1,4 +1,4 @@
-"""Assessment: EnvScaler's dual-agent loop, run against the class in the sandbox.
+"""Assessment: the skeleton paper's dual-agent loop, run against the class in the sandbox.
 
 Each round a testing agent, which sees only what an agent would (introduction, tools, current state),
 proposes one call and says whether it expects success or refusal. The call runs in the sandbox. A checking

@@ -1,8 +1,9 @@
 """Token and dollar accounting for environment synthesis: per stage, per environment, with a price table.
 
 Dollars are computed from token counts with a fixed price table (USD per million tokens), so that runs on
-scripted, local or differently priced models can be compared with published figures: EnvScaler reports
-$1.02 per environment built with GPT-4.1. ``billed_usd`` is what the model access layer reported as spent.
+scripted, local or differently priced models can be compared with published figures: the skeleton paper whose
+pipeline ``harness synth envs`` implements reports $1.02 per environment built with GPT-4.1 (README, "Synthesis",
+cites it). ``billed_usd`` is what the model access layer reported as spent.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ PRICE_TABLE: dict[str, tuple[float, float]] = {
     "gpt-4o-mini": (0.15, 0.60),
 }
 DEFAULT_PRICE_MODEL = "gpt-4.1"
-ENVSCALER_USD_PER_ENVIRONMENT = 1.02
+PUBLISHED_USD_PER_ENVIRONMENT = 1.02
+"""The skeleton paper's published cost of one environment (GPT-4.1)."""
 
 
 class UnknownPriceModel(ValueError):
@@ -67,7 +69,7 @@ class CostReport(BaseModel):
     accepted: int
     environments: list[EnvironmentCost]
     usd_per_accepted: float | None = Field(description="Whole run's spend divided by accepted environments.")
-    reference_usd_per_environment: float = ENVSCALER_USD_PER_ENVIRONMENT
+    reference_usd_per_environment: float = PUBLISHED_USD_PER_ENVIRONMENT
 
 
 def stage_cost(stage: str, usage: Usage, price_model: str) -> StageCost:

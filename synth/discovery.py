@@ -1,4 +1,4 @@
-"""Discovery: from a task set to environment themes (EnvScaler's task-driven environment discovery).
+"""Discovery: from a task set to environment themes (the skeleton paper's task-driven environment discovery).
 
 A model keeps the tasks that imply a domain-specific stateful system (a binary verdict with a reason),
 infers an environment description from each kept task, and descriptions closer than a cosine-similarity

@@ -29,7 +29,7 @@ from harness.distributed.fleet import Fleet
 from harness.distributed.settings import ExecutorConfig, WorkUnit, executor_config
 from harness.distributed.worker import FleetExecutor
 from harness.llm import LLMClient
-from harness.sandbox.spec import JailSpec
+from harness.sandbox.spec import CodeOrigin, JailSpec
 from harness.schema import Environment, Usage
 from synth.cluster import AttemptKind, AttemptUnit
 from synth.environment_build import COST_STAGES, EnvironmentBuild, SynthEnvsConfig
@@ -117,15 +117,13 @@ class EnvironmentExecutor(FleetExecutor):
 class RaySynthesis:
     """Runs synthesis on the executor fleet of the Ray cluster at ``address`` (``local`` starts one in this
     process, ``auto`` joins the cluster this machine belongs to, ``HOST:PORT`` or ``ray://HOST:PORT`` joins that
-    one). One executor per node that offers CPUs, each with ``concurrency`` units in flight."""
+    one). One executor per node that offers CPUs, each with ``concurrency`` units in flight and a sandbox pool
+    made from ``jail`` (``Library.jail`` of the library synthesized from, so Hub code is refused on a node missing a
+    confinement layer unless the user allowed it; by default a local library's)."""
 
-    def __init__(
-        self, address: str = "local", *, sandbox_workers: int | None = None, require_full_confinement: bool = False
-    ) -> None:
+    def __init__(self, address: str = "local", *, jail: JailSpec | None = None) -> None:
         self.address = address
-        self.sandbox_workers = sandbox_workers
-        self.require_full_confinement = require_full_confinement
-        """Hub code: a node missing a confinement layer is refused instead of used (no --allow-weak-sandbox)."""
+        self.jail = jail or JailSpec.for_code(CodeOrigin.LOCAL)
         self.fleet = Fleet(address, what="synthesis", resume_hint="run again over the same --out once nodes are back")
         self.concurrency = 1
 
@@ -205,7 +203,7 @@ class RaySynthesis:
             models,
             job,
             cache_dir=None,  # answers are not cached on executors: the driver alone writes the output folder
-            jail=JailSpec(workers=self.sandbox_workers, full_confinement=self.require_full_confinement),
+            jail=self.jail,
         )
         if settings.environment:
             logger.info("executors get these variables from the driver: %s", ", ".join(sorted(settings.environment)))

@@ -12,7 +12,7 @@ import textwrap
 from typing import Any
 
 from harness.schema import Check
-from harness.statediff import diff_values
+from harness.states.diff import diff_values
 
 _CHECK_HEAD = "def check(initial_state, final_state):\n"
 

@@ -19,6 +19,7 @@ import textwrap
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.registry import jail_modules
 from harness.sandbox import EnvironmentLoadError, SandboxPool, find_problems
 from harness.schema import Environment, Usage
 from harness.toolspec import ToolDerivationError, derive_tools, parse_docstring
@@ -220,7 +221,7 @@ def check_method(
 ) -> tuple[CheckedMethod | None, list[str]]:
     """The accepted method (with any top-level imports it needs hoisted), or every problem found."""
     code = textwrap.dedent(source).strip("\n")
-    problems = find_problems(code)
+    problems = find_problems(code, jail_modules())
     if problems and any("syntax error" in p for p in problems):
         return None, problems
     tree = ast.parse(code)
@@ -320,7 +321,7 @@ def assemble(plan: EnvironmentPlan, methods: dict[str, CheckedMethod]) -> str:
     for name in sorted(methods):
         imports += [i for i in methods[name].imports if i not in imports]
     code = render_module(plan, {name: m.source for name, m in methods.items()}, imports)
-    problems = find_problems(code)
+    problems = find_problems(code, jail_modules())
     if problems:
         raise ModelingError(f"assembled class fails the static checks: {'; '.join(problems)}")
     try:

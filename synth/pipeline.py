@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field
 from harness.library import write_seed_layout
 from harness.llm import EndpointLimits, LLMClient
 from harness.sandbox import SandboxPool
-from harness.sandbox.spec import JailSpec
+from harness.sandbox.spec import CodeOrigin, JailSpec
 from harness.schema import Environment, Usage
 from synth.cluster import EnvironmentCluster
 from synth.costs import CostReport, build_cost_report, price_for
@@ -77,7 +77,8 @@ async def synthesize_environments(
         timeout=config.timeout,
     )
     own_pool = pool is None and cluster is None
-    sandbox = JailSpec(workers=config.sandbox_workers).pool() if own_pool else pool
+    # The environments are written by this run's model: code of this machine, under its jail.
+    sandbox = JailSpec.for_code(CodeOrigin.LOCAL, workers=config.sandbox_workers).pool() if own_pool else pool
     run = EnvironmentBuild(config, llm, sandbox)
     spend = synthesis_spend(config.cost_limit, llm, [config.model])
 

@@ -4,7 +4,7 @@ It reads what the pipelines wrote, never a model: for ``harness synth envs`` out
 ``rejected.jsonl``, ``environments/``) the acceptance per stage, the rejection reasons, the assessment coverage
 per tool and the cost per accepted environment; for ``harness synth scenarios`` / ``queries`` output
 (``attempts.jsonl``, ``report.json``) the acceptance per gate, the rejection reasons, the solve rates of the
-rollouts, the duplicates and the cost per accepted scenario. Costs are set against EnvScaler's published
+rollouts, the duplicates and the cost per accepted scenario. Costs are set against the skeleton paper's published
 figures ($1.02 per environment, $0.06 per scenario).
 """
 
@@ -19,8 +19,8 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, Field
 
-from synth.costs import ENVSCALER_USD_PER_ENVIRONMENT, CostReport
-from synth.scenarios import ENVSCALER_USD_PER_SCENARIO, Journal, SynthesisReport, summarize_attempts
+from synth.costs import PUBLISHED_USD_PER_ENVIRONMENT, CostReport
+from synth.scenarios import PUBLISHED_USD_PER_SCENARIO, Journal, SynthesisReport, summarize_attempts
 
 REASON_CHARS = 160
 ENV_STAGES = ("discovery", "planning", "modeling", "assessment", "repair", "validation", "infrastructure")
@@ -151,8 +151,8 @@ def _environments_page(folder: Path) -> SynthReportPage:
         price_model=costs.price_model,
         usd_total=costs.total.usd,
         usd_per_accepted=costs.usd_per_accepted,
-        reference_usd=ENVSCALER_USD_PER_ENVIRONMENT,
-        reference_label="EnvScaler, per environment",
+        reference_usd=PUBLISHED_USD_PER_ENVIRONMENT,
+        reference_label="skeleton paper, per environment",
     )
 
 
@@ -186,8 +186,8 @@ def _scenarios_page(folder: Path) -> SynthReportPage:
         price_model=saved.price_model,
         usd_total=saved.usd_total,
         usd_per_accepted=saved.usd_per_accepted,
-        reference_usd=ENVSCALER_USD_PER_SCENARIO,
-        reference_label="EnvScaler, per scenario",
+        reference_usd=PUBLISHED_USD_PER_SCENARIO,
+        reference_label="skeleton paper, per scenario",
     )
 
 

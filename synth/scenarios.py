@@ -1,4 +1,4 @@
-"""Scenario synthesis (EnvScaler's ScenGenerator): initial states, tasks, checklists and check functions, gated.
+"""Scenario synthesis (the skeleton paper's generator): initial states, tasks, checklists and check functions, gated.
 
 For every environment and variation index: the model writes an initial state (it must conform to the
 environment's state definition and load in the sandbox), then a task with a conversational user profile and a
@@ -60,7 +60,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 SCENARIO_TEMPLATES = ("scen_state", "scen_task", "scen_checks")
-ENVSCALER_USD_PER_SCENARIO = 0.06
+SKELETON_TAG = "skeleton-synthesis"
+"""The tag of a scenario this pipeline made: the skeleton paper's scenario generator."""
+PUBLISHED_USD_PER_SCENARIO = 0.06
+"""The skeleton paper's published cost of one scenario."""
 STATE_TEXT_LIMIT = 24_000
 CODE_TEXT_LIMIT = 12_000
 
@@ -168,7 +171,7 @@ class SynthesisReport(BaseModel):
     usd_total: float
     usd_per_accepted: float | None
     billed_usd_total: float
-    reference_usd_per_scenario: float = ENVSCALER_USD_PER_SCENARIO
+    reference_usd_per_scenario: float = PUBLISHED_USD_PER_SCENARIO
     duplicates: int = Field(default=0, description="Accepted candidates dropped as duplicates of earlier ones.")
     dedup: str = Field(default="", description="How duplicates were found.")
     not_started: int = Field(default=0, description="Attempts --cost-limit kept from starting (a rerun runs them).")
@@ -431,7 +434,7 @@ class ScenarioSynthesizer:
             task=task.task,
             user_profile=UserProfile(**task.user_profile.model_dump()),
             checks=checks,
-            tags=["synthesized", "envscaler"],
+            tags=["synthesized", SKELETON_TAG],
             provenance=Provenance(
                 source="synth.scenarios",
                 model=self.config.model,
@@ -449,8 +452,8 @@ class ScenarioSynthesizer:
         self, environment: Environment, scenario: Scenario, attempt: int, usage: Usage
     ) -> Trajectory:
         from agents.factory import build_agent
-        from harness.episode import run_episode
-        from harness.episode_config import EpisodeConfig
+        from harness.episode.config import EpisodeConfig
+        from harness.episode.loop import run_episode
 
         assert self.config.solve_with is not None
         agent = build_agent(

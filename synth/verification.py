@@ -130,8 +130,8 @@ async def verify_by_rollouts(
     docstring. The returned scenario carries the solve rate (``difficulty``, a ``solve_rate:`` tag and
     ``provenance.details["rollouts"]``)."""
     from agents.factory import build_agent
-    from harness.episode import run_episode
-    from harness.episode_config import EpisodeConfig
+    from harness.episode.config import EpisodeConfig
+    from harness.episode.loop import run_episode
 
     async def rollout(number: int) -> Trajectory:
         # A seed per rollout: k distinct samples, and k distinct entries in the response cache (not one, k times).

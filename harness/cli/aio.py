@@ -2,7 +2,7 @@
 
 ``asyncio.run`` puts a SIGINT handler holding the main task in place and, on the way out, compares the handler with
 ``signal.getsignal``, which tries to turn it into a ``signal.Handlers`` member and so formats its ``repr``: the
-task's, with its result. For an import that is every scenario with its whole initial state (3.6 s of a 39 s τ²
+task's, with its result. For an import that is every scenario with its whole initial state (3.6 s of a 39 s
 retail import went into that string). A task whose value is ``None`` costs nothing to show.
 """
 

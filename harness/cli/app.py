@@ -50,7 +50,6 @@ def register_commands() -> None:
     """Every command group of ``harness``, in the order ``harness --help`` lists them. A new group is a module
     of this package with a ``register(app)`` function, called here."""
     from harness.cli import (
-        acebench,
         doctor,
         export,
         interop,
@@ -62,8 +61,6 @@ def register_commands() -> None:
         sft,
         synth,
         synth_scenarios,
-        tau2,
-        taubench,
         train,
     )
 
@@ -74,9 +71,6 @@ def register_commands() -> None:
     leaderboard.register(app)
     rescore.register(app)
     serve.register(app)
-    tau2.register(interop.import_app)
-    taubench.register(interop.import_app, interop.export_app)
-    acebench.register(interop.import_app, interop.export_app)
     export.register(interop.export_app)
     interop.register(app)
     train.register(app)

@@ -1,5 +1,5 @@
-"""``harness export atif``, ``harness export leaderboard-json`` and ``harness export tau2``: runs in formats other
-tools read."""
+"""``harness export atif`` and ``harness export leaderboard-json``: runs in formats other tools read (a benchmark's
+own format is its ``harness export NAME``, from :mod:`harness.cli.interop`)."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ def export_atif_command(
     out: Annotated[Path, typer.Option("--out", help="Folder for one ATIF-v1.4 JSON document per episode.")],
 ) -> None:
     """Every episode of a run as an Agent Trajectory Interchange Format (ATIF-v1.4) document."""
-    from harness.atif import UnsafeEpisodeId, write_atif
     from harness.errors import BadInput
-    from harness.metrics import open_run
+    from harness.results.atif import UnsafeEpisodeId, write_atif
+    from harness.results.metrics import open_run
 
     try:
         written = write_atif(open_run(run_dir).results, out)
@@ -46,34 +46,6 @@ def export_leaderboard_json_command(
     )
 
 
-def export_tau2_command(
-    run_dir: Annotated[Path, typer.Argument(help="A run of a τ²-bench library (harness import tau2).")],
-    out: Annotated[Path, typer.Option("--out", help="The Results JSON file to write.")],
-    envs: Annotated[
-        str | None, typer.Option("--envs", help="The library the run read (default: the one its manifest names).")
-    ] = None,
-) -> None:
-    """A run under --rules tau2 as τ²-bench's Results file (tau2 evaluate-trajs, tau2 view)."""
-    from harness.benchmarks.tau2.export import Tau2ExportError, plan_results, write_results
-    from harness.errors import BadInput
-    from harness.library import load_library
-    from harness.metrics import open_run
-
-    try:
-        run = open_run(run_dir)
-        library = load_library(envs or run.manifest.dataset.source)
-        export = plan_results(run.manifest, run.results, library.environments, library.scenarios, run_dir)
-        written = write_results(export, run.results, out)
-    except (FileNotFoundError, ValueError) as error:
-        message = str(error) if isinstance(error, Tau2ExportError) else f"cannot export {run_dir}: {error}"
-        raise BadInput(message) from error
-    console.print(
-        outside(f"Wrote {written} simulations of {len(export.head.tasks)} τ² tasks to {out}"),
-        soft_wrap=True,
-    )
-
-
 def register(export_app: typer.Typer) -> None:
     export_app.command("atif", cls=RefusingCommand)(export_atif_command)
     export_app.command("leaderboard-json", cls=RefusingCommand)(export_leaderboard_json_command)
-    export_app.command("tau2", cls=RefusingCommand)(export_tau2_command)

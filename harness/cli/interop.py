@@ -1,157 +1,147 @@
-"""``harness import envscaler|bfcl`` and ``harness export bfcl``: other projects' formats in and out."""
+"""``harness import NAME`` and ``harness export NAME``: one command for each installed benchmark that declares an
+importer or an export (``harness.registry``), its options built from what the benchmark declares.
+
+An import reads the source (the benchmark's function), prints its notes, writes the library (a new folder, whole
+or not at all, unless the benchmark writes into an existing one) and its summary. An export writes the run in the
+benchmark's format and prints what it wrote. A source or a run the benchmark refuses is one line with its status.
+"""
 
 from __future__ import annotations
 
-import time
+import inspect
+from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.table import Table
 
 from harness.cli.aio import run_to_end
 from harness.cli.errors import RefusingCommand
-from harness.cli.options import AllowWeakSandboxImport
-from harness.console import console, err_console, labelled, markup_text, outside
+from harness.console import console, err_console, labelled, outside
+from harness.registry import Benchmark, CliOption, ImportNote, SourceRefused, benchmarks
 
 import_app = typer.Typer(help="Import other projects' releases into our records.", no_args_is_help=True)
 export_app = typer.Typer(help="Write runs in other projects' formats.", no_args_is_help=True)
 
+_TYPES: dict[str, Any] = {
+    "path": Path,
+    "text": str,
+    "integer": int,
+    "flag": bool,
+    "paths": list[Path],
+    "texts": list[str],
+}
 
-def import_envscaler_command(
-    environments: Annotated[Path, typer.Option(help="EnvScaler environments file (JSON list or dict by env_id).")],
-    out: Annotated[Path, typer.Option(help="Folder to write our records to.")],
-    scenarios: Annotated[list[Path] | None, typer.Option(help="Scenario files (RL or SFT); repeatable.")] = None,
-) -> None:
-    """Import EnvScaler's released environments and scenarios."""
-    from harness.importers import import_envscaler
-    from harness.library import write_seed_layout
 
-    report = import_envscaler(environments, list(scenarios or []))
-    write_seed_layout(report.environments, report.scenarios, out)
-    console.print(
-        f"Imported {len(report.environments)} environments and {len(report.scenarios)} scenarios into {out}",
-        markup=False,
-        highlight=False,
+def option_parameter(option: CliOption) -> inspect.Parameter:
+    """The typer parameter of one declared option."""
+    parsed = _TYPES[option.type]
+    if option.argument:
+        declared: Any = typer.Argument(help=option.help)
+    else:
+        names = [option.flag] if option.flag else []
+        declared = typer.Option(*names, help=option.help, min=option.minimum)
+    if option.required:
+        default: Any = inspect.Parameter.empty
+    elif option.type in ("paths", "texts") or option.default is None:
+        parsed, default = parsed | None, None
+    else:
+        default = option.default
+    return inspect.Parameter(
+        option.name, inspect.Parameter.KEYWORD_ONLY, annotation=Annotated[parsed, declared], default=default
     )
-    for problem in report.problems:
-        err_console.print(labelled("skipped", "yellow", problem), soft_wrap=True)
-    raise typer.Exit(0 if report.environments or report.scenarios else 1)
 
 
-def import_bfcl_command(
-    source: Annotated[Path, typer.Option(help="The bfcl-eval wheel (pip download bfcl-eval --no-deps) or its folder.")],
-    out: Annotated[Path, typer.Option(help="Folder to write the library to (must not exist, or be empty).")],
-    category: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="multi_turn_base, multi_turn_miss_func, multi_turn_miss_param, multi_turn_long_context or all; "
-            "repeatable."
-        ),
-    ] = None,
-    verify: Annotated[
-        bool, typer.Option(help="Load every class and replay every ground truth in the sandbox first.")
-    ] = True,
-    workers: Annotated[int, typer.Option(help="Sandbox worker processes for --verify (default: one per core).")] = 0,
-    allow_weak_sandbox: AllowWeakSandboxImport = False,
-    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
-) -> None:
-    """Import BFCL's multi-turn categories: environments, scenarios with scripted turns, ground truth per turn."""
-    from harness.archives import ArchiveRefused
-    from harness.importers.bfcl import BfclImportError, import_bfcl, verify_import, write_import
-    from harness.importers.bfcl_source import BfclSourceError
-    from harness.sandbox.spec import CodeOrigin, JailSpec
+def with_options(command: Callable[..., None], options: tuple[CliOption, ...], help_text: str) -> Callable[..., None]:
+    command.__signature__ = inspect.Signature([option_parameter(o) for o in options])  # type: ignore[attr-defined]  # read by typer
+    command.__doc__ = help_text
+    return command
 
-    started = time.perf_counter()
-    try:
-        result = import_bfcl(source, category or ["all"])
+
+T = TypeVar("T")
+
+
+def finished(outcome: T | Coroutine[Any, Any, T]) -> T:
+    """A benchmark function's result: as returned, or its coroutine run to its end."""
+    if isinstance(outcome, Coroutine):
+        result: T = run_to_end(outcome)
+        return result
+    return outcome
+
+
+def print_note(note: ImportNote) -> None:
+    err_console.print(labelled(note.label, "red" if note.severity == "error" else "yellow", note.text), soft_wrap=True)
+
+
+def refused(error: SourceRefused, debug: bool) -> typer.Exit:
+    """A source or a run the benchmark cannot use: its line (with ``--debug``, the error it came from raised)."""
+    if debug:
+        raise error.__cause__ or error
+    err_console.print(labelled("error", "red", error), soft_wrap=True)
+    return typer.Exit(error.status)
+
+
+def import_command(benchmark: Benchmark) -> Callable[..., None]:
+    importer = benchmark.importer
+    assert importer is not None
+
+    def run(**values: Any) -> None:
+        from harness.library import write_new_library
+
+        debug = bool(values.get("debug"))
+        out: Path = values[importer.out_option]
         if out.exists() and (not out.is_dir() or any(out.iterdir())):
-            raise BfclImportError(f"{out} already exists and is not empty; choose another --out")
-        unavailable: dict[str, list[str]] = {}
-        if verify:
+            raise refused(SourceRefused(f"{out} already exists and is not empty; choose another --out"), debug)
+        try:
+            result = finished(importer.run(values))
+        except SourceRefused as error:
+            raise refused(error, debug) from None
+        for note in result.notes:
+            print_note(note)
+        if result.refusal is not None:
+            err_console.print(labelled("nothing written:", "red", result.refusal), soft_wrap=True)
+            raise typer.Exit(1)
+        write_new_library(result.environments, result.scenarios, out)
+        if result.table is not None:
+            table = Table(title=outside(result.table.title, multiline=False))
+            for column in result.table.columns:
+                table.add_column(outside(column, multiline=False))
+            for row in result.table.rows:
+                table.add_row(*(outside(cell, multiline=False) for cell in row))
+            console.print(table)
+        for line in result.summary:
+            console.print(outside(line), soft_wrap=True)
+        raise typer.Exit(0 if result.complete else 1)
 
-            async def check() -> tuple[list[str], dict[str, list[str]]]:
-                jail = JailSpec.for_code(CodeOrigin.SOURCE, allow_weak_sandbox=allow_weak_sandbox, workers=workers)
-                async with jail.pool() as pool:
-                    verification = await verify_import(result, pool)
-                return verification.problems, verification.unavailable
-
-            problems, unavailable = run_to_end(check())
-            if problems:
-                for problem in problems:
-                    err_console.print(labelled("error", "red", problem), soft_wrap=True)
-                err_console.print(
-                    labelled("nothing written:", "red", f"{len(problems)} problem(s) in {source}"), soft_wrap=True
-                )
-                raise typer.Exit(1)
-        write_import(result, out)
-    except ArchiveRefused:  # bad input: the command is refused (status 2)
-        raise
-    except (BfclSourceError, BfclImportError, OSError) as exc:
-        if debug:
-            raise
-        err_console.print(labelled("error", "red", exc), soft_wrap=True)
-        raise typer.Exit(1) from None
-    table = Table(title=outside(f"BFCL {result.version} → {out}", multiline=False))
-    table.add_column("category")
-    table.add_column("entries", justify="right")
-    for name, count in result.counts.items():
-        table.add_row(outside(name, multiline=False), str(count))
-    table.add_row("environments", str(len(result.environments)))
-    console.print(table)
-    for env_id, modules in sorted(unavailable.items()):
-        scenarios = sum(1 for s in result.scenarios if s.environment_id == env_id)
-        err_console.print(
-            f"[yellow]warning[/yellow] {markup_text(env_id)} imports {markup_text(', '.join(modules))}, "
-            "which this sandbox does not allow: "
-            f"its {scenarios} scenarios will fail to load until it does (install the 'bfcl' extra)",
-            soft_wrap=True,
-        )
-    console.print(f"Imported in {time.perf_counter() - started:.1f} s")
+    return with_options(run, importer.options, importer.help)
 
 
-def export_bfcl_command(
-    run_dir: Annotated[Path, typer.Argument(help="A run folder of BFCL scenarios.")],
-    out: Annotated[
-        Path, typer.Option(help="A .json file (one category) or a folder (BFCL_v4_<category>_result.json files).")
-    ],
-    envs: Annotated[str | None, typer.Option(help="The library the run used (default: the run's manifest).")] = None,
-    trial: Annotated[int, typer.Option(help="Which trial to export (BFCL scores one response per entry).")] = 0,
-    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
-) -> None:
-    """Write a run in BFCL's result-file format, for `bfcl evaluate`."""
-    from harness.bfcl.export import export_run
-    from harness.errors import BadInput
-    from harness.library import LibraryError, load_library
-    from harness.metrics import open_run
+def export_command(benchmark: Benchmark) -> Callable[..., None]:
+    exporter = benchmark.exporter
+    assert exporter is not None
 
-    try:
-        run = open_run(run_dir)
-    except (FileNotFoundError, ValueError) as exc:  # a run folder refused as it is: status 2
-        raise BadInput(f"cannot export {run_dir}: {exc}") from exc
-    try:
-        library = load_library(envs or run.manifest.dataset.source)
-        report = export_run(run.results, library, out, trial=trial)
-    except BadInput:  # an --out or a library refused as given: status 2
-        raise
-    except (ValueError, LibraryError, OSError) as exc:
-        if debug:
-            raise
-        err_console.print(labelled("error", "red", exc), soft_wrap=True)
-        raise typer.Exit(1) from None
-    for category, path in report.files.items():
-        console.print(f"{category}: {report.entries[category]} entries → {path}", markup=False)
-    for line in report.skipped:
-        err_console.print(labelled("skipped", "yellow", line), soft_wrap=True)
-    if not report.files:
-        err_console.print("[red]error[/red] the run holds no BFCL episodes", soft_wrap=True)
-    raise typer.Exit(0 if report.files and not report.skipped else 1)
+    def run(**values: Any) -> None:
+        try:
+            result = finished(exporter.run(values))
+        except SourceRefused as error:
+            raise refused(error, bool(values.get("debug"))) from None
+        for line in result.lines:
+            console.print(outside(line), soft_wrap=True)
+        for note in result.notes:
+            print_note(note)
+        raise typer.Exit(0 if result.complete else 1)
+
+    return with_options(run, exporter.options, exporter.help)
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``import`` (envscaler, bfcl) and ``export`` (bfcl) to the ``harness`` command."""
-    import_app.command("envscaler", cls=RefusingCommand)(import_envscaler_command)
-    import_app.command("bfcl", cls=RefusingCommand)(import_bfcl_command)
-    export_app.command("bfcl", cls=RefusingCommand)(export_bfcl_command)
+    """Add ``import`` and ``export`` to the ``harness`` command, with one subcommand per benchmark that declares
+    one (the project's other exports are added by :mod:`harness.cli.export`)."""
+    for benchmark in benchmarks():
+        if benchmark.importer is not None:
+            import_app.command(benchmark.name, cls=RefusingCommand)(import_command(benchmark))
+        if benchmark.exporter is not None:
+            export_app.command(benchmark.name, cls=RefusingCommand)(export_command(benchmark))
     app.add_typer(import_app, name="import")
     app.add_typer(export_app, name="export")

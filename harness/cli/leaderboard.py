@@ -102,7 +102,7 @@ def show(
 ) -> None:
     """Show a run's summary, or one of its episodes, in the terminal; or what changed between two runs."""
     from harness.errors import BadInput
-    from harness.metrics import open_run
+    from harness.results.metrics import open_run
     from leaderboards.catalog import load_catalog
     from leaderboards.terminal import find_episode, open_run_view, run_view, trajectory_view
 

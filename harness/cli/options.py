@@ -10,13 +10,6 @@ import typer
 from harness.run.config import RunConfig
 
 AllowWeakSandbox = Annotated[bool, typer.Option(help=RunConfig.model_fields["allow_weak_sandbox"].description)]
-AllowWeakSandboxImport = Annotated[
-    bool,
-    typer.Option(
-        help="Replay the source's gold even when a confinement layer is missing (see `harness doctor`): the source's "
-        "code is someone else's, so by default it runs only under every layer."
-    ),
-]
 RayAddress = Annotated[str | None, typer.Option(help=RunConfig.model_fields["ray"].description)]
 SandboxWorkers = Annotated[int, typer.Option(help=RunConfig.model_fields["workers"].description)]
 ModelRpm = Annotated[int | None, typer.Option(help="Model requests per minute.")]

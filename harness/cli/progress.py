@@ -14,8 +14,8 @@ from rich.text import Text
 
 from harness.cli.errors import EXIT_COST_LIMIT, EXIT_FAILED, EXIT_OK, exit_status_for_signal
 from harness.console import markup_text, outside
-from harness.metrics import GroupSummary, cost_text
-from harness.runner import RunConfig, RunOutcome, RunPlan, RunProgress
+from harness.results.metrics import GroupSummary, cost_text
+from harness.run import RunConfig, RunOutcome, RunPlan, RunProgress
 
 _PLAIN_INTERVAL_S = 10.0
 _BAR_INTERVAL_S = 0.1
@@ -144,15 +144,17 @@ def print_header(console: Console, config: RunConfig, plan: RunPlan) -> None:
     environments += " …" if len(plan.environments) > 8 else ""
     steps = str(plan.max_steps) if plan.max_steps else "default (30 nonconv, 40 conv)"
     console.print(
-        f"[bold]harness run[/bold] · agent {markup_text(config.agent_kind)} · model {models}",
+        f"[bold]harness run[/bold] · agent {markup_text(config.agent_kind)} · model {models}"
+        + _origin(plan, "user_model", "user model"),
         highlight=False,
         soft_wrap=True,
     )
     console.print(
         f"  data {markup_text(config.envs or 'the bundled seed library')} · "
         f"{_plural(len(plan.environments), 'environment')} ({environments}) · {_plural(plan.scenarios, 'scenario')} · "
-        f"modes {', '.join(plan.modes)} · "
-        f"{_plural(plan.trials, 'trial')} · step limit {steps}",
+        f"modes {', '.join(plan.modes)}{_origin(plan, 'mode')} · "
+        f"rules {markup_text(plan.rules)}{_origin(plan, 'rules')} · "
+        f"{_plural(plan.trials, 'trial')} · step limit {steps}{_origin(plan, 'max_steps')}",
         highlight=False,
         soft_wrap=True,
     )
@@ -162,6 +164,14 @@ def print_header(console: Console, config: RunConfig, plan: RunPlan) -> None:
         highlight=False,
         soft_wrap=True,
     )
+
+
+def _origin(plan: RunPlan, setting: str, label: str = "") -> str:
+    """Where a setting the user did not give came from (the library's recommendation, the rules)."""
+    source = plan.settings_from.get(setting)
+    if source is None:
+        return ""
+    return f" ({label + ' ' if label else ''}from {markup_text(source)})"
 
 
 def print_summary(console: Console, outcome: RunOutcome, baselines: dict[str, RunOutcome] | None = None) -> None:

@@ -24,7 +24,7 @@ from harness.errors import BadInput
 from harness.run.config import RunConfig
 
 if TYPE_CHECKING:
-    from harness.runner import RunOutcome, RunPlan
+    from harness.run import RunOutcome, RunPlan
 
 RUN_FLAGS = ConfigFlags(RunConfig)
 
@@ -103,7 +103,7 @@ def check_choices(*, mode: str, agent: str, models: dict[str, str | None]) -> No
     from agents.factory import AGENT_KINDS
 
     problems = []
-    if mode not in ("nonconv", "conv", "both"):
+    if mode is not None and mode not in ("nonconv", "conv", "both"):
         problems.append(f"--mode {mode!r}: use nonconv, conv or both")
     if agent not in AGENT_KINDS:
         problems.append(f"--agent {agent!r}: use one of {', '.join(AGENT_KINDS)}")
@@ -116,17 +116,17 @@ def check_choices(*, mode: str, agent: str, models: dict[str, str | None]) -> No
 
 
 def check_rules(rules: str | None) -> None:
-    from harness.rules import RULES_NAMES
+    from harness.registry import profile_names
 
-    if rules is not None and rules not in RULES_NAMES:
-        raise BadInput(f"--rules {rules!r}: use one of {', '.join(RULES_NAMES)}")
+    if rules is not None and rules not in profile_names():
+        raise BadInput(f"--rules {rules!r}: use one of {', '.join(profile_names())}")
 
 
 def run_baselines(config: RunConfig, run_dir: Path) -> dict[str, RunOutcome]:
     """The same scenarios with the reference actions replayed and with an agent that does nothing: the scale
     a model's score sits on (no model is called; each takes well under a second of episode time)."""
     from agents.run_adapters import agent_factory, user_factory
-    from harness.runner import run as run_episodes
+    from harness.run import run as run_episodes
 
     outcomes = {}
     for label, kind in (("reference actions (oracle)", "oracle"), ("do nothing", "do_nothing")):
@@ -152,7 +152,7 @@ def run_with_progress(config: RunConfig) -> RunOutcome:
     """Run with a header, the progress view and the stock agents."""
     from agents.run_adapters import agent_factory, user_factory
     from harness.cli.progress import ProgressView, print_header
-    from harness.runner import run as run_episodes
+    from harness.run import run as run_episodes
 
     view = ProgressView(console)
 

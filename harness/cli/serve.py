@@ -171,6 +171,7 @@ def serve(
             raise BadInput(f"{env_id} has a tool named {FINISH_TOOL!r}, the tool that ends an OpenEnv episode")
 
     from harness.mcp.server import EnvironmentServer
+    from harness.registry import jail_modules
     from harness.sandbox import WeakSandbox
     from harness.sandbox.policy import optional_modules_named_in
     from harness.sandbox.spec import JailSpec
@@ -191,7 +192,8 @@ def serve(
         allow_weak_sandbox=allow_weak_sandbox,
         workers=workers,
         optional_modules=optional_modules_named_in(
-            [library.environments[env_id].code, *(check.source for s in scenarios for check in s.checks)]
+            [library.environments[env_id].code, *(check.source for s in scenarios for check in s.checks)],
+            jail_modules(),
         ),
     ).pool()
 

@@ -32,6 +32,7 @@ SFT_FLAGS = ConfigFlags(
         "scenario",
         "limit",
         "concurrency",
+        "max_requests",
         "rpm",
         "tpm",
         "temperature",
@@ -71,8 +72,8 @@ def sft(
 ) -> None:
     """Roll out a teacher (resumable), keep the episodes that reach the bar, export SFT datasets."""
     from harness.cli.progress import print_exit_line
-    from harness.metrics import open_results
-    from harness.sft import SelectionRule, export
+    from harness.results.metrics import open_results
+    from harness.results.sft import SelectionRule, export
 
     settings = SFT_FLAGS.values(values)
     check_choices(

@@ -66,6 +66,7 @@ def envs_command(
 ) -> None:
     """Build environments from a task set: discover, plan, model, assess and repair, validate."""
     from harness.cli.synth_scenarios import cluster_for
+    from harness.sandbox.spec import CodeOrigin, JailSpec
     from synth.costs import UnknownPriceModel
     from synth.discovery import TaskSourceError
     from synth.pipeline import SynthEnvsConfig, synthesize_environments
@@ -93,7 +94,8 @@ def envs_command(
         timeout=timeout,
         cost_limit=cost_limit,
     )
-    cluster = cluster_for(ray, workers)
+    # The environments are written by this run's model: code of this machine, under its jail.
+    cluster = cluster_for(ray, JailSpec.for_code(CodeOrigin.LOCAL, workers=workers or None))
 
     async def run() -> SynthEnvsResult:
         try:
@@ -199,7 +201,7 @@ def cost_table(costs: CostReport) -> Table:
     per_env = f"{costs.usd_per_accepted:.4f}" if costs.usd_per_accepted is not None else "n/a (none accepted)"
     table.caption = (
         f"USD per accepted environment: {per_env} (whole run / {costs.accepted}); "
-        f"EnvScaler reports {costs.reference_usd_per_environment:.2f}"
+        f"skeleton paper: {costs.reference_usd_per_environment:.2f}"
     )
     return table
 

@@ -30,7 +30,9 @@ from harness.console import console, markup_text, outside
 from harness.errors import BadInput
 
 if TYPE_CHECKING:
+    from harness.library import Library
     from harness.llm import LLMClient
+    from harness.sandbox.spec import JailSpec
     from synth.scenarios import SynthesisReport
 
 DEFAULT_SIMILARITY = 0.92  # synth.dedup.DEFAULT_SIMILARITY, without importing synth at CLI start-up
@@ -80,25 +82,32 @@ def _environments_of(library: Any, only: list[str] | None) -> tuple[list[Any], d
     return environments, samples
 
 
-def cluster_for(ray: str | None, workers: int, *, require_full_confinement: bool = False) -> Any:
-    """The cluster the attempts run on (joined now, before any work), or None for a local run."""
+def cluster_for(ray: str | None, jail: JailSpec) -> Any:
+    """The cluster the attempts run on (joined now, before any work), its executors' pools made from ``jail``, or
+    None for a local run."""
     if ray is None:
         return None
     from synth.distributed import RaySynthesis
 
-    cluster = RaySynthesis(ray, sandbox_workers=workers or None, require_full_confinement=require_full_confinement)
+    cluster = RaySynthesis(ray, jail=jail)
     cluster.connect()  # a cluster that cannot be joined refuses the command (ClusterUnavailable, status 2)
     return cluster
 
 
-async def full_pool(workers: int, require_full_confinement: bool) -> Any:
-    """A started sandbox pool; when the code comes from the Hub and a confinement layer is missing, one line and
-    exit status 2 before any work (unless --allow-weak-sandbox)."""
-    from harness.sandbox.spec import JailSpec
-
-    pool = JailSpec(workers=workers or None, full_confinement=require_full_confinement).pool()
+async def full_pool(jail: JailSpec) -> Any:
+    """A started sandbox pool made from ``jail``; when the code comes from the Hub and a confinement layer is
+    missing, one line and exit status 2 before any work (unless --allow-weak-sandbox)."""
+    pool = jail.pool()
     await pool.start()  # WeakSandbox refuses the command
     return pool
+
+
+def synthesis_jail(library: Library, allow_weak_sandbox: bool, workers: int) -> JailSpec:
+    """The jail synthesis from ``library`` runs in: the trust rule applied to where the library came from; every
+    optional module allowed (the checks and states a model writes may name modules the library's code does not)."""
+    from harness.sandbox.spec import JailSpec
+
+    return JailSpec.for_code(library.code_origin, allow_weak_sandbox=allow_weak_sandbox, workers=workers or None)
 
 
 async def _synthesize(cluster: Any, work: Any) -> SynthesisReport:
@@ -129,7 +138,7 @@ def print_report(report: SynthesisReport, out: Path, what: str) -> None:
         f"{report.usage.requests} model calls ({report.usage.cached_requests} cached), "
         f"{report.usage.prompt_tokens:,} + {report.usage.completion_tokens:,} tokens; "
         f"${report.usd_total:.4f} at {markup_text(report.price_model)} prices, {per} per accepted scenario "
-        f"(EnvScaler: ${report.reference_usd_per_scenario:.2f})"
+        f"(skeleton paper: ${report.reference_usd_per_scenario:.2f})"
     )
     console.print(f"written to {out}/scenarios, {out}/rejected.jsonl, {out}/report.json", markup=False)
     if report.not_started:
@@ -173,7 +182,7 @@ def register(synth_app: typer.Typer) -> None:
         from synth.scenarios import ScenarioSynthesisConfig, synthesize_scenarios
 
         library = _library(envs)
-        confine_fully = library.jail(allow_weak_sandbox=allow_weak_sandbox).full_confinement
+        jail = synthesis_jail(library, allow_weak_sandbox, workers)
         environments, _ = _environments_of(library, env)
         config = ScenarioSynthesisConfig(
             model=model,
@@ -189,11 +198,11 @@ def register(synth_app: typer.Typer) -> None:
             cost_limit=cost_limit,
         )
 
-        cluster = cluster_for(ray, workers, require_full_confinement=confine_fully)
+        cluster = cluster_for(ray, jail)
 
         async def run() -> SynthesisReport:
             # over Ray, answers are not cached: executors cannot write into OUT, whose one writer is this process
-            pool = None if cluster is not None else await full_pool(workers, confine_fully)
+            pool = None if cluster is not None else await full_pool(jail)
             client = _client(out, concurrency, rpm, tpm, not no_cache and cluster is None, timeout)
             try:
                 if cluster is not None:
@@ -321,7 +330,7 @@ def register(synth_app: typer.Typer) -> None:
         from synth.sampling import SamplingParams
 
         library = _library(envs)
-        confine_fully = library.jail(allow_weak_sandbox=allow_weak_sandbox).full_confinement
+        jail = synthesis_jail(library, allow_weak_sandbox, workers)
         environments, _ = _environments_of(library, env)
         tool_graph = ToolGraph.load(graph)
         config = QueryConfig(
@@ -347,11 +356,11 @@ def register(synth_app: typer.Typer) -> None:
             ),
         )
 
-        cluster = cluster_for(ray, workers, require_full_confinement=confine_fully)
+        cluster = cluster_for(ray, jail)
 
         async def run() -> SynthesisReport:
             # over Ray, answers are not cached: executors cannot write into OUT, whose one writer is this process
-            pool = None if cluster is not None else await full_pool(workers, confine_fully)
+            pool = None if cluster is not None else await full_pool(jail)
             client = _client(out, concurrency, rpm, tpm, not no_cache and cluster is None, timeout)
             try:
                 if cluster is not None:

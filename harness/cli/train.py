@@ -49,7 +49,7 @@ def dataset_command(
     from harness.errors import BadInput
     from harness.hub import PublishError, RepoIdError, validate_repo_id
     from harness.library import LibraryError
-    from harness.rules import RULES_NAMES
+    from harness.registry import profile_names
     from harness.train.trl_dataset import prompt_dataset, publish_prompt_dataset, write_prompt_dataset
 
     if out is None and repo is None:
@@ -57,8 +57,8 @@ def dataset_command(
     modes: tuple[Mode, ...] = ("nonconv", "conv")
     if mode not in modes:
         raise _fail("Bad --mode:", f"{mode!r} is not nonconv or conv", 2)
-    if rules not in RULES_NAMES:
-        raise _fail("Bad --rules:", f"{rules!r} is not one of {', '.join(RULES_NAMES)}", 2)
+    if rules not in profile_names():
+        raise _fail("Bad --rules:", f"{rules!r} is not one of {', '.join(profile_names())}", 2)
     if data_format not in ("trl", "verl"):
         raise _fail("Bad --format:", f"{data_format!r} is not trl or verl", 2)
     if data_format == "verl":
@@ -94,7 +94,7 @@ def dataset_command(
 def _write_verl(source: str, out: Path, rules: str, mode: Mode, environments: list[str] | None) -> None:
     from harness.errors import BadInput
     from harness.library import LibraryError
-    from harness.rules import rules_profile
+    from harness.registry import rules_profile
     from harness.train.verl_dataset import verl_rows, write_verl_dataset
 
     try:

@@ -1,7 +1,7 @@
 """Past one machine: runs, synthesis, validation and RL environment actors on a Ray cluster.
 
 Needs the ``ray`` extra. :class:`Fleet` is the one cluster dispatch loop: executors on every node, each started
-from one :class:`ExecutorConfig`, running opaque work units. ``harness.runner.run`` uses :class:`RayBackend` (a
+from one :class:`ExecutorConfig`, running opaque work units. ``harness.run.run`` uses :class:`RayBackend` (a
 fleet of episode executors) when ``RunConfig.ray`` is set: the driver plans and writes the run folder, executors
 on the cluster's nodes run the episodes; ``synth.distributed`` runs synthesis on the same fleet. RL trainers use
 :class:`EnvironmentPool`: environment actors with the gym interface, group rollouts and the reward function.

@@ -17,6 +17,7 @@ from harness.run.config import RunConfig
 from harness.run.plan import EpisodeSpec
 from harness.run.spending import SpendLimit
 from harness.schema import ClusterInfo, ClusterNode, Trajectory
+from harness.scoring.checks import batch_key
 
 from .cluster import import_ray
 from .executor import RUN_EPISODE, EpisodeExecutor, EpisodeTicket, ExecutorPlan
@@ -26,6 +27,11 @@ from .settings import WorkUnit, executor_config
 logger = logging.getLogger(__name__)
 
 _shipped_libraries: dict[tuple[str, str], Any] = {}
+
+
+def batch_group(spec: EpisodeSpec) -> str:
+    """The group of an episode's unit: its task, as the pool's check batches key it."""
+    return "/".join(batch_key(spec.scenario))
 
 
 def models_of(config: RunConfig) -> list[str]:
@@ -118,7 +124,12 @@ class RayBackend:
         def arrived(_unit: WorkUnit, payload: bytes) -> None:
             on_result(Trajectory.model_validate_json(payload))
 
-        units = [WorkUnit(spec.episode_id, RUN_EPISODE, EpisodeTicket.of(spec, run_id)) for spec in specs]
+        # A task's trials go to one executor, whose pool scores them in one check process (``run_one_episode``
+        # announces each episode there, as the local backend's do).
+        units = [
+            WorkUnit(spec.episode_id, RUN_EPISODE, EpisodeTicket.of(spec, run_id), group=batch_group(spec))
+            for spec in specs
+        ]
         limit = self.spend_limit
         not_started = await self.fleet.dispatch(
             units,

@@ -18,7 +18,7 @@ from harness.run.episodes import AgentFactory, EpisodeContext, UserFactory, run_
 from harness.run.plan import EpisodeSpec
 from harness.sandbox import SandboxPool
 from harness.schema import Mode, Scenario
-from harness.scoring import SharedResetResults, adopt_reset_results
+from harness.scoring.checks import SharedResetResults, adopt_reset_results
 
 from .settings import ExecutorConfig
 from .worker import FleetExecutor

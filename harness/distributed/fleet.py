@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.sandbox.check_batches import MAX_BATCH_EPISODES
+
 from .cluster import ClusterUnavailable, alive_nodes, check_nodes, import_ray, join, root_cause
 from .limiter import ClusterLimiter
 from .settings import ExecutorConfig, WorkUnit
@@ -35,6 +37,11 @@ SHUTDOWN_TIMEOUT_S = 20.0
 LIMITER_MAX_CONCURRENCY = 100_000
 EXECUTOR_CALLS_IN_FLIGHT = 64
 """Ray calls an executor serves at once: its ready, submit and collect calls (units run as tasks inside it)."""
+
+
+GROUP_ON_ONE_EXECUTOR = MAX_BATCH_EPISODES
+"""Units of one group sent to one executor at most, while others of it are held there: as many as one check
+process scores, so a task with many trials still spreads over the fleet."""
 
 
 @dataclass
@@ -308,12 +315,19 @@ class Fleet:
         in_flight: int,
         calls: dict[asyncio.Future[Any], ExecutorHandle],
     ) -> None:
-        """Top every executor up, least loaded first, until ``in_flight`` units are held in all."""
+        """Top every executor up, least loaded first, until ``in_flight`` units are held in all; a unit of a group
+        goes where its group is held (``WorkUnit.group``)."""
         held = sum(len(executor.held) for executor in self.executors)
         batches: dict[str, list[WorkUnit]] = {}
+        groups = groups_held(alive)
         while queue and held < in_flight:
-            executor = min(alive, key=lambda e: len(e.held))
             unit = queue.popleft()
+            executor = min(alive, key=lambda e: len(e.held))
+            if unit.group is not None:
+                where, count = groups.get(unit.group, (None, 0))
+                if where is not None and count < GROUP_ON_ONE_EXECUTOR:
+                    executor = where
+                groups[unit.group] = (executor, count + 1 if executor is where else 1)
             executor.held[unit.key] = unit
             batches.setdefault(executor.name, []).append(unit)
             held += 1
@@ -388,3 +402,15 @@ class Fleet:
             await asyncio.to_thread(ray.shutdown)
             self._owns_ray = False
         self._joined = False
+
+
+def groups_held(executors: list[ExecutorHandle]) -> dict[str, tuple[ExecutorHandle, int]]:
+    """Per group, an executor that holds units of it and how many it holds."""
+    groups: dict[str, tuple[ExecutorHandle, int]] = {}
+    for executor in executors:
+        for unit in executor.held.values():
+            if unit.group is not None:
+                where, count = groups.get(unit.group, (executor, 0))
+                if where is executor:
+                    groups[unit.group] = (executor, count + 1)
+    return groups

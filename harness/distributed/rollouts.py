@@ -31,10 +31,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from harness.gym import ToolEnv
 from harness.library import Library
 from harness.llm import AliasTable, LLMClient
-from harness.reward import CompositeWeights, trajectory_reward
-from harness.rules import DEFAULT_RULES, RulesName, rules_profile
+from harness.registry import rules_profile
+from harness.rules.profiles import DEFAULT_RULES, RulesName
 from harness.sandbox import SandboxLimits, SandboxPool
 from harness.schema import ModelSettings, Scenario, TerminationReason, Trajectory
+from harness.scoring.reward import CompositeWeights, trajectory_reward
 
 from .cluster import import_ray
 
@@ -230,7 +231,7 @@ class EnvironmentPool:
         include_invalid: bool = False,
     ) -> EnvironmentPool:
         """Start ``actors`` environment actors (Ray's SPREAD placement) on the cluster this process joined.
-        ``rules`` is the episode profile (``harness`` or ``envscaler``) of every session and rollout, and of
+        ``rules`` is the episode profile (``harness`` or a benchmark's) of every session and rollout, and of
         :meth:`reward`; scenarios that fail the cheap validation are refused unless ``include_invalid``."""
         ray = import_ray()
         if not ray.is_initialized():
@@ -296,8 +297,8 @@ class EnvironmentPool:
 
     def reward(self, scenario_id: str, trajectory: Trajectory) -> float:
         """The reward function on a stored trajectory (0 for an infrastructure error, which has none): the
-        composite reward under ``harness`` rules, upstream EnvScaler's check pass rate (already 0 for an episode
-        that a raising tool or the step limit ended, rounded as upstream) under ``envscaler``."""
+        composite reward under rules with one (``harness``), else the check pass rate the rules computed (already 0
+        for an episode those rules score 0, rounded as they round)."""
         if trajectory.termination is TerminationReason.INFRA_ERROR:
             return 0.0
         if not rules_profile(self.rules).composite_reward:

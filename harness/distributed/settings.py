@@ -22,11 +22,14 @@ from harness.sandbox.spec import JailSpec
 class WorkUnit:
     """An opaque piece of work for an executor: ``work`` names the executor method that runs ``payload``.
 
-    ``key`` identifies the unit within one dispatch: its result is taken once, by this key."""
+    ``key`` identifies the unit within one dispatch: its result is taken once, by this key. Units of one ``group``
+    go to the executor that already holds one of the group's, while it holds fewer than ``GROUP_ON_ONE_EXECUTOR``
+    of them (a run's trials of one task: one check process scores them)."""
 
     key: str
     work: str
     payload: Any
+    group: str | None = None
 
 
 @dataclass(frozen=True)

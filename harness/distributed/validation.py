@@ -9,7 +9,7 @@ re-queued on another, as every unit of the fleet is.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from harness.library import Library
@@ -29,12 +29,11 @@ def split_library(library: Library, parts: int) -> list[Library]:
     environment_ids = sorted({*library.environments, *(s.environment_id for s in library.scenarios)})
     part_of = {env_id: index % parts for index, env_id in enumerate(environment_ids)}
     return [
-        Library(
+        replace(  # each part keeps the library's source and origin, so the jail's trust rule sees the same code
+            library,
             environments={k: v for k, v in library.environments.items() if part_of[k] == part},
             scenarios=[s for s in library.scenarios if part_of[s.environment_id] == part],
-            source=library.source,
             problems=library.problems if part == 0 else [],
-            from_hub=library.from_hub,
         )
         for part in range(parts)
     ]

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
-from harness.archives import ArchiveRefused, check_member
+from harness.files.archives import ArchiveRefused, check_member
 from harness.files.budget import DEFAULT_BUDGET, ReadBudget, UnsafeFile, check_nesting, count_values, decode_json
 
 _CHUNK = 1 << 20

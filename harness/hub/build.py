@@ -18,13 +18,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from harness.fingerprint import fingerprint
 from harness.hub.card import CardConfig, CardInfo, SourceLink, render_card
 from harness.hub.projection import LAYOUT_VERSION, METADATA_KEY, PROJECTIONS
 from harness.hub.rows import RowSchemaError, records_to_table
 from harness.hub.sources import SourceError, read_leaderboard, read_library, read_run, read_sft
+from harness.records.fingerprint import fingerprint
+from harness.results.sft import SHAREGPT_FORMAT
 from harness.schema import SCHEMA_VERSION, DatasetRef, Environment, Record, RunManifest, Scenario, Trajectory
-from harness.sft import SHAREGPT_FORMAT
 
 logger = logging.getLogger(__name__)
 

@@ -18,21 +18,24 @@ import yaml
 
 from harness.hub.projection import LAYOUT_VERSION
 from harness.hub.yaml_limits import load_yaml
+from harness.registry import card_citations
 from harness.schema import SCHEMA_VERSION
 
-CITATIONS = """\
-```bibtex
-@misc{envscaler,
-  title        = {EnvScaler: Scaling Tool-Interactive Environments for LLM Agent via Programmatic Synthesis},
-  year         = {2026},
-  howpublished = {\\url{https://github.com/RUC-NLPIR/EnvScaler}}
-}
-
+ENVFACTORY_CITATION = """\
 @misc{envfactory,
   title        = {EnvFactory: Scaling Tool-Use Agents via Executable Environments Synthesis and Robust RL},
   howpublished = {\\url{https://github.com/LARK-AI-Lab/EnvFactory2026}}
-}
-```"""
+}"""
+
+
+def citations() -> tuple[str, str]:
+    """The works the card cites (the record format's, as the installed benchmarks declare it, then EnvFactory's,
+    whose methods the harness implements): their names, and their BibTeX."""
+    works = [*card_citations(), ("EnvFactory", ENVFACTORY_CITATION)]
+    names = [title for title, _ in works]
+    named = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    return named, "```bibtex\n" + "\n\n".join(entry for _, entry in works) + "\n```"
+
 
 SIZE_CATEGORIES = (
     (1_000, "n<1K"),
@@ -296,9 +299,10 @@ def render_card(info: CardInfo, *, metadata: dict[str, Any] | None = None, kept:
     parts += [f"## {heading}\n\n{body}" for heading, body in kept.extra if heading not in new_headings]
     provenance = {**kept.provenance, info.kind: _provenance(info)}
     parts.append("## Provenance\n\n" + "\n\n".join(provenance[kind] for kind in sorted(provenance)))
+    named, bibtex = citations()
     parts.append(
         "## Citation\n\nThe environment and scenario formats and the synthesis methods implemented by the "
-        "harness come from EnvScaler and EnvFactory:\n\n" + CITATIONS
+        f"harness come from {named}:\n\n" + bibtex
     )
     return "\n\n".join(parts) + "\n"
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -266,7 +266,3 @@ class KeyedList(Codec):
 
 def is_text(value: Any) -> bool:
     return isinstance(value, str)
-
-
-def is_list_of_mappings(value: Any) -> bool:
-    return isinstance(value, list) and all(isinstance(v, Mapping) for v in value)

@@ -17,11 +17,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from harness.containment import require_inside, require_relative_pattern
-from harness.fingerprint import fingerprint
 from harness.hub.projection import GENERIC_ROW, METADATA_KEY, PROJECTIONS
 from harness.hub.rows import collection_paused, rows_to_records, table_rows_to_generic
 from harness.hub.yaml_limits import MAX_YAML_BYTES, YamlRefused, load_yaml
+from harness.records.containment import require_inside, require_relative_pattern
+from harness.records.fingerprint import fingerprint
 from harness.schema import DatasetRef, Environment, Scenario
 
 logger = logging.getLogger(__name__)

@@ -199,7 +199,7 @@ ENVIRONMENT = Projection(
         Column("provenance", PROVENANCE, PROVENANCE_TEXT),
         _scalar(
             "call_dispatcher",
-            "Method that receives every tool call unvalidated as (name, arguments), or null (BFCL's classes).",
+            "Method that receives every tool call unvalidated as (name, arguments), or null (a benchmark's classes).",
         ),
     ),
 )

@@ -9,8 +9,8 @@ from typing import Any
 
 import orjson
 
-from harness.containment import require_inside
-from harness.library_records import HubReaders, read_library_source
+from harness.records.containment import require_inside
+from harness.records.library import HubReaders, read_library_source
 from harness.schema import DatasetRef, Environment, RunManifest, Scenario, Trajectory
 
 CONFIG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -90,8 +90,8 @@ def imported_license(environments: list[Environment]) -> str | None:
 
 def read_run(source: Path) -> RunRecords:
     """``results.jsonl`` (the last line of an episode wins, as after a retry) and ``manifest.json``, read as hostile
-    (:func:`harness.metrics.load_run`: a symlink is refused, lines and the manifest are held to a budget)."""
-    from harness.metrics import MANIFEST_FILE, RESULTS_FILE, load_manifest, read_results, run_file_exists
+    (:func:`harness.results.metrics.load_run`: a symlink is refused, lines and the manifest are held to a budget)."""
+    from harness.results.metrics import MANIFEST_FILE, RESULTS_FILE, load_manifest, read_results, run_file_exists
 
     folder = _require_folder(source)
     try:
@@ -139,7 +139,7 @@ def read_sft(source: Path) -> SftSource:
 
 def _rollouts_dataset(rollouts: Path) -> DatasetRef | None:
     """The environments of the teacher's run folder, from its manifest when there is one (read as hostile)."""
-    from harness.metrics import MANIFEST_FILE, load_manifest, run_file_exists
+    from harness.results.metrics import MANIFEST_FILE, load_manifest, run_file_exists
 
     try:
         if not run_file_exists(rollouts, MANIFEST_FILE):

@@ -25,8 +25,13 @@ SESSION_META_KEY = "io.github.envharness/session"
 (2026-07-28 connections over HTTP); it takes precedence over the MCP session when given."""
 
 OBSERVATION_META_KEY = "io.github.envharness/observation"
-"""Result ``_meta`` key of a tool call: ``{"kind": ObservationKind, "error": str | None}`` and, when the request
-asked for it, ``"diff"`` (the state changes of the call)."""
+"""Result ``_meta`` key of a tool call: ``{"kind": ObservationKind, "error": str | None, "process_ended": bool}``
+(``process_ended``: the environment failed, its class could not be built or its process kept ending on its own)
+and, when the request asked for it, ``"diff"`` (the state changes of the call)."""
+
+ENVIRONMENT_FAILED = {"environment_failed": True}
+"""The ``data`` of an administrative method's error when the environment failed (not the sandbox, not the
+request): a client scores its episode as the environment's failure."""
 
 DIFF_META_KEY = "io.github.envharness/diff"
 """Request ``_meta`` flag: include the call's state diff in the result's observation metadata."""

@@ -46,7 +46,7 @@ from harness.mcp.admin import (
     StateResult,
 )
 from harness.mcp.credential import public_target
-from harness.sandbox import SandboxError
+from harness.sandbox import EnvironmentFailed, EnvironmentLoadError, SandboxError
 from harness.sandbox.arguments import CallRejected, validate_call
 from harness.schema import (
     DiffEntry,
@@ -58,7 +58,7 @@ from harness.schema import (
     ToolCall,
     ToolSpec,
 )
-from harness.statediff import diff_values
+from harness.states.diff import diff_values
 
 logger = logging.getLogger(__name__)
 
@@ -297,8 +297,12 @@ class McpToolSession:
                     {"state": state, "seed": seed, "handle": self._handle, "_meta": self._request_meta()}
                 )
                 await client.session.send_request(LoadStateRequest(params=params), LoadStateResult)
-        except McpAdminError:
+        except (McpAdminError, EnvironmentLoadError):
             raise
+        except MCPError as exc:
+            if _environment_failed(exc):
+                raise EnvironmentLoadError(f"the environment served at {self.target} failed: {exc}") from exc
+            raise McpAdminError(f"loading a state into {self.target} failed: {exc}") from exc
         except Exception as exc:
             raise McpAdminError(f"loading a state into {self.target} failed: {exc}") from exc
         self._last_state = None
@@ -315,6 +319,10 @@ class McpToolSession:
             result = await client.session.send_request(ReadStateRequest(params=self._handle_params()), StateResult)
         except McpAdminError:
             raise
+        except MCPError as exc:
+            if _environment_failed(exc):
+                raise EnvironmentFailed(f"the environment served at {self.target} failed: {exc}") from exc
+            raise McpAdminError(f"reading the state from {self.target} failed: {exc}") from exc
         except Exception as exc:
             raise McpAdminError(f"reading the state from {self.target} failed: {exc}") from exc
         return result.state
@@ -332,6 +340,9 @@ class McpToolSession:
         )
         text = _text_of(result)
         if result.is_error:
+            details = (result.meta or {}).get(OBSERVATION_META_KEY)
+            if isinstance(details, dict) and details.get("process_ended") is True:
+                raise EnvironmentLoadError(f"the environment served at {self.target} failed: {text[:500]}")
             raise McpAdminError(f"{name!r} failed on {self.target}: {text[:500]}")
         payload = result.structured_content if result.structured_content is not None else _parse_json(text)
         # fastmcp wraps a non-object return value as {"result": value}.
@@ -422,7 +433,11 @@ def observation_from_result(call: ToolCall, result: CallToolResult) -> tuple[Obs
             return Observation(tool_call_id=call.id, name=call.name, content=payload), diff
         content = payload if kind is ObservationKind.TOOL_ERROR and details.get("has_content") else None
         error = details.get("error") or text
-        return Observation(tool_call_id=call.id, name=call.name, kind=kind, content=content, error=str(error)), diff
+        ended = details.get("process_ended") is True
+        observation = Observation(
+            tool_call_id=call.id, name=call.name, kind=kind, content=content, error=str(error), process_ended=ended
+        )
+        return observation, diff
     if result.is_error:
         return (
             Observation(
@@ -461,3 +476,9 @@ __all__ = [
     "McpToolSession",
     "observation_from_result",
 ]
+
+
+def _environment_failed(exc: MCPError) -> bool:
+    """Whether an administrative method's error says the environment failed (``admin.ENVIRONMENT_FAILED``)."""
+    data = getattr(exc, "data", None)
+    return isinstance(data, dict) and data.get("environment_failed") is True

@@ -1,4 +1,4 @@
-"""Episodes on environments served over MCP: the episode loop of :mod:`harness.episode`, with the tool calls
+"""Episodes on environments served over MCP: the episode loop of :mod:`harness.episode.loop`, with the tool calls
 and the state going to an MCP server, and the final state scored by the scenario's checks in the local
 sandbox pool.
 """
@@ -8,10 +8,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from harness.episode import Episode, drive
-from harness.episode_config import EpisodeConfig
+from harness.episode.config import EpisodeConfig
+from harness.episode.loop import Episode, drive
 from harness.mcp.client import AdminStyle, McpTarget, McpToolSession
-from harness.protocols import AgentPolicy, UserPolicy
+from harness.rules.protocols import AgentPolicy, UserPolicy
 from harness.sandbox import SandboxPool
 from harness.schema import (
     Environment,
@@ -30,7 +30,7 @@ logger = logging.getLogger(__name__)
 
 
 class McpEpisode(Episode):
-    """An :class:`~harness.episode.Episode` whose tool calls and state go through an MCP session.
+    """An :class:`~harness.episode.loop.Episode` whose tool calls and state go through an MCP session.
 
     Everything but the session is the episode loop's own code: the transcript, steps, limits, termination and
     scoring (``score_final_state`` on the state read back over MCP, in the local pool).
@@ -75,7 +75,7 @@ async def run_mcp_episode(
 
     The scenario's initial state is loaded through the administrative operation, the agent uses the tools
     the server lists, and the final state read back is scored with the scenario's checks in ``pool``. Like
-    :func:`harness.episode.run_episode`, per-episode failures never raise: a server that cannot be reached
+    :func:`harness.episode.loop.run_episode`, per-episode failures never raise: a server that cannot be reached
     ends the episode as ``infra_error``.
     """
     session = McpToolSession(target, mode=mode, admin=admin, timeout_s=timeout_s)

@@ -76,6 +76,7 @@ def tool_result(observation: Observation, diff: Sequence[Any] | None = None) -> 
         "kind": observation.kind.value,
         "error": observation.error,
         "has_content": observation.content is not None,
+        "process_ended": observation.process_ended,
     }
     if diff is not None:
         meta["diff"] = [entry.model_dump(mode="json") for entry in diff]

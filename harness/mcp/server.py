@@ -55,13 +55,14 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from harness.jsonlimits import UnsafeJSON, check_json
-from harness.mcp.access import REQUEST_LIMITS, AccessGuard, AccessPolicy, listening_socket
+from harness.mcp.access import AccessGuard, AccessPolicy, listening_socket
 from harness.mcp.admin import (
     ADMIN_EXTENSION,
     CLOSE_SESSION,
     DESCRIBE,
     DIFF_META_KEY,
     END_TOOL,
+    ENVIRONMENT_FAILED,
     HANDLE_ARGUMENT,
     LOAD_STATE,
     READ_STATE,
@@ -83,9 +84,10 @@ from harness.mcp.tools import (
     EnvironmentTool,
     EpisodeTool,
     ProtocolListing,
+    environment_failure,
     error_observation,
 )
-from harness.sandbox import EnvironmentLoadError, SandboxError, SandboxLimits, SandboxPool
+from harness.sandbox import EnvironmentFailed, EnvironmentLoadError, SandboxError, SandboxPool
 from harness.sandbox.spec import JailSpec
 from harness.schema import Environment, Observation, ObservationKind, Scenario, ToolCall
 
@@ -188,7 +190,9 @@ class EnvironmentServer:
 
     Use as an async context manager (it starts the idle evictor and, when it owns the pool, the pool), then
     :meth:`serve_stdio` or :meth:`serve_http`. ``scenarios`` lets clients load a scenario by id; the default
-    state of a session that uses a tool before loading one is ``initial_state`` (``{}`` when None).
+    state of a session that uses a tool before loading one is ``initial_state`` (``{}`` when None). Without
+    ``pool`` the server makes its own from ``jail`` (made where the code's origin is known, as
+    ``Library.jail``; the default runs local code).
     """
 
     def __init__(
@@ -198,8 +202,7 @@ class EnvironmentServer:
         initial_state: dict[str, Any] | None = None,
         scenarios: Sequence[Scenario] = (),
         pool: SandboxPool | None = None,
-        workers: int | None = None,
-        limits: SandboxLimits | None = None,
+        jail: JailSpec | None = None,
         idle_timeout_s: float | None = DEFAULT_IDLE_TIMEOUT_S,
         seed: int = 0,
         max_sessions: int = DEFAULT_MAX_SESSIONS,
@@ -209,7 +212,7 @@ class EnvironmentServer:
         self.environment = environment
         self.scenarios = {s.id: s for s in scenarios if s.environment_id == environment.id}
         self._owns_pool = pool is None
-        self.pool = pool if pool is not None else JailSpec(workers=workers, limits=limits or SandboxLimits()).pool()
+        self.pool = pool if pool is not None else (jail or JailSpec()).pool()
         self.registry = SessionRegistry(
             self.pool,
             environment,
@@ -339,7 +342,9 @@ class EnvironmentServer:
         handle, key = self._keys.mint()
         try:
             await self.registry.load(key, state, seed=seed)
-        except (SandboxError, EnvironmentLoadError, SessionLimitReached) as exc:
+        except (EnvironmentLoadError, EnvironmentFailed) as exc:
+            return tool_result(environment_failure(call, exc))
+        except (SandboxError, SessionLimitReached) as exc:
             return tool_result(error_observation(call, ObservationKind.SANDBOX_ERROR, str(exc)))
         payload = {HANDLE_ARGUMENT: handle, "environment_id": self.environment.id, "scenario_id": scenario_id}
         return tool_result(Observation(tool_call_id=call.id, name=START_TOOL, content=payload))
@@ -370,7 +375,9 @@ class EnvironmentServer:
             return tool_result(error_observation(call, ObservationKind.TOOL_ERROR, str(exc)))
         except SessionLimitReached as exc:
             return tool_result(error_observation(call, ObservationKind.SANDBOX_ERROR, str(exc)))
-        except (SandboxError, EnvironmentLoadError) as exc:
+        except (EnvironmentLoadError, EnvironmentFailed) as exc:
+            return tool_result(environment_failure(call, exc))
+        except SandboxError as exc:
             logger.warning("tool call %s failed in the sandbox: %s", name, exc)
             return tool_result(error_observation(call, ObservationKind.SANDBOX_ERROR, str(exc)))
         return tool_result(observation, diff if want_diff else None)
@@ -383,7 +390,7 @@ class EnvironmentServer:
         if params.state is not None:
             state = params.state
             try:
-                check_json(state, REQUEST_LIMITS)
+                check_json(state, self.pool.reply_limits.state)  # what reading it back admits
             except UnsafeJSON as exc:
                 raise MCPError(code=INVALID_PARAMS, message=f"not a usable state: the value {exc}") from exc
         elif scenario_id is not None:
@@ -401,8 +408,8 @@ class EnvironmentServer:
             await self.registry.load(key, state, seed=params.seed)
         except SessionLimitReached as exc:
             raise _at_capacity(exc) from exc
-        except EnvironmentLoadError as exc:
-            raise MCPError(code=INVALID_PARAMS, message=str(exc)) from exc
+        except (EnvironmentLoadError, EnvironmentFailed) as exc:
+            raise MCPError(code=INVALID_PARAMS, message=str(exc), data=ENVIRONMENT_FAILED) from exc
         except SandboxError as exc:
             raise MCPError(code=INTERNAL_ERROR, message=str(exc)) from exc
         return LoadStateResult(environment_id=self.environment.id, scenario_id=scenario_id)
@@ -416,7 +423,9 @@ class EnvironmentServer:
             raise MCPError(code=INVALID_PARAMS, message=str(exc)) from exc
         except SessionLimitReached as exc:
             raise _at_capacity(exc) from exc
-        except (SandboxError, EnvironmentLoadError) as exc:
+        except (EnvironmentLoadError, EnvironmentFailed) as exc:
+            raise MCPError(code=INVALID_PARAMS, message=str(exc), data=ENVIRONMENT_FAILED) from exc
+        except SandboxError as exc:
             raise MCPError(code=INTERNAL_ERROR, message=str(exc)) from exc
 
     async def close_session(self, params: HandleParams | None = None) -> ClosedResult:

@@ -23,8 +23,16 @@ from harness.schema import Observation, ObservationKind, ToolCall
 ToolDispatch = Callable[[str, dict[str, Any]], Awaitable[ToolResult]]
 
 
-def error_observation(call: ToolCall, kind: ObservationKind, message: str) -> Observation:
-    return Observation(tool_call_id=call.id, name=call.name, kind=kind, error=message)
+def error_observation(
+    call: ToolCall, kind: ObservationKind, message: str, *, process_ended: bool = False
+) -> Observation:
+    return Observation(tool_call_id=call.id, name=call.name, kind=kind, error=message, process_ended=process_ended)
+
+
+def environment_failure(call: ToolCall, exc: Exception) -> Observation:
+    """The observation of a call whose environment failed (its class could not be built, or its process kept
+    ending on its own): the environment's failure, as ``harness run`` records it, never the sandbox's."""
+    return error_observation(call, ObservationKind.TOOL_EXCEPTION, str(exc), process_ended=True)
 
 
 class EnvironmentTool(Tool):

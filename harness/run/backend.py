@@ -12,7 +12,7 @@ from harness.library import Library
 from harness.llm import LLMClient
 from harness.sandbox import SandboxLimits
 from harness.schema import ClusterInfo, Trajectory
-from harness.scoring import SharedResetResults
+from harness.scoring.checks import SharedResetResults
 
 from .config import RunConfig
 from .episodes import AgentFactory, UserFactory

@@ -12,7 +12,9 @@ from harness.llm.client import DEFAULT_TIMEOUT_S
 from harness.llm.local_provider import LOCAL_PROVIDER
 from harness.llm.python_models import PYTHON_PROVIDER
 from harness.mcp.credential import public_target
-from harness.rules import RulesName
+from harness.registry import agent_kinds, profile_names, profiles
+from harness.registry.options import ALLOW_WEAK_SANDBOX_HELP
+from harness.rules.profiles import RulesName
 from harness.schema import AgentSettings, ModelSettings
 
 # Settings that change what an episode does: resuming with any of them different would mix two experiments.
@@ -39,6 +41,40 @@ reference actions (dual control) and hands the turn over to the agent between it
 IN_PROCESS_PROVIDERS = frozenset({LOCAL_PROVIDER, PYTHON_PROVIDER})
 
 
+def _choices(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+
+
+def rules_help() -> str:
+    """``--rules``: the profiles of the installed benchmarks."""
+    return (
+        f"Episode rules: {_choices(list(profile_names()))} (default: the library's recommendation, else harness; a "
+        "benchmark's import recommends its own, and rules that run only conversations run them without --mode). The "
+        "manifest records the rules used."
+    )
+
+
+def agent_kinds_help() -> str:
+    """``--agent``: the project's agents, and those the installed benchmarks bring."""
+    own = "function_calling, prompted, oracle (reference actions), do_nothing"
+    brought = [f"{kind.name} ({kind.help})" for kind in agent_kinds()]
+    return f"{own}, or {', '.join(brought)}." if brought else f"{own}."
+
+
+def max_steps_help() -> str:
+    """``--max-steps``: the default of each profile that has its own."""
+    own = [
+        f"{profile.name} {profile.default_max_steps} {'messages' if profile.step_unit == 'message' else 'agent turns'}"
+        for profile in profiles().values()
+        if profile.default_max_steps is not None
+    ]
+    rules = f"; the rules' own defaults: {', '.join(own)}" if own else ""
+    return (
+        "Step limit per episode: agent turns (default 30 nonconv, 40 conv), or every message under rules that count "
+        f"messages{rules}."
+    )
+
+
 class RunConfig(BaseModel):
     """Everything ``harness run`` takes. Each user-facing field is one flag of ``harness run`` (its name with
     dashes, or the ``flag`` of its ``json_schema_extra``) and its description is that flag's help text; a field
@@ -51,14 +87,17 @@ class RunConfig(BaseModel):
     )
     agent_kind: str = Field(
         default="function_calling",
-        description="function_calling, prompted, oracle (reference actions), do_nothing, or acebench-text "
-        "(ACEBench's calls written as text; with --rules acebench-text).",
+        description=agent_kinds_help(),
         json_schema_extra={"flag": "agent"},
     )
     envs: str | None = Field(
         default=None, description="Folder or Hub dataset id ORG/NAME or ORG/NAME@REV; default the seed library."
     )
-    mode: Literal["nonconv", "conv", "both"] = Field(default="nonconv", description="nonconv, conv or both.")
+    mode: Literal["nonconv", "conv", "both"] | None = Field(
+        default=None,
+        description="nonconv, conv or both (default: the library's recommendation, a conversation for rules that run "
+        "only conversations, else nonconv).",
+    )
     user_model: str | None = Field(default=None, description="Simulated user's model (default: --model).")
     trials: int = Field(default=1, ge=1, description="Trials per scenario and mode (for pass^k).")
     env: list[str] = Field(default_factory=list, description="Only this environment id; repeatable.")
@@ -67,6 +106,12 @@ class RunConfig(BaseModel):
     concurrency: int = Field(
         default=32, ge=1, description="Episodes in flight (at most the model alias's max_episodes)."
     )
+    max_requests: int | None = Field(
+        default=None,
+        ge=1,
+        description="Model requests in flight per endpoint, in each process that calls it (default: no cap but the "
+        "episodes in flight, each of which waits for one answer at a time).",
+    )
     rpm: int | None = Field(default=None, ge=1, description="Requests per minute per endpoint.")
     tpm: int | None = Field(default=None, ge=1, description="Tokens per minute per endpoint.")
     temperature: float | None = Field(default=0.0, description="Sampling temperature.")
@@ -74,8 +119,7 @@ class RunConfig(BaseModel):
     seed: int = Field(default=0, description="Base seed for models and sandboxes.")
     max_steps: int | None = Field(
         default=None,
-        description="Step limit per episode: agent turns (default 30 nonconv, 40 conv), or under --rules tau2 "
-        "τ²'s steps, every message (default 200).",
+        description=max_steps_help(),
     )
     system_prompt_version: str = Field(
         default="1",
@@ -99,9 +143,7 @@ class RunConfig(BaseModel):
         "episodes in flight finish). Every model called needs a price; --resume with a higher limit continues.",
     )
     workers: int | None = Field(default=None, description="Sandbox zygotes (fork servers; default 1).")
-    allow_weak_sandbox: bool = Field(
-        default=False, description="Run Hub code even when a confinement layer is missing (see `harness doctor`)."
-    )
+    allow_weak_sandbox: bool = Field(default=False, description=ALLOW_WEAK_SANDBOX_HELP)
     cache_dir: Path | None = Field(default=None, description="Cache model responses in this folder.")
     mcp: str | None = Field(
         default=None,
@@ -114,12 +156,7 @@ class RunConfig(BaseModel):
     skip_bad_records: bool = Field(
         default=False, description="Run without library records that do not load (they are listed in the manifest)."
     )
-    rules: RulesName | None = Field(
-        default=None,
-        description="Episode rules: harness, envscaler or tau2 (default: the library's suggestion, else harness; "
-        "EnvScaler imports suggest envscaler; tau2 runs τ²-bench imports as conversations, as upstream scores "
-        "them). The manifest records the rules used.",
-    )
+    rules: RulesName | None = Field(default=None, description=rules_help())
     include_invalid: bool = Field(
         default=False,
         description="Also run scenarios that `harness validate` finds invalid (recorded in the manifest).",

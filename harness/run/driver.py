@@ -1,30 +1,32 @@
 """A run from start to end: load → check → plan → folder → backend → summarize.
 
-Episodes are bounded by ``concurrency``; model calls by the per-endpoint limits of ``harness.llm``; environment
-code runs in the sandbox's confined processes. Results are appended to ``results.jsonl`` as episodes finish;
-``--resume`` runs only the episodes that have no result yet. This module alone writes the run folder.
+Episodes are bounded by ``concurrency``; model calls by the per-endpoint limits of ``harness.llm`` (``max_requests``,
+``rpm``, ``tpm``); environment code runs in the sandbox's confined processes. Results are appended to
+``results.jsonl`` as episodes finish; ``--resume`` runs only the episodes that have no result yet. This module alone
+writes the run folder.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import logging
 import signal
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness.collector import tuned_for_throughput
 from harness.library import Library
 from harness.llm import EndpointLimits, EndpointUnreachable, LLMClient, RequestRejected
-from harness.metrics import RESULTS_FILE, write_summary
+from harness.results.metrics import RESULTS_FILE, write_summary
+from harness.results.store import ResultStore
 from harness.sandbox import SandboxLimits, SandboxPool
 from harness.schema import RunManifest, Scenario, TerminationReason, Trajectory
-from harness.scoring import known_reset_results, prepared_checks
-from harness.store import ResultStore
+from harness.scoring.checks import known_reset_results, prepared_checks
 
 from .backend import EpisodeBackend, EpisodeJob
 from .config import ModelUnavailable, RunConfig, RunRefused, agent_settings, models_in_use
@@ -45,7 +47,8 @@ from .plan import (
     load_run_library,
     nothing_to_run,
     plan_episodes,
-    resolve_rules,
+    resolve_settings,
+    rules_mismatch,
     select_scenarios,
     selection_problems,
 )
@@ -81,6 +84,19 @@ class RunContext:
     on_start: StartCallback | None
     stop_on_signals: bool
     backend: EpisodeBackend | None
+    settings_from: dict[str, str] = field(default_factory=dict)
+    """Where the settings not given came from (``resolve_settings``), for the run's header."""
+
+
+CLUSTER_PACKAGE = "harness.distributed"
+"""Where the Ray backend lives. That package builds on the run's layers, so the run imports it by name, and only
+when a run asks for a cluster: a local run never loads Ray, and the layers depend one way."""
+
+
+def cluster_backend(address: str) -> EpisodeBackend:
+    """The backend that runs episodes on the Ray cluster at ``address`` (``RunConfig.ray``)."""
+    backend: EpisodeBackend = importlib.import_module(CLUSTER_PACKAGE).RayBackend(address)
+    return backend
 
 
 async def run(
@@ -104,11 +120,11 @@ async def run(
     (:class:`ModelUnavailable` when one does not answer). With ``stop_on_signals``, SIGINT or SIGTERM stops the
     run cleanly: episodes in flight are dropped (they run again on resume), the summary is written, and
     ``RunOutcome.stopped_by`` names the signal. Episodes run in this process, or through ``backend``; either way
-    this process alone writes the run folder. ``config.ray`` needs a backend for that cluster:
-    :func:`harness.runner.run` supplies it.
+    this process alone writes the run folder. With ``config.ray`` and no ``backend``, they run on that cluster
+    (:func:`cluster_backend`).
     """
     if config.ray is not None and backend is None:
-        raise ValueError("a run with config.ray needs the cluster backend: call harness.runner.run")
+        backend = cluster_backend(config.ray)
     asyncio.get_running_loop().set_exception_handler(quiet_cancelled_callbacks)
     library = library or load_run_library(config)
     problems = selection_problems(library, config)
@@ -116,8 +132,11 @@ async def run(
         raise RunRefused(*problems)
     if config.skip_bad_records and library.problems:
         logger.warning("running without %d record(s) that do not load", len(library.problems))
+    config, settings_from = resolve_settings(config, library)
     scenarios = select_scenarios(library, config)
-    config = resolve_rules(config, library, scenarios)
+    mismatch = rules_mismatch(config, library, scenarios)
+    if mismatch is not None:
+        raise RunRefused(mismatch)
     # One pool screens the scenarios and runs the episodes, so the confinement it requires covers both.
     jail = library.jail(
         scenarios, allow_weak_sandbox=config.allow_weak_sandbox, workers=config.workers, limits=sandbox_limits
@@ -143,6 +162,7 @@ async def run(
                     on_start=on_start,
                     stop_on_signals=stop_on_signals,
                     backend=backend,
+                    settings_from=settings_from,
                 )
                 return await run_planned(context)
 
@@ -187,7 +207,7 @@ async def model_client(config: RunConfig, client: LLMClient | None) -> AsyncIter
         return
     owned = LLMClient(
         cache_dir=config.cache_dir,
-        default_limits=EndpointLimits(concurrency=config.concurrency, rpm=config.rpm, tpm=config.tpm),
+        default_limits=EndpointLimits(concurrency=config.max_requests, rpm=config.rpm, tpm=config.tpm),
         timeout=config.timeout,
     )
     try:
@@ -248,6 +268,8 @@ async def run_planned(context: RunContext) -> RunOutcome:
                 recorded=len(store),
                 models={m: resolution_line(manifest.model_resolution.get(m)) for m in models_in_use(config)},
                 in_flight=min(in_flight, max(len(todo), 1)),
+                rules=str(config.rules),
+                settings_from=dict(context.settings_from),
             )
         )
     progress = RunProgress(total=len(todo))

@@ -1,20 +1,24 @@
 """One episode of a run: the policies built for it and the episode loop run, in the run's sandbox pool or
-through its MCP server. The local backend and the Ray executors both run episodes with this code."""
+through its MCP server. The local backend and the Ray executors both run episodes with this code, so both announce
+each episode to their pool's check batches: the trials of one task running together are scored by one check
+process (``harness.sandbox.check_batches``)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from harness.episode import run_episode
-from harness.episode_config import EpisodeConfig
+from harness.episode.config import EpisodeConfig
+from harness.episode.loop import run_episode
 from harness.library import Library
 from harness.llm import LLMClient
-from harness.protocols import AgentPolicy, UserPolicy
-from harness.rules import DEFAULT_RULES
+from harness.records.versions import record_versions
+from harness.registry import rules_profile
+from harness.rules.profiles import HARNESS_RULES, EpisodeRules
+from harness.rules.protocols import AgentPolicy, UserPolicy
 from harness.sandbox import SandboxPool
 from harness.schema import AgentSettings, RecordVersions, Scenario, Trajectory
-from harness.versions import record_versions
+from harness.scoring.checks import batch_key
 
 from .config import RunConfig, agent_settings, user_settings
 from .plan import EpisodeSpec
@@ -36,6 +40,8 @@ class EpisodeContext:
     run_id: str
     agent: AgentSettings
     user: AgentSettings
+    rules: EpisodeRules = HARNESS_RULES
+    """The run's profile, resolved once from ``config.rules``."""
     versions: dict[tuple[str, str], RecordVersions] = field(default_factory=dict, compare=False)
     """What graded each scenario's episodes, by (environment, scenario) id: hashed once per scenario, not per
     episode (the library does not change during a run)."""
@@ -45,8 +51,7 @@ class EpisodeContext:
         versions = self.versions.get(key)
         if versions is None:
             environment = self.library.environments.get(scenario.environment_id)
-            rules = self.config.rules or DEFAULT_RULES
-            versions = self.versions[key] = record_versions(environment, scenario, rules)
+            versions = self.versions[key] = record_versions(environment, scenario, self.rules.name)
         return versions.model_copy()  # each trajectory its own: one may be changed without the others
 
     @classmethod
@@ -70,13 +75,22 @@ class EpisodeContext:
             run_id,
             agent=agent_settings(config),
             user=user_settings(config),
+            rules=rules_profile(config.rules),
         )
 
 
-async def run_one_episode(spec: EpisodeSpec, context: EpisodeContext) -> Trajectory:
+async def run_one_episode(
+    spec: EpisodeSpec, context: EpisodeContext, *, on_scoring: Callable[[], None] | None = None
+) -> Trajectory:
     """Run ``spec`` to its end; every failure of the episode is recorded in the trajectory it returns, and the
-    versions of what graded it (:mod:`harness.versions`)."""
-    trajectory = await _episode(spec, context)
+    versions of what graded it (:mod:`harness.records.versions`).
+
+    The episode is announced to the pool for its whole run: a check process for its task waits for the other
+    episodes of the task running now (its trials), so that one process scores them. ``on_scoring`` is called once,
+    when the episode asks to be scored (or ends without asking): a backend frees the episode's slot then, and the
+    next episode starts while this one waits for its batch."""
+    with context.pool.scores_expected(batch_key(spec.scenario), on_scoring):
+        trajectory = await _episode(spec, context)
     return trajectory.model_copy(update={"versions": context.versions_of(spec.scenario)})
 
 
@@ -94,7 +108,7 @@ async def _episode(spec: EpisodeSpec, context: EpisodeContext) -> Trajectory:
         seed=spec.seed,
         trial=spec.trial,
         run_id=context.run_id,
-        rules=config.rules or DEFAULT_RULES,
+        rules=context.rules,
     )
     if config.mcp is not None:
         from harness.mcp import run_mcp_episode

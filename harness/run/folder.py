@@ -14,10 +14,10 @@ from harness import __version__
 from harness.files import UnsafeFile
 from harness.library import Library
 from harness.llm import LLMClient
-from harness.metrics import MANIFEST_FILE, RESULTS_FILE, load_manifest, run_file_exists
-from harness.rules import DEFAULT_RULES
+from harness.records.versions import library_checks_hash
+from harness.results.metrics import MANIFEST_FILE, RESULTS_FILE, load_manifest, run_file_exists
+from harness.rules.profiles import DEFAULT_RULES
 from harness.schema import DatasetRef, RunManifest
-from harness.versions import library_checks_hash
 
 from .config import IN_PROCESS_PROVIDERS, RESULT_SETTINGS, RunConfig, RunRefused
 

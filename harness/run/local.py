@@ -9,7 +9,6 @@ from collections.abc import Callable
 
 from harness.sandbox import SandboxPool
 from harness.schema import Trajectory
-from harness.scoring import batch_key
 
 from .backend import EpisodeJob
 from .episodes import EpisodeContext, run_one_episode
@@ -49,11 +48,9 @@ class LocalBackend:
 
         async def one_episode(spec: EpisodeSpec, slot: asyncio.Event) -> None:
             try:
-                # Announced to the sandbox: a check process for the scenario waits for its other episodes running
-                # now (a task's trials), so that one process scores them. The episode's slot is free as soon as
-                # it asks to be scored: the next episode starts while this one waits for its batch.
-                with self.pool.scores_expected(batch_key(spec.scenario), slot.set):
-                    trajectory = await run_one_episode(spec, context)
+                # The episode's slot is free as soon as it asks to be scored: the next episode starts while this
+                # one waits for its batch.
+                trajectory = await run_one_episode(spec, context, on_scoring=slot.set)
             finally:
                 slot.set()
             on_result(trajectory)

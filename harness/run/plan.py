@@ -11,7 +11,15 @@ from dataclasses import dataclass
 import orjson
 
 from harness.library import Library, LibraryError, load_library
-from harness.rules import DEFAULT_RULES, RulesName, agent_kind_mismatch, rules_profile
+from harness.registry import (
+    RunSettings,
+    agent_kind_mismatch,
+    benchmark_for_source,
+    profile_names,
+    profile_owner,
+    rules_profile,
+)
+from harness.rules.profiles import DEFAULT_RULES, UnknownRules
 from harness.sandbox import SandboxPool
 from harness.schema import AgentSettings, Mode, Scenario
 from harness.validate import invalid_scenarios
@@ -19,6 +27,11 @@ from harness.validate import invalid_scenarios
 from .config import MODEL_FREE_AGENT_KINDS, RunConfig, RunRefused, agent_settings, user_settings
 
 logger = logging.getLogger(__name__)
+
+LIBRARY = "the library"
+"""A setting the library's benchmark recommends (``Benchmark.recommend``)."""
+RULES = "the rules"
+"""A setting the rules require (a conversation for rules that run only conversations)."""
 
 
 @dataclass(frozen=True)
@@ -87,7 +100,7 @@ def select_scenarios(library: Library, config: RunConfig) -> list[Scenario]:
         if not scenario.checks and not scenario.turns:
             logger.warning("scenario %s skipped: it has no checks and cannot be scored", scenario.id)
             continue
-        if scenario.turns and config.mode == "nonconv":
+        if scenario.turns and config.mode in (None, "nonconv"):
             scripted += 1
             continue
         chosen.append(scenario)
@@ -101,28 +114,69 @@ def select_scenarios(library: Library, config: RunConfig) -> list[Scenario]:
     return chosen
 
 
-def suggested_rules(library: Library, scenarios: list[Scenario]) -> RulesName:
-    """The rules the scenarios' environments suggest (``provenance.details["suggested_rules"]``, set by the
-    EnvScaler importer): a profile all of them suggest, else the default."""
-    suggestions: set[object] = set()
-    for scenario in scenarios:
-        environment = library.environments.get(scenario.environment_id)
-        details = environment.provenance.details if environment is not None else {}
-        suggestions.add(details.get("suggested_rules"))
-    if len(suggestions) == 1:
-        (only,) = suggestions
-        if only in ("harness", "envscaler"):
-            return only
-    elif len(suggestions) > 1:
-        logger.warning("the selected environments suggest different episode rules; using %s", DEFAULT_RULES)
-    return DEFAULT_RULES
+def recommended_settings(library: Library, config: RunConfig) -> RunSettings:
+    """The run settings the selected environments' benchmark recommends (``Benchmark.recommend``), read from the
+    records' ``provenance.source``, so a library imported before recommendations existed gets them too. None when
+    the environments come from no benchmark, or from several (the run then says so and uses the defaults)."""
+    chosen = {
+        scenario.environment_id
+        for scenario in library.scenarios
+        if (not config.env or scenario.environment_id in config.env)
+        and (not config.scenario or scenario.id in config.scenario)
+    }
+    environments = [library.environments[e] for e in sorted(chosen) if e in library.environments]
+    sources = {environment.provenance.source for environment in environments}
+    owners = {source: owner for source in sources if (owner := benchmark_for_source(source)) is not None}
+    if len(sources) != 1 or not owners:
+        if owners:
+            logger.warning(
+                "the selected environments come from %s; running with the default settings",
+                " and ".join(sorted(sources)),
+            )
+        return RunSettings()
+    (owner,) = owners.values()
+    return owner.recommend(environments)
+
+
+def resolve_settings(config: RunConfig, library: Library) -> tuple[RunConfig, dict[str, str]]:
+    """``config`` with its rules, mode, user model and step limit decided, and where each one not given came from.
+
+    What the user gives wins. The rules not given are the library's recommendation, else ``harness``. The
+    recommendation's other settings apply when the rules are the recommending benchmark's; a mode not given is
+    then the recommendation's, else a conversation for rules that run only conversations, else ``nonconv``."""
+    recommended = recommended_settings(library, config)
+    update: dict[str, object] = {}
+    origins: dict[str, str] = {}
+    if config.rules is None:
+        update["rules"] = recommended.rules or DEFAULT_RULES
+        if recommended.rules is not None:
+            origins["rules"] = LIBRARY
+    rules = str(update.get("rules", config.rules))
+    target = recommended.rules or DEFAULT_RULES
+    try:
+        profile, recommended_profile = rules_profile(rules), rules_profile(target)
+    except UnknownRules as error:
+        raise RunRefused(f"--rules {rules!r}: use one of {', '.join(profile_names())}") from error
+    owner = profile_owner(profile)
+    applies = rules == target or (owner is not None and owner is profile_owner(recommended_profile))
+    if config.mode is None:
+        if applies and recommended.mode is not None:
+            update["mode"], origins["mode"] = recommended.mode, LIBRARY
+        elif profile.conversation_only:
+            update["mode"], origins["mode"] = "conv", RULES
+        else:
+            update["mode"] = "nonconv"
+    if applies and config.user_model is None and recommended.user_model is not None:
+        update["user_model"], origins["user_model"] = recommended.user_model, LIBRARY
+    if applies and config.max_steps is None and recommended.max_steps is not None:
+        update["max_steps"], origins["max_steps"] = recommended.max_steps, LIBRARY
+    return config.model_copy(update=update), origins
 
 
 def resolve_rules(config: RunConfig, library: Library, scenarios: list[Scenario]) -> RunConfig:
-    """``config`` with its rules decided: as asked, or the library's suggestion. Refuses, in one line, rules that
-    cannot run this selection."""
-    if config.rules is None:
-        config = config.model_copy(update={"rules": suggested_rules(library, scenarios)})
+    """``config`` with its settings decided (:func:`resolve_settings`); refuses, in one line, rules that cannot
+    run this selection."""
+    config, _ = resolve_settings(config, library)
     problem = rules_mismatch(config, library, scenarios)
     if problem is not None:
         raise RunRefused(problem)
@@ -130,7 +184,7 @@ def resolve_rules(config: RunConfig, library: Library, scenarios: list[Scenario]
 
 
 def rules_mismatch(config: RunConfig, library: Library, scenarios: list[Scenario]) -> str | None:
-    """Why the config's rules cannot run these scenarios (None when they can)."""
+    """Why the config's rules cannot run these scenarios (None when it can)."""
     profile = rules_profile(config.rules)
     if profile.conversation_only and config.mode != "conv":
         return f"--rules {profile.name} runs conversations only: use --mode conv (not {config.mode})"
@@ -198,7 +252,7 @@ def episode_id(
 
 
 def plan_episodes(scenarios: list[Scenario], config: RunConfig) -> list[EpisodeSpec]:
-    modes: list[Mode] = ["nonconv", "conv"] if config.mode == "both" else [config.mode]
+    modes: list[Mode] = ["nonconv", "conv"] if config.mode == "both" else [config.mode or "nonconv"]
     agent = agent_settings(config)
     user = user_settings(config)
     specs = []

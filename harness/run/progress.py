@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import TypeVar
 
 from harness.llm import LLMClient
-from harness.metrics import RunSummary
+from harness.results.metrics import RunSummary
+from harness.results.tally import SummaryTally
 from harness.schema import RunManifest, TerminationReason, Trajectory
-from harness.tally import SummaryTally
 
 
 @dataclass
@@ -84,6 +84,9 @@ class RunPlan:
     recorded: int
     models: dict[str, str]
     in_flight: int
+    rules: str = "harness"
+    settings_from: dict[str, str] = field(default_factory=dict)
+    """Where each setting the user did not give came from (``rules``, ``mode``, ...: "the library", "the rules")."""
 
 
 @dataclass(frozen=True)
@@ -154,7 +157,7 @@ def environment_cause(trajectory: Trajectory) -> tuple[str, str]:
 
 class RunTally:
     """What a run's summary and outcome say, counted as each record is read or written and never held (a
-    :class:`harness.store.RecordListener`): the summary, the causes of failed episodes and the spend recorded.
+    :class:`harness.results.store.RecordListener`): the summary, the causes of failed episodes and the spend recorded.
 
     Causes are listed most frequent first and, between equal counts, in the order of their first episode; so
     each cause keeps the positions of its episodes (failed episodes only)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from harness.llm import LLMClient
-from harness.metrics import episode_cost
+from harness.results.metrics import episode_cost
 from harness.schema import Trajectory
 
 from .config import RunConfig, RunRefused, models_in_use

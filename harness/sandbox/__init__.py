@@ -28,6 +28,9 @@ if TYPE_CHECKING:
     from harness.sandbox.pool import (
         WeakSandbox as WeakSandbox,
     )
+    from harness.sandbox.spec import CodeOrigin as CodeOrigin
+    from harness.sandbox.spec import JailSpec as JailSpec
+    from harness.sandbox.spec import requires_full_confinement as requires_full_confinement
     from harness.sandbox.static import StaticCheckError as StaticCheckError
     from harness.sandbox.static import check_code as check_code
     from harness.sandbox.static import find_problems as find_problems
@@ -40,6 +43,9 @@ _EXPORTS = {
     "SandboxLimits": "harness.sandbox.limits",
     "SandboxPool": "harness.sandbox.pool",
     "WeakSandbox": "harness.sandbox.pool",
+    "CodeOrigin": "harness.sandbox.spec",
+    "JailSpec": "harness.sandbox.spec",
+    "requires_full_confinement": "harness.sandbox.spec",
     "StaticCheckError": "harness.sandbox.static",
     "check_code": "harness.sandbox.static",
     "find_problems": "harness.sandbox.static",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
+from harness.jsonlimits import JSONLimits, UnsafeJSON, check_json
 from harness.schema import ObservationKind, ToolCall, ToolSpec
 
 _JSON_TYPES: dict[str, tuple[type, ...]] = {
@@ -99,3 +100,13 @@ def validate_call(call: ToolCall, tools: dict[str, ToolSpec]) -> dict[str, Any]:
         name: int(value) if isinstance(value, float) and properties.get(name, {}).get("type") == "integer" else value
         for name, value in call.arguments.items()
     }
+
+
+def check_arguments(arguments: dict[str, Any], limits: JSONLimits) -> None:
+    """Raise :class:`CallRejected` unless ``arguments`` are plain JSON the jail's channel can carry within
+    ``limits`` (a model's JSON may hold an integer beyond 64 bits, or nest without end)."""
+    try:
+        check_json(arguments, limits)
+    except UnsafeJSON as exc:
+        message = f"The arguments cannot be used: the value {exc}."
+        raise CallRejected(ObservationKind.INVALID_ARGUMENTS, message) from None

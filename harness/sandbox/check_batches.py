@@ -28,7 +28,7 @@ import orjson
 from harness.sandbox.check_inputs import EpisodeInputs
 from harness.sandbox.children import Child, ChildLost
 from harness.schema import Check
-from harness.state_encodings import READ_ONLY_STATES
+from harness.states.encodings import READ_ONLY_STATES
 
 logger = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@ state, final state and transcript as the bytes of their JSON, each episode heade
 request already carried is not carried again: its size field names the earlier one instead (the episodes of a
 scenario start from the same state, and one that changed nothing ends in it too).
 
-The states are the largest part of a request (τ² retail: 1.2 MB each). As raw bytes after the JSON they are written
+The states are the largest part of a request (retail tasks: 1.2 MB each). As raw bytes after the JSON they are written
 once and sliced on arrival; as JSON strings inside the request they would be escaped by the harness and unescaped
 by the check process, every quote of them. Used by both sides: the harness (``check_batches``, ``pool``) and the
 check process (``runtime``, ``check_runner``). Standard library and orjson only.

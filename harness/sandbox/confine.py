@@ -30,6 +30,7 @@ import resource
 import signal
 import sys
 import sysconfig
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,6 +91,8 @@ class Confinement:
 
     memory_mb: int
     disabled: frozenset[str]
+    jail_modules: frozenset[str] = frozenset()
+    """The third-party modules the children may import (their folders are readable roots)."""
     statuses: dict[str, LayerStatus] = field(default_factory=dict)
     landlock_ruleset_fd: int | None = None
     signal_scope_fd: int | None = None
@@ -204,14 +207,13 @@ def disabled_layers(environ: dict[str, str] | None = None) -> frozenset[str]:
     return frozenset(names)
 
 
-def readable_roots() -> list[str]:
+def readable_roots(jail_modules: Iterable[str] = ()) -> list[str]:
     """What a confined child may read, for imports the zygote did not do ahead: the standard library and the
-    package folders of the optional modules that are installed (never the rest of site-packages).
+    package folders of the jail modules (third-party modules, by name) that are imported (never the rest of
+    site-packages).
 
     The standard library is looked up from the base installation: inside a virtual environment ``platstdlib``
     would otherwise name the environment's ``lib/pythonX.Y``, which holds all of its site-packages."""
-    from harness.sandbox.policy import OPTIONAL_MODULES
-
     base = {
         "base": sys.base_prefix,
         "platbase": sys.base_exec_prefix,
@@ -220,7 +222,7 @@ def readable_roots() -> list[str]:
     }
     paths = sysconfig.get_paths(vars=base)
     roots = {os.path.realpath(paths[key]) for key in ("stdlib", "platstdlib") if key in paths}
-    for name in OPTIONAL_MODULES:
+    for name in jail_modules:
         module = sys.modules.get(name)
         location = getattr(module, "__file__", None)
         if location:
@@ -228,14 +230,20 @@ def readable_roots() -> list[str]:
     return sorted(root for root in roots if os.path.isdir(root))
 
 
-def prepare(memory_mb: int, disabled: frozenset[str], seccomp: dict[str, str] | None = None) -> Confinement:
+def prepare(
+    memory_mb: int,
+    disabled: frozenset[str],
+    seccomp: dict[str, str] | None = None,
+    jail_modules: Iterable[str] = (),
+) -> Confinement:
     """Detect and prepare every layer in the zygote (once). Never raises: a missing layer is reported.
+    ``jail_modules`` name the third-party modules whose folders the children may read (those imported).
 
     ``seccomp`` is what :func:`seccomp_filter` built in the harness (the zygote never imports the bindings: they
     pull in ``threading``, whose handler would then run, and write to memory, in every forked child).
 
     With the PID namespace in force the calling process forks here: only the new zygote returns."""
-    confinement = Confinement(memory_mb=memory_mb, disabled=disabled)
+    confinement = Confinement(memory_mb=memory_mb, disabled=disabled, jail_modules=frozenset(jail_modules))
     statuses = confinement.statuses
 
     def record(name: str, active: bool, detail: str) -> None:
@@ -285,7 +293,8 @@ def prepare(memory_mb: int, disabled: frozenset[str], seccomp: dict[str, str] | 
     if "mount_namespace" in disabled:
         record("mount_namespace", False, "")
     else:
-        in_user_namespace = prepare_mount_namespace(libc, record, in_user_namespace, readable_roots())
+        roots = readable_roots(confinement.jail_modules)
+        in_user_namespace = prepare_mount_namespace(libc, record, in_user_namespace, roots)
     confinement.drop_capabilities = in_user_namespace
     return confinement
 
@@ -330,11 +339,11 @@ def _prepare_landlock(confinement: Confinement, record: Any, libc: Any, scope: b
     try:
         if scoped_fd is None:
             ruleset = landlock.Ruleset()
-            ruleset.allow(*readable_roots(), rules=readable)
+            ruleset.allow(*readable_roots(confinement.jail_modules), rules=readable)
             fd = ruleset._fd  # the ruleset object closes nothing on its own; its descriptor is kept for the children
         else:
             fd = scoped_fd
-            for root in readable_roots():
+            for root in readable_roots(confinement.jail_modules):
                 held = os.open(root, os.O_PATH | os.O_CLOEXEC)
                 try:
                     get_add_rule()(fd, 1, ctypes.byref(PathBeneathAttr(readable, held)), 0)

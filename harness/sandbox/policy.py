@@ -5,34 +5,35 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-OPTIONAL_MODULES: frozenset[str] = frozenset(
-    {"mpmath", "pydantic", "pydantic.main", "pydantic.fields", "pydantic.json_schema", "annotated_types"}
-)
-"""Third-party modules allowed when they are installed (BFCL's MathAPI imports mpmath: the ``bfcl`` extra;
-τ²-bench's domain models are pydantic models, and ``pydantic.main`` is named so that the zygote loads the model
-machinery that ``import pydantic`` leaves to first use).
-A zygote imports ahead the ones its pool may need (:func:`optional_modules_named_in`; all of them when its pool
-was not told) and the jail lets children read the package folders of those, nothing else of site-packages: a
-child cannot import one its zygote did not. Each one imported makes every fork and exit of a child cost more (the
-zygote's page tables grow: pydantic's add about 0.5 ms of CPU per session), so pools load only what they serve."""
-
-_OPTIONAL_ROOTS: frozenset[str] = frozenset(name.split(".")[0] for name in OPTIONAL_MODULES)
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def optional_modules_named_in(sources: Iterable[str]) -> frozenset[str]:
-    """The optional modules (with their listed submodules) whose top-level name appears anywhere in ``sources`` as
-    a word: in an import, but also in a string a dynamic import could use, so that honest code never finds a module
-    missing."""
+def optional_modules_named_in(sources: Iterable[str], jail_modules: Iterable[str]) -> frozenset[str]:
+    """The jail modules (third-party modules allowed when installed, with their listed submodules) whose top-level
+    name appears anywhere in ``sources`` as a word: in an import, but also in a string a dynamic import could use,
+    so that honest code never finds a module missing.
+
+    The jail modules are the names the installed benchmarks declare (``harness.registry.jail_modules``), handed to
+    the pool as data: a zygote imports ahead the ones its pool may need (all of them when its pool was not told)
+    and the jail lets children read the package folders of those, nothing else of site-packages: a child cannot
+    import one its zygote did not. Each one imported makes every fork and exit of a child cost more (the zygote's
+    page tables grow: pydantic's add about 0.5 ms of CPU per session), so pools load only what they serve."""
+    candidates = frozenset(jail_modules)
+    roots = frozenset(name.split(".")[0] for name in candidates)
     named: set[str] = set()
     for source in sources:
-        named.update(_OPTIONAL_ROOTS.intersection(_WORD.findall(source)))
-        if named == _OPTIONAL_ROOTS:
+        named.update(roots.intersection(_WORD.findall(source)))
+        if named == roots:
             break
-    return frozenset(name for name in OPTIONAL_MODULES if name.split(".")[0] in named)
+    return frozenset(name for name in candidates if name.split(".")[0] in named)
 
 
-ALLOWED_MODULES: frozenset[str] = OPTIONAL_MODULES | frozenset(
+def importable_roots(jail_modules: Iterable[str]) -> frozenset[str]:
+    """The top-level names code in the jail may import: those of :data:`ALLOWED_MODULES` and of the jail modules."""
+    return ALLOWED_MODULES | frozenset(name.split(".")[0] for name in jail_modules)
+
+
+ALLOWED_MODULES: frozenset[str] = frozenset(
     {
         "typing",
         "typing_extensions",

@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 
 from harness.errors import BadInput
-from harness.sandbox.arguments import CallRejected, validate_call
+from harness.sandbox.arguments import CallRejected, check_arguments, validate_call
 from harness.sandbox.check_batches import (
     SCENARIO_OF_CHECKS,
     CheckBatcher,
@@ -60,7 +60,7 @@ from harness.schema import (
     ToolCall,
     ToolSpec,
 )
-from harness.state_encodings import READ_ONLY_STATES
+from harness.states.encodings import READ_ONLY_STATES
 
 logger = logging.getLogger(__name__)
 
@@ -179,7 +179,11 @@ class EnvSession:
             "diffs": self.record_diffs,
         }
         # The state's JSON goes last, written from where it is (a held state's is written once per run).
-        state = READ_ONLY_STATES.plain(self.initial_state)
+        try:
+            state = READ_ONLY_STATES.plain(self.initial_state)
+        except (TypeError, orjson.JSONEncodeError) as exc:  # an integer beyond 64 bits, a value JSON cannot carry
+            unsendable = f"the state of {self.environment.id!r} cannot be sent to its sandbox: {exc}"
+            raise EnvironmentLoadError(unsendable) from None
         message = [orjson.dumps(opening)[:-1], b',"state":', state, b"}"]
         response = await child.request(message, budget, open_reply_bytes(len(self.environment.code)))
         if response.get("ok") is not True:
@@ -201,6 +205,7 @@ class EnvSession:
             raise SandboxError("the session is closed")
         try:
             arguments = validate_call(call, self.tools)
+            check_arguments(arguments, self.pool.reply_limits.result)
         except CallRejected as rejected:
             return Observation(tool_call_id=call.id, name=call.name, kind=rejected.kind, error=str(rejected)), []
         budget = self.pool._budget(self.pool.limits.call_timeout_s)
@@ -293,9 +298,11 @@ class SandboxPool:
 
     ``workers`` is the number of zygotes (fork servers) the pool spreads its processes over. With
     ``require_full_confinement`` the pool refuses to start when any confinement layer is missing: the CLI asks
-    for it whenever the code comes from the Hub (see ``--allow-weak-sandbox``). ``optional_modules`` names the
-    optional third-party modules its children may import (``policy.optional_modules_named_in`` of the code it will
-    run); by default all that are installed, at some CPU per session. ``code_to_lint`` (environment and check
+    for it whenever the code comes from the Hub (see ``--allow-weak-sandbox``). ``jail_modules`` names the
+    third-party modules code in the jail may import (by default those the installed benchmarks declare:
+    ``harness.registry.jail_modules``; only the names reach the zygote); ``optional_modules`` those of them its
+    zygotes import ahead (``policy.optional_modules_named_in`` of the code it will run), by default all that are
+    installed, at some CPU per session. ``code_to_lint`` (environment and check
     sources the pool will run) gets its static checks while the first zygote boots, on this process's core.
     """
 
@@ -307,6 +314,7 @@ class SandboxPool:
         require_full_confinement: bool = False,
         optional_modules: Iterable[str] | None = None,
         code_to_lint: Iterable[str] = (),
+        jail_modules: Iterable[str] | None = None,
     ):
         self.limits = limits or SandboxLimits()
         self.reply_limits = ReplyLimits(self.limits)
@@ -314,8 +322,14 @@ class SandboxPool:
         """States read lately, shared by the readers that promise not to change them (``EnvSession.state``)."""
         self.size = max(1, workers or 1)
         self.require_full_confinement = require_full_confinement
+        if jail_modules is None:
+            from harness.registry import jail_modules as registered
+
+            jail_modules = registered()
+        self.jail_modules = frozenset(jail_modules)
+        """The third-party modules code in the jail may import (names; ``harness.sandbox.policy``)."""
         self.optional_modules = None if optional_modules is None else frozenset(optional_modules)
-        """The optional third-party modules its zygotes load ahead (``harness.sandbox.policy``); None: all."""
+        """The jail modules its zygotes load ahead; None: all."""
         self._zygotes: list[Zygote] = []
         self._next = itertools.count()
         self._checked: dict[str, list[str]] = {}
@@ -328,7 +342,7 @@ class SandboxPool:
         self._start_lock: asyncio.Lock | None = None
         self.layers: list[dict[str, Any]] = []
         self.reset_results: dict[tuple[str, int, tuple[str, ...]], tuple[Any, list[CheckResult]]] = {}
-        """Check results on each scenario's initial state, computed once per scenario (see harness.scoring)."""
+        """Check results on each scenario's initial state, computed once per scenario (see harness.scoring.checks)."""
         self.reset_pending: dict[tuple[str, int, tuple[str, ...]], asyncio.Event] = {}
         """Keys of ``reset_results`` being computed, each set when its computation ends (stored or not)."""
         self._batcher = CheckBatcher(
@@ -350,6 +364,7 @@ class SandboxPool:
             "disabled_env": {DISABLE_VARIABLE: os.environ.get(DISABLE_VARIABLE, "")},
             "seccomp": seccomp_filter(),
             "optional_modules": None if self.optional_modules is None else sorted(self.optional_modules),
+            "jail_modules": sorted(self.jail_modules),
         }
 
     def _new_zygote(self) -> Zygote:
@@ -453,7 +468,7 @@ class SandboxPool:
 
     def static_problems(self, code: str) -> list[str]:
         if code not in self._checked:
-            self._checked[code] = find_problems(code)
+            self._checked[code] = find_problems(code, self.jail_modules)
         return self._checked[code]
 
     async def open_session(

@@ -152,7 +152,7 @@ class KnownStates:
     A state reply whose bytes equal one of these is not decoded or checked again: it is that state, and its
     readers share one object, which none of them may change (``EnvSession.state(shared=True)``). Sessions of one
     scenario start from the same state, and so do most scenarios of a benchmark domain; reading a large one
-    (τ² retail: 1.2 MB) costs a decode and a walk of its containers each time otherwise. Only starting states
+    (retail tasks: 1.2 MB) costs a decode and a walk of its containers each time otherwise. Only starting states
     (read before a session's first call) are remembered: a state after calls rarely repeats, and would push the
     starting states out. Equal bytes are equal states whatever process sent them, so nothing is taken on trust.
     """

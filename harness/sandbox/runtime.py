@@ -28,9 +28,9 @@ import orjson
 from harness.sandbox.check_inputs import ReceivedInputs, read_check_request
 from harness.sandbox.check_isolation import IMPORT_EVENT
 from harness.sandbox.environment_code import compile_environment
-from harness.sandbox.policy import ALLOWED_MODULES, OPTIONAL_MODULES, REMOVED_BUILTINS, is_forbidden_attribute
+from harness.sandbox.policy import ALLOWED_MODULES, REMOVED_BUILTINS, importable_roots, is_forbidden_attribute
 from harness.sandbox.shims import CONTEXT, SHIM_MODULES, Clock, FrozenDate, FrozenDateTime
-from harness.statediff import diff_values
+from harness.states.diff import diff_values
 
 
 class CallTimeout(BaseException):
@@ -44,9 +44,14 @@ class BadResult(Exception):
 # ------------------------------------------------------------------------------------------- restrictions
 
 
+_IMPORTABLE: set[str] = set(ALLOWED_MODULES)
+"""The top-level names this process's code may import: the standard ones and the jail modules its zygote was given
+(:func:`prepare_interpreter`)."""
+
+
 def _guarded_import(name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0) -> Any:
     top = name.split(".")[0]
-    if level or top not in ALLOWED_MODULES:
+    if level or top not in _IMPORTABLE:
         raise ImportError(f"import of {name!r} is not allowed in the sandbox")
     sys.audit(IMPORT_EVENT, name)  # tells the check guard that shared modules are now within the caller's reach
     if name in SHIM_MODULES:
@@ -119,7 +124,7 @@ _PUBLIC_ATTRIBUTES: dict[type, frozenset[Any]] = {}
 """Per class, the attribute names of the last of its objects that was written as its own attributes, none of
 them private. orjson asks for each object of a class that it does not write itself (thousands of times for a
 database of pydantic models); an object of that class with those very names is written as its attributes without
-looking at them again (τ² retail's database: 7.6 ms → 4.2 ms). The one difference from the general rule: an object
+looking at them again (a retail database: 7.6 ms → 4.2 ms). The one difference from the general rule: an object
 whose ``__class__`` claims a set or date class its type is not may then be written by its attributes (only the
 environment's own code makes such objects, and its session alone sees them)."""
 
@@ -295,7 +300,7 @@ class EnvironmentSession:
             cls = namespace.get(class_name)
             if not isinstance(cls, type):
                 raise LookupError(f"the code does not define a class named {class_name!r}")
-            # EnvScaler's runtime: one deep copy, given to the constructor (falling back to no arguments), whose
+            # The release's own runtime: one deep copy, given to the constructor (falling back to no arguments), whose
             # keys are then set as attributes: the instance's containers are the very objects of that copy. The
             # state just decoded from the request is such a copy already: nothing else in this process holds it.
             config = init_config
@@ -494,7 +499,7 @@ def serve_session(
     ``own_process``: this process serves this session alone and exits after it (a forked session child). Its first
     request, the open, then runs without the cyclic collector: decoding a large initial state and building the
     environment from it allocate hundreds of thousands of objects, and the collections on the way, which walk
-    them all again and again, cost more than building them (τ² retail: 24 ms against 18). What the open built
+    them all again and again, cost more than building them (a retail database: 24 ms against 18). What the open built
     lives as long as the session, so it is frozen out of the collector's view afterwards, and the collector runs
     as usual for every call. Cyclic garbage the constructor itself left is kept until the process exits (the
     memory limit bounds it). ``compiled_code``: the environment code the zygote holds (``EnvironmentSession``)."""
@@ -550,17 +555,21 @@ def serve_checks(fd: int, settings: Settings, run_checks: CheckBatchRunner, *, i
     _write_frame(fd, _encode(response), sequence)
 
 
-def prepare_interpreter(optional_modules: Iterable[str] | None = None) -> None:
-    """What every child needs ready before it forks: modules imported (of the optional ones, those named, or all
-    when ``None``), the call timer's handler installed."""
+def prepare_interpreter(optional_modules: Iterable[str] | None = None, jail_modules: Iterable[str] = ()) -> None:
+    """What every child needs ready before it forks: the jail modules (third-party modules, by name) made
+    importable, modules imported (of the jail modules, those named, or all when ``None``), the call timer's
+    handler installed."""
     import importlib
 
-    wanted = OPTIONAL_MODULES if optional_modules is None else OPTIONAL_MODULES.intersection(optional_modules)
-    for module in sorted((ALLOWED_MODULES - OPTIONAL_MODULES - {"__future__"}) | wanted):
+    jail = frozenset(jail_modules)
+    _IMPORTABLE.clear()
+    _IMPORTABLE.update(importable_roots(jail))
+    wanted = jail if optional_modules is None else jail.intersection(optional_modules)
+    for module in sorted((ALLOWED_MODULES - {"__future__"}) | wanted):
         try:
             importlib.import_module(module)
         except ImportError:
-            if module not in OPTIONAL_MODULES:
+            if module not in jail:
                 raise
     sys.dont_write_bytecode = True
     sys.setrecursionlimit(3000)

@@ -140,7 +140,8 @@ class FrozenDate(_datetime.date):
 
 def _pydantic_schema(kind: str) -> Any:
     """A pydantic model annotated with the sandbox's ``datetime.date``/``datetime.datetime`` (these classes)
-    validates and dumps as with the real ones (τ²'s telecom models are annotated with ``datetime.date``). Only
+    validates and dumps as with the real ones (an imported benchmark's models may be annotated with
+    ``datetime.date``). Only
     pydantic calls this, so pydantic_core is loaded already."""
     import pydantic_core.core_schema
 

@@ -1,6 +1,6 @@
 """The one recipe every sandbox pool is made from, and the one place the trust rule lives.
 
-A :class:`JailSpec` says how many zygotes, which limits, which optional modules a pool's children may import,
+A :class:`JailSpec` says how many zygotes, which limits, which third-party modules a pool's children may import,
 and whether every confinement layer is required. :meth:`JailSpec.pool` is the only place a
 :class:`~harness.sandbox.pool.SandboxPool` is built, so a new caller cannot forget the rule.
 
@@ -51,7 +51,12 @@ class JailSpec(BaseModel):
         default=False, description="Refuse to run any code unless every confinement layer is active."
     )
     optional_modules: frozenset[str] | None = Field(
-        default=None, description="Optional third-party modules the children may import; None: every one allowed."
+        default=None, description="The jail modules the zygotes import ahead; None: every one."
+    )
+    jail_modules: frozenset[str] | None = Field(
+        default=None,
+        description="Third-party modules the children may import (names); None: those the installed benchmarks "
+        "declare, read where the pool is made.",
     )
 
     @classmethod
@@ -82,6 +87,7 @@ class JailSpec(BaseModel):
             require_full_confinement=self.full_confinement,
             optional_modules=self.optional_modules,
             code_to_lint=code_to_lint,
+            jail_modules=self.jail_modules,
         )
 
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import ast
 import re
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
-from harness.sandbox.policy import ALLOWED_MODULES, FORBIDDEN_NAMES, is_forbidden_attribute
+from harness.sandbox.policy import ALLOWED_MODULES, FORBIDDEN_NAMES, importable_roots, is_forbidden_attribute
 
 _FORMAT_ATTRIBUTE_ESCAPE = re.compile(r"\{[^{}]*\.(__\w+__|gi_frame|f_globals|f_back|tb_frame)")
 _REFLECTION_CALLS = {"getattr", "setattr", "delattr", "hasattr"}
@@ -52,30 +52,32 @@ class StaticCheckError(ValueError):
         super().__init__("; ".join(problems))
 
 
-def find_problems(code: str) -> list[str]:
-    """Every reason this code may not run in the sandbox (empty when it passes)."""
+def find_problems(code: str, jail_modules: Iterable[str] = ()) -> list[str]:
+    """Every reason this code may not run in the sandbox (empty when it passes); ``jail_modules`` are the
+    third-party modules it may import besides the standard ones."""
     try:
         tree = parse_untrusted(code)
     except UnparsableCode as exc:
         return [str(exc)]
     problems: list[str] = []
+    allowed = importable_roots(jail_modules) if jail_modules else ALLOWED_MODULES
     try:
-        _collect_problems(tree, problems)
+        _collect_problems(tree, problems, allowed)
     except (RecursionError, MemoryError):
         problems.append("the code nests too deeply to check")
     return problems
 
 
-def _collect_problems(tree: ast.Module, problems: list[str]) -> None:
+def _collect_problems(tree: ast.Module, problems: list[str], allowed: frozenset[str]) -> None:
     for node in _nodes(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                if alias.name.split(".")[0] not in ALLOWED_MODULES:
+                if alias.name.split(".")[0] not in allowed:
                     problems.append(f"line {_line(node)}: import of {alias.name!r} is not allowed")
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 problems.append(f"line {_line(node)}: relative imports are not allowed")
-            elif (node.module or "").split(".")[0] not in ALLOWED_MODULES:
+            elif (node.module or "").split(".")[0] not in allowed:
                 problems.append(f"line {_line(node)}: import from {node.module!r} is not allowed")
         elif isinstance(node, ast.Name):
             if node.id in FORBIDDEN_NAMES:
@@ -117,8 +119,8 @@ def _line(node: ast.AST) -> object:
     return getattr(node, "lineno", "?")
 
 
-def check_code(code: str) -> None:
+def check_code(code: str, jail_modules: Iterable[str] = ()) -> None:
     """Raise StaticCheckError when the code may not run."""
-    problems = find_problems(code)
+    problems = find_problems(code, jail_modules)
     if problems:
         raise StaticCheckError(problems)

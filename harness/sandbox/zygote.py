@@ -386,9 +386,13 @@ def main() -> None:
     libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG: die with the harness
     if os.getppid() == 1:
         return
-    runtime.prepare_interpreter(options.get("optional_modules"))
+    jail_modules = frozenset(options.get("jail_modules") or ())
+    runtime.prepare_interpreter(options.get("optional_modules"), jail_modules)
     confinement = prepare(
-        int(options["memory_mb"]), disabled_layers(options.get("disabled_env", {})), options.get("seccomp")
+        int(options["memory_mb"]),
+        disabled_layers(options.get("disabled_env", {})),
+        options.get("seccomp"),
+        jail_modules,
     )
     warm_up.warm_up(settings, check_runner.run_checks)
     check_runner.prepare_check_restore()

@@ -14,12 +14,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.episode import Episode
-from harness.episode_config import EpisodeConfig
+from harness.episode.config import EpisodeConfig
+from harness.episode.loop import Episode
 from harness.library import Library
-from harness.protocols import UserPolicy, agent_turn_from_message
-from harness.reward import CompositeWeights
-from harness.rules import RulesName, rules_profile
+from harness.registry import rules_profile
+from harness.rules.profiles import EpisodeRules, RulesName
+from harness.rules.protocols import UserPolicy, agent_turn_from_message
 from harness.sandbox import SandboxError, SandboxPool, WeakSandbox
 from harness.sandbox.arguments import CallRejected, validate_call
 from harness.sandbox.spec import require_confinement
@@ -32,6 +32,7 @@ from harness.schema import (
     TerminationReason,
     Trajectory,
 )
+from harness.scoring.reward import CompositeWeights
 from harness.toolspec import ToolDerivationError
 from harness.train.rows import BAD_ROW, read_row
 from harness.validate import invalid_scenarios
@@ -97,9 +98,12 @@ class EpisodeSettings:
     scenarios: dict[str, Scenario] = field(default_factory=dict)
     screened: dict[str, str | None] = field(default_factory=dict)
     """The cheap validation's verdict per scenario id, shared by every rollout slot."""
+    profile: EpisodeRules = field(init=False)
+    """``rules`` resolved once: the profile every rollout is played under."""
 
     def __post_init__(self) -> None:
-        self.rules = rules_profile(self.rules).name
+        self.profile = rules_profile(self.rules)
+        self.rules = self.profile.name
         if not self.scenarios:
             self.scenarios = {s.id: s for s in self.library.scenarios}
 
@@ -167,7 +171,7 @@ class JailedEpisode:
             max_steps=settings.max_steps,
             seed=seed,
             reward_weights=settings.weights,
-            rules=settings.rules,
+            rules=settings.profile,
         )
         user = settings.user
         try:

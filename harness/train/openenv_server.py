@@ -39,7 +39,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from harness.mcp.access import AccessGuard, AccessPolicy
 from harness.mcp.server import server_instructions
-from harness.protocols import agent_turn_from_message
+from harness.rules.protocols import agent_turn_from_message
 from harness.sandbox.arguments import CallRejected, validate_call
 from harness.schema import Environment, ObservationKind, Scenario
 from harness.train.jailed_episode import EpisodeSettings, JailedEpisode

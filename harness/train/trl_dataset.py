@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.library import Library
-from harness.prompts import rules_agent_system_prompt
-from harness.rules import DEFAULT_RULES, RulesName, rules_profile
+from harness.registry import rules_profile
+from harness.rules.profiles import DEFAULT_RULES, RulesName
+from harness.rules.prompts import rules_agent_system_prompt
 from harness.schema import Environment, Mode, Scenario
 
 if TYPE_CHECKING:
@@ -29,15 +30,15 @@ PROMPTS_CONFIG = "prompts"
 
 def system_prompt(environment: Environment, mode: Mode, rules: RulesName) -> str:
     """The system prompt the episode gives the agent under ``rules`` (the one its rollouts are scored with).
-    Rules that run only their own text-call agent (``acebench-text``) are refused: the trainers' adapters read
-    native tool calls."""
+    Rules that run only their own agent kinds (``EpisodeRules.agent_kinds``, an agent that writes its calls as text)
+    are refused: the trainers' adapters read native tool calls."""
     profile = rules_profile(rules)
     if profile.agent_kinds is not None:
         raise ValueError(
             f"--rules {profile.name} runs only the {' or '.join(profile.agent_kinds)} agent (calls written as text), "
             "which the trainers' adapters do not parse: train under rules whose agent calls tools natively"
         )
-    return rules_agent_system_prompt(environment, mode, profile.system_prompts)
+    return rules_agent_system_prompt(environment, mode, profile)
 
 
 def prompt_row(environment: Environment, scenario: Scenario, mode: Mode, rules: RulesName) -> dict[str, Any]:

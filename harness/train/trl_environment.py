@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from harness.library import Library, load_library
-from harness.reward import CompositeWeights
-from harness.rules import DEFAULT_RULES, RulesName
+from harness.rules.profiles import DEFAULT_RULES, RulesName
 from harness.sandbox import SandboxLimits
 from harness.schema import Environment, Mode, ToolSpec
+from harness.scoring.reward import CompositeWeights
 from harness.toolspec import derive_tools
 from harness.train.jail_thread import JailThread
 from harness.train.jailed_episode import NOT_STARTED, EpisodeSettings, JailedEpisode, RolloutOutcome

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from harness.schema import RewardBreakdown, TerminationReason, Trajectory
+from harness.registry import reward_components
+from harness.schema import RewardBreakdown, Trajectory
 from harness.train.jailed_episode import RolloutOutcome
 from harness.train.trl_environment import finish_rollout
 
@@ -47,24 +48,14 @@ def composite(reward: RewardBreakdown, trajectory: Trajectory | None) -> float:
     return reward.composite if reward.composite is not None else reward.state_reward
 
 
-def envscaler(reward: RewardBreakdown, trajectory: Trajectory | None) -> float:
-    """Upstream EnvScaler's reward: the check pass rate to 4 decimals, 0 when a tool raised or the step limit cut
-    the episode (whatever rules the episode ran under)."""
-    if trajectory is not None:
-        if trajectory.termination in (TerminationReason.TOOL_EXCEPTION, TerminationReason.MAX_STEPS):
-            return 0.0
-        if any(step.observation.kind == "tool_exception" for step in trajectory.steps):
-            return 0.0
-    return round(check_pass_rate(reward, trajectory), 4)
-
-
 COMPONENTS: dict[str, Callable[[RewardBreakdown, Trajectory | None], float]] = {
     "check_pass_rate": check_pass_rate,
     "state_reward": state_reward,
     "trajectory_match": trajectory_match,
     "length_penalty": length_penalty,
     "composite": composite,
-    "envscaler": envscaler,
+    # A benchmark's own rewards (upstream's reward of a benchmark whose rules the project reproduces).
+    **reward_components(),
 }
 
 
@@ -119,7 +110,7 @@ def _reward_function(name: str) -> RewardFunction:
 def reward_functions(components: list[str] | None = None) -> list[RewardFunction]:
     """Reward functions for ``GRPOTrainer(reward_funcs=...)``, named after their components (TRL logs each as
     ``rewards/<name>``): ``check_pass_rate``, ``state_reward``, ``trajectory_match``, ``length_penalty``,
-    ``composite`` and ``envscaler`` by default, or those listed in ``components``."""
+    ``composite`` and the rewards the installed benchmarks define by default, or those listed in ``components``."""
     chosen = list(COMPONENTS) if components is None else components
     unknown = [name for name in chosen if name not in COMPONENTS]
     if unknown:

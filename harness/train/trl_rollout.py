@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.library import Library
-from harness.reward import CompositeWeights
-from harness.rules import DEFAULT_RULES, RulesName
+from harness.rules.profiles import DEFAULT_RULES, RulesName
 from harness.schema import Mode, Trajectory
+from harness.scoring.reward import CompositeWeights
 from harness.train.conversation import (
     TokenTrace,
     append_observations,
@@ -164,7 +164,7 @@ def rollout_func(
 ) -> Callable[[list[Any], Any], dict[str, list[Any]]]:
     """What ``GRPOTrainer(rollout_func=...)`` takes: multi-turn rollouts on the prompt dataset's scenarios.
 
-    ``user`` is the simulated user (a :class:`~harness.protocols.UserPolicy`, or a function from the scenario
+    ``user`` is the simulated user (a :class:`~harness.rules.protocols.UserPolicy`, or a function from the scenario
     to one, e.g. ``agents.scripted_user.ScriptedUser``); ``generator(trainer)`` returns the function that
     continues a token sequence (the trainer's model by default). ``on_trajectory`` receives each finished
     episode's record, with the policy's tokens in ``policy_tokens``. Use it without ``environment_factory``:

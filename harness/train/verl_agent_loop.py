@@ -29,9 +29,10 @@ from verl.experimental.agent_loop.tool_parser import ToolParser
 from verl.utils.profiler import simple_timer
 
 from harness.library import Library
-from harness.reward import CompositeWeights
-from harness.rules import DEFAULT_RULES, RulesName, rules_profile
+from harness.registry import rules_profile
+from harness.rules.profiles import DEFAULT_RULES, RulesName
 from harness.schema import Mode
+from harness.scoring.reward import CompositeWeights
 from harness.train.conversation import (
     BAD_MODE,
     MODES,
@@ -108,8 +109,8 @@ def close_shared_jails() -> None:
 @register("harness")
 class HarnessAgentLoop(AgentLoopBase):
     """One rollout of one of our scenarios. Its keywords come from the agent loop YAML entry: ``envs`` (a library
-    folder or Hub dataset id, or a :class:`Library`; the seed library when absent), ``rules`` (``harness`` or
-    ``envscaler``), ``reward`` (the component put in ``reward_score``: ``composite``, the rules' reward, by
+    folder or Hub dataset id, or a :class:`Library`; the seed library when absent), ``rules`` (``harness`` or a
+    benchmark's profile), ``reward`` (the component put in ``reward_score``: ``composite``, the rules' reward, by
     default; ``check_pass_rate``, ...), ``tool_parser`` (a verl parser name, ``hermes`` for Qwen3),
     ``max_turns`` (the policy's generations), ``include_invalid``, ``mode`` (``nonconv`` or ``conv``; a row's
     ``extra_info.mode`` overrides it) and ``user``: the simulated user of conversational rows, a user policy or a

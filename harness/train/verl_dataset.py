@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.library import Library
-from harness.rules import DEFAULT_RULES, RulesName
+from harness.rules.profiles import DEFAULT_RULES, RulesName
 from harness.schema import Mode
 from harness.train.trl_dataset import prompt_rows, system_prompt
 

@@ -11,14 +11,14 @@ from agents.factory import build_agent, build_agent_from_settings
 from agents.function_calling import outgoing_message
 from agents.oracle import ORACLE_FINAL_MESSAGE, OracleAgent
 from agents.prompted import parse_tool_calls, render_for_text_model
-from harness.prompts import (
+from harness.rules.prompts import (
     PROMPT_SETS,
     agent_system_prompt,
     prompt_set,
     prompted_tools_prompt,
     user_system_prompt,
 )
-from harness.protocols import (
+from harness.rules.protocols import (
     OUT_OF_SCOPE,
     STOP,
     TRANSFER,

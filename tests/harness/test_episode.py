@@ -14,12 +14,13 @@ from typing import Any
 import pytest
 
 from agents.oracle import ORACLE_FINAL_MESSAGE, OracleAgent
-from harness.dispatch import open_tool_session
-from harness.episode import Episode, classify_failure, drive, run_episode
-from harness.episode_config import EpisodeConfig
+from harness.episode.config import EpisodeConfig
+from harness.episode.dispatch import open_tool_session
+from harness.episode.loop import Episode, classify_failure, drive, run_episode
+from harness.episode.tool_messages import observation_content
 from harness.library import load_library
-from harness.protocols import AgentPolicyError, AgentTurn, UserTurn, find_stop_token
-from harness.sandbox import EnvironmentFailed, EnvironmentLoadError, SandboxError, SandboxLimits, SandboxPool
+from harness.rules.protocols import AgentPolicyError, AgentTurn, UserTurn, find_stop_token
+from harness.sandbox import EnvironmentFailed, EnvironmentLoadError, JailSpec, SandboxError, SandboxLimits, SandboxPool
 from harness.schema import (
     AgentSettings,
     Check,
@@ -37,7 +38,6 @@ from harness.schema import (
     Trajectory,
     UserProfile,
 )
-from harness.tool_messages import observation_content
 from harness.toolspec import derive_tools
 
 SHOP_CODE = '''
@@ -116,7 +116,7 @@ def shop_scenario() -> Scenario:
 
 @pytest.fixture
 async def pool() -> AsyncIterator[SandboxPool]:
-    async with SandboxPool(workers=2) as sandbox_pool:
+    async with JailSpec(workers=2).pool() as sandbox_pool:
         yield sandbox_pool
 
 
@@ -487,7 +487,7 @@ def sandbox_worker_pids() -> set[int]:
 
 async def test_a_sandbox_that_keeps_failing_is_an_infra_error() -> None:
     before = sandbox_worker_pids()
-    async with SandboxPool(workers=1, limits=SandboxLimits(max_recoveries=0)) as pool:
+    async with JailSpec(workers=1, limits=SandboxLimits(max_recoveries=0)).pool() as pool:
         scenario = shop_scenario()
         episode = Episode(
             scenario,
@@ -583,14 +583,14 @@ async def test_conv_mode_needs_a_user(pool: SandboxPool) -> None:
 
 async def test_every_trajectory_carries_the_composite_reward():
     from agents.oracle import OracleAgent
-    from harness.episode import run_episode
-    from harness.episode_config import EpisodeConfig
+    from harness.episode.config import EpisodeConfig
+    from harness.episode.loop import run_episode
     from harness.library import load_library
-    from harness.sandbox import SandboxPool
+    from harness.sandbox import JailSpec
 
     library = load_library()
     scenario = library.scenarios[0]
-    async with SandboxPool(workers=1) as pool:
+    async with JailSpec(workers=1).pool() as pool:
         trajectory = await run_episode(
             scenario,
             library.environments[scenario.environment_id],

@@ -13,12 +13,12 @@ import pytest
 from agents.factory import build_agent, build_user
 from agents.prompted import PromptedAgent
 from agents.user_simulator import UserSimulator
-from harness.episode import run_episode
-from harness.episode_config import EpisodeConfig
+from harness.episode.config import EpisodeConfig
+from harness.episode.loop import run_episode
 from harness.library import load_library
 from harness.llm import LLMClient, RetryPolicy, register_python_model
-from harness.protocols import STOP, AgentPolicyError
-from harness.sandbox import SandboxPool
+from harness.rules.protocols import STOP, AgentPolicyError
+from harness.sandbox import JailSpec, SandboxPool
 from harness.schema import ModelSettings, ObservationKind, Scenario, TerminationReason, Trajectory
 from tests.doubles.mock_openai import Fault, MockOpenAIServer
 from tests.harness.test_episode import assert_well_formed, shop_environment, shop_scenario
@@ -32,7 +32,7 @@ def unique(prefix: str) -> str:
 
 @pytest.fixture
 async def pool() -> AsyncIterator[SandboxPool]:
-    async with SandboxPool(workers=2) as sandbox_pool:
+    async with JailSpec(workers=2).pool() as sandbox_pool:
         yield sandbox_pool
 
 

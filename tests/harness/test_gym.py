@@ -10,8 +10,8 @@ import pytest
 
 from harness.gym import InvalidScenario, ToolEnv
 from harness.library import load_library
-from harness.protocols import UserTurn
-from harness.sandbox import SandboxPool
+from harness.rules.protocols import UserTurn
+from harness.sandbox import JailSpec
 from harness.schema import AgentSettings, Check, ModelSettings, Scenario
 from tests.support.raising_library import LOADS, RAISING_CHECKS, RAISING_TOOLS, TOOLS_SCENARIO, write_raising_library
 
@@ -49,7 +49,7 @@ class ScriptedUser:
 
 @pytest.fixture
 async def pool():
-    async with SandboxPool(workers=2) as sandbox:
+    async with JailSpec(workers=2).pool() as sandbox:
         yield sandbox
 
 

@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from harness.metrics import (
+from harness.results.metrics import (
     RunSummary,
     load_run,
     pass_hat_k,
     read_results,
     write_summary,
 )
+from harness.results.tally import summarize, summarize_overall, summarize_run
 from harness.schema import TerminationReason
-from harness.tally import summarize, summarize_overall, summarize_run
 from tests.support.leaderboard_runs import make_trajectory, write_run
 
 INFRA = TerminationReason.INFRA_ERROR

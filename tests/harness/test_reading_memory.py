@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.atif import write_atif
-from harness.metrics import open_results, open_run
+from harness.results.atif import write_atif
+from harness.results.metrics import open_results, open_run
+from harness.results.sft import export
 from harness.schema import TerminationReason, Trajectory
-from harness.sft import export
 from leaderboards import build_leaderboard, write_leaderboard
 from leaderboards.run_diff import diff_runs
 from leaderboards.submission import export_submission
@@ -97,4 +97,4 @@ def test_no_command_reads_a_run_folder_into_a_list() -> None:
         for path in (root / folder).rglob("*.py")
         if any(f"{name}(" in path.read_text() for name in ("read_results", "load_run"))
     )
-    assert callers == ["harness/hub/sources.py", "harness/metrics.py"]
+    assert callers == ["harness/hub/sources.py", "harness/results/metrics.py"]

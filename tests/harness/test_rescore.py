@@ -51,7 +51,7 @@ def rescore(run_dir: Path, library: Path, out: Path) -> Finished:
 
 def test_records_carry_the_versions_of_what_graded_them(stored_run):
     library = load_library(str(SEED))
-    from harness.versions import checks_hash, environment_hash, library_checks_hash, scenario_hash
+    from harness.records.versions import checks_hash, environment_hash, library_checks_hash, scenario_hash
 
     scenarios = {s.id: s for s in library.scenarios}
     for line in lines_of(stored_run):

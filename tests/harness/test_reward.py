@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from harness.reward import CompositeWeights, composite, trajectory_match, trajectory_reward, values_match
 from harness.schema import (
     AgentSettings,
     Check,
@@ -19,6 +18,7 @@ from harness.schema import (
     ToolCall,
     Trajectory,
 )
+from harness.scoring.reward import CompositeWeights, composite, trajectory_match, trajectory_reward, values_match
 
 REFERENCE = [
     ReferenceAction(name="find_user", arguments={"email": "a@b.c"}),

@@ -13,9 +13,9 @@ import pytest
 
 from harness.collector import collector_paused
 from harness.library import load_library
-from harness.scenario_json import scenario_json
+from harness.records.scenario_json import scenario_json
+from harness.records.versions import SCENARIO_EXCLUDED
 from harness.schema import Scenario
-from harness.versions import SCENARIO_EXCLUDED
 
 
 class Colour(enum.Enum):

@@ -9,11 +9,11 @@ import orjson
 import pytest
 
 from harness.library import load_library
-from harness.scenario_json import scenario_json
-from harness.scenario_lines import SHARED_BELOW, ScenarioLines
+from harness.records.scenario_json import scenario_json
+from harness.records.scenario_lines import SHARED_BELOW, ScenarioLines
+from harness.records.versions import scenario_hash
 from harness.schema import Scenario
-from harness.state_encodings import READ_ONLY_STATES, StateEncodings
-from harness.versions import scenario_hash
+from harness.states.encodings import READ_ONLY_STATES, StateEncodings
 
 BIG = {"db": {f"user_{n}": {"name": f"Name {n}", "orders": list(range(n % 7)), "note": "x" * 40} for n in range(1500)}}
 OTHER = {"db": {"user_0": {"name": "someone else"}}}

@@ -13,7 +13,7 @@ import pytest
 import pytest_asyncio
 
 from harness.library import SEED_LIBRARY, Library, load_library
-from harness.sandbox import SandboxPool
+from harness.sandbox import JailSpec, SandboxPool
 from harness.schema import ObservationKind, ToolCall
 
 
@@ -455,7 +455,7 @@ def library() -> Library:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def pool():
-    async with SandboxPool(workers=2) as sandbox:
+    async with JailSpec(workers=2).pool() as sandbox:
         yield sandbox
 
 

@@ -10,9 +10,9 @@ from typer.testing import CliRunner
 
 from harness.cli import app
 from harness.library import load_library
-from harness.metrics import read_results
+from harness.results.metrics import read_results
+from harness.results.sft import SelectionRule, export, select, split_turns, to_messages_row, to_sharegpt_row
 from harness.schema import Observation, Step, TerminationReason, ToolCall
-from harness.sft import SelectionRule, export, select, split_turns, to_messages_row, to_sharegpt_row
 from tests.doubles.mock_openai import MockOpenAIServer
 
 hf_datasets = importlib.import_module("datasets")

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.metrics import read_results
 from harness.redact import REDACTED, register_secret
+from harness.results.metrics import read_results
+from harness.results.store import ResultStore
 from harness.run.progress import RunTally
 from harness.schema import (
     Observation,
     TerminationReason,
     Trajectory,
 )
-from harness.store import ResultStore
 from tests.support import held_records
 from tests.support.trajectories import one_call_trajectory
 

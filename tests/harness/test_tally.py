@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 
 from harness.exact_sum import ExactSum
-from harness.metrics import read_results
+from harness.results.metrics import read_results
+from harness.results.store import ResultStore
+from harness.results.tally import summarize, summarize_overall, summarize_run
 from harness.run.progress import RunTally
 from harness.schema import (
     Failure,
@@ -27,8 +29,6 @@ from harness.schema import (
     Trajectory,
     Usage,
 )
-from harness.store import ResultStore
-from harness.tally import summarize, summarize_overall, summarize_run
 from tests.support import held_records
 from tests.support.leaderboard_runs import make_trajectory, write_sample_runs
 

@@ -3,8 +3,9 @@ blamed on the simulated user counted apart in the run summary."""
 
 from __future__ import annotations
 
-from harness.blame import classify_failure
+from harness.episode.blame import classify_failure
 from harness.llm import LLMError
+from harness.results.tally import summarize_group
 from harness.schema import (
     AgentSettings,
     Failure,
@@ -14,7 +15,6 @@ from harness.schema import (
     TerminationReason,
     Trajectory,
 )
-from harness.tally import summarize_group
 
 
 def record(termination: TerminationReason = TerminationReason.AGENT_DONE, **fields: object) -> Trajectory:

@@ -12,15 +12,15 @@ from typer.testing import CliRunner
 
 from agents.oracle import OracleAgent
 from harness.cli import app
-from harness.episode import run_episode
-from harness.episode_config import EpisodeConfig
+from harness.episode.config import EpisodeConfig
+from harness.episode.loop import run_episode
 from harness.library import load_library, write_seed_layout
-from harness.protocols import AgentTurn, tool_calls_from_message
-from harness.sandbox import SandboxPool
+from harness.rules.protocols import AgentTurn, tool_calls_from_message
+from harness.sandbox import JailSpec
 from harness.schema import AgentSettings, Check, Environment, ModelSettings, ReferenceAction, Scenario
-from harness.scoring import prepared_checks
+from harness.scoring.checks import prepared_checks
+from harness.scoring.transcript_checks import HELPER_SOURCE, asked_user, said_any, told_user, with_helpers
 from harness.toolspec import derive_tools
-from harness.transcript_checks import HELPER_SOURCE, asked_user, said_any, told_user, with_helpers
 
 LIBRARY = load_library()
 REFUSALS = [s for s in LIBRARY.scenarios if "transcript-check" in s.tags]
@@ -84,7 +84,7 @@ async def test_helpers_run_in_the_sandbox_and_pass_its_static_checks() -> None:
         Check(id="silent", description="", source="def check(i, f, t):\n    return said_any(t, 'refund')\n"),
         Check(id="error", description="", source="def check(i, f, t):\n    return said_any(t)\n"),
     ]
-    async with SandboxPool(workers=1) as pool:
+    async with JailSpec(workers=1).pool() as pool:
         for check in prepared_checks(checks):
             assert pool.static_problems(check.source) == []
         results = await pool.run_checks(prepared_checks(checks), {}, {}, transcript=TRANSCRIPT)
@@ -133,7 +133,7 @@ def lookup_then(scenario: Scenario, reply: str) -> Scripted:
 @pytest.mark.parametrize("rules", ["harness", "envscaler"])
 async def test_refusals_need_the_right_words_not_just_no_change(rules: str) -> None:
     """Doing nothing and saying nothing useful no longer succeeds; the reference refusal does."""
-    async with SandboxPool(workers=2) as pool:
+    async with JailSpec(workers=2).pool() as pool:
         for scenario in REFUSALS[:4]:
             environment = LIBRARY.environments[scenario.environment_id]
 
@@ -172,7 +172,7 @@ async def test_a_refusal_that_still_changes_the_state_fails(rules: str) -> None:
             {"role": "assistant", "content": scenario.reference_reply},
         ]
     )
-    async with SandboxPool(workers=1) as pool:
+    async with JailSpec(workers=1).pool() as pool:
         trajectory = await run_episode(
             scenario,
             environment,

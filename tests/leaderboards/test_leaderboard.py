@@ -235,7 +235,9 @@ def test_episode_page_shows_checks_calls_observations_and_diffs() -> None:
 
 
 def test_unsafe_names_become_safe_files_and_cells() -> None:
-    assert episode_file_name("../../etc/passwd") == "_.._etc_passwd.html"
+    unsafe = episode_file_name("../../etc/passwd")
+    assert "/" not in unsafe and not unsafe.startswith(".") and unsafe.endswith(".html")
+    assert unsafe != episode_file_name("_.._etc_passwd") != episode_file_name(".._.._etc_passwd")
     assert episode_file_name("abc123") == "abc123.html"
     assert md_cell("a|b<script>\nc") == "a\\|b&lt;script&gt; c"
 

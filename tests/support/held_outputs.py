@@ -39,7 +39,7 @@ SFT_SCRIPT = """
 import sys
 from pathlib import Path
 from harness import metrics
-from harness.sft import export
+from harness.results.sft import export
 read = getattr(metrics, "open_results", metrics.read_results)
 stats = export(read(Path(sys.argv[1]) / "results.jsonl"), Path(sys.argv[2]), split=True, count_tokens=lambda row: len(str(row)))
 print(stats.model_dump_json())
@@ -48,11 +48,11 @@ print(stats.model_dump_json())
 SUMMARY_SCRIPT = """
 import sys
 from pathlib import Path
-from harness.metrics import read_results, write_summary
+from harness.results.metrics import read_results, write_summary
 try:
-    from harness.tally import summarize_run
+    from harness.results.tally import summarize_run
 except ImportError:
-    from harness.metrics import summarize_run
+    from harness.results.metrics import summarize_run
 for name in sys.argv[1:]:
     write_summary(Path(name), summarize_run(read_results(Path(name) / "results.jsonl"), run_id=name))
 """

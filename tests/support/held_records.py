@@ -7,7 +7,8 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
-from harness.metrics import (
+from harness.records.versions import VersionsSummary, content_hash
+from harness.results.metrics import (
     DEFAULT_GROUP_BY,
     GroupSummary,
     RunSummary,
@@ -20,7 +21,6 @@ from harness.metrics import (
     task_key,
 )
 from harness.schema import FailureParty, TerminationReason, Trajectory
-from harness.versions import VersionsSummary, content_hash
 
 
 def _mean(values: Sequence[float]) -> float | None:

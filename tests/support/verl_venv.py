@@ -2,8 +2,8 @@
 
 verl pins transformers below the TRL extra's version, so its tests run scripts in this venv: it holds the
 project's dependencies and the ``train-verl`` extra, read from ``pyproject.toml``, and the scripts run the
-checkout's code from ``PYTHONPATH``.
-Torch goes in first, alone, so that pip keeps the CPU build it finds locally instead of a CUDA one.
+checkout's code from ``PYTHONPATH``, with the checkout's package metadata beside it (its entry points: the
+benchmarks the registry finds). Torch goes in first, alone, so that pip keeps the CPU build it finds locally instead of a CUDA one.
 """
 
 from __future__ import annotations
@@ -17,13 +17,15 @@ import tomllib
 from pathlib import Path
 
 from tests.support.cached_venv import CachedVenv, cached_venv
+from tests.support.checkout_metadata import checkout_metadata
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 class VerlVenv(CachedVenv):
     def run(self, script: Path, *args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-        pythonpath = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        metadata = checkout_metadata()
+        pythonpath = os.pathsep.join([str(REPO), str(metadata), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         env = {**os.environ, "PYTHONPATH": pythonpath, "TOKENIZERS_PARALLELISM": "false"}
         return subprocess.run(
             [str(self.python), str(script), *args],

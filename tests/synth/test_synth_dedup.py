@@ -8,7 +8,7 @@ from typing import Any
 
 from harness.library import load_library
 from harness.llm import LLMClient
-from harness.sandbox import SandboxPool
+from harness.sandbox import JailSpec
 from synth.dedup import anchors, find_duplicates, mark_duplicates, normalized_task
 from synth.scenarios import ScenarioSynthesisConfig, synthesize_scenarios
 from tests.doubles.scripted_scenarios import ScriptedScenarioWriter, scripted
@@ -55,7 +55,7 @@ async def test_repeated_scenarios_are_dropped_and_counted(tmp_path: Path) -> Non
     out = tmp_path / "scen"
     client = LLMClient(cache_dir=None)
     try:
-        async with SandboxPool(workers=2) as pool:
+        async with JailSpec(workers=2).pool() as pool:
             report = await synthesize_scenarios(
                 [LIBRARY.environments["retail_orders"]], config, out, client=client, pool=pool
             )

@@ -14,11 +14,11 @@ from typer.testing import CliRunner
 
 from agents.oracle import OracleAgent
 from harness.cli.synth import register
-from harness.episode import run_episode
-from harness.episode_config import EpisodeConfig
+from harness.episode.config import EpisodeConfig
+from harness.episode.loop import run_episode
 from harness.library import load_library
 from harness.llm import register_python_model
-from harness.sandbox import SandboxPool
+from harness.sandbox import JailSpec, SandboxPool
 from harness.schema import Check, ReferenceAction, Scenario, TerminationReason
 from harness.validate import validate_environment
 from synth.pipeline import SynthEnvsConfig, synthesize_environments
@@ -35,7 +35,7 @@ TASKS = [
 
 @pytest.fixture
 async def pool() -> AsyncIterator[SandboxPool]:
-    async with SandboxPool(workers=2) as sandbox_pool:
+    async with JailSpec(workers=2).pool() as sandbox_pool:
         yield sandbox_pool
 
 
@@ -312,7 +312,7 @@ def test_cli_runs_the_pipeline_and_prints_the_cost_table(tmp_path: Path) -> None
     outcome = CliRunner().invoke(app, args)
     assert outcome.exit_code == 0, outcome.output
     assert "1 accepted" in outcome.output
-    assert "USD per accepted environment" in outcome.output and "EnvScaler reports 1.02" in outcome.output
+    assert "USD per accepted environment" in outcome.output and "skeleton paper: 1.02" in outcome.output
     assert len(list((tmp_path / "out" / "environments").glob("*.py"))) == 1
 
     unpriced = CliRunner().invoke(app, [*args, "--price-model", "no-such-model"])

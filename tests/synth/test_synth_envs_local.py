@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from harness.llm import LLMClient
-from harness.sandbox import SandboxPool
+from harness.sandbox import JailSpec
 from harness.schema import Environment, ModelSettings, Usage
 from synth.answers import Asker
 from synth.discovery import judge_task
@@ -53,7 +53,7 @@ async def test_discovery_and_modeling_by_the_embedded_model_are_gated(client: LL
         assert outcome.error is None or "no valid" in outcome.error
 
     plan = tiny_plan()
-    async with SandboxPool(workers=1) as pool:
+    async with JailSpec(workers=1).pool() as pool:
         try:
             methods = await write_methods(asker, plan, plan.operations, usage, attempts=2)
         except ModelingError as rejected:

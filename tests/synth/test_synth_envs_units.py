@@ -12,7 +12,7 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from harness.llm.embeddings import cosine, embed
-from harness.sandbox import SandboxPool
+from harness.sandbox import JailSpec
 from harness.schema import Environment, Usage
 from harness.toolspec import derive_tools
 from synth.answers import extract_json, extract_python
@@ -112,7 +112,7 @@ async def test_the_skeleton_is_a_loadable_class_with_no_tools(plan: EnvironmentP
     assert 'self.permits: dict[str, PermitRecord] = init_config.get("permits", {})' in skeleton
     assert derive_tools(skeleton, plan.class_name) == []
     environment = Environment(id="skeleton", name="s", class_name=plan.class_name, code=skeleton)
-    async with SandboxPool(workers=1) as pool:
+    async with JailSpec(workers=1).pool() as pool:
         await load_check(pool, environment, INITIAL_STATE)
         session = await pool.open_session(environment, INITIAL_STATE)
         assert await session.state() == INITIAL_STATE

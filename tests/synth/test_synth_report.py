@@ -8,7 +8,7 @@ from pathlib import Path
 
 from harness.library import load_library
 from harness.llm import LLMClient
-from harness.sandbox import SandboxPool
+from harness.sandbox import JailSpec
 from synth.pipeline import synthesize_environments
 from synth.scenarios import ScenarioSynthesisConfig, synthesize_scenarios
 from tests.doubles.scripted_scenarios import ScriptedScenarioWriter
@@ -31,7 +31,7 @@ async def test_environment_report_shows_stages_reasons_coverage_and_cost(tmp_pat
     _narrow, narrow_model = scripted(method_faults={"cancel_permit": "buggy"}, narrow_tester=True)
     (tmp_path / "kept").mkdir()
     (tmp_path / "narrow").mkdir()
-    async with SandboxPool(workers=2) as pool:
+    async with JailSpec(workers=2).pool() as pool:
         await synthesize_environments(config(tmp_path / "kept", kept_model, rounds=12), pool=pool)
         await synthesize_environments(config(tmp_path / "narrow", narrow_model, rounds=9, repairs=0), pool=pool)
 
@@ -40,7 +40,7 @@ async def test_environment_report_shows_stages_reasons_coverage_and_cost(tmp_pat
     text = (tmp_path / "kept" / "out" / "synth_report.md").read_text()
     assert "## Acceptance per stage" in text and "| assessment | 1 | 1 | 100% |" in text
     assert "## Coverage per tool: parking_permits" in text and "| cancel_permit |" in text
-    assert "| EnvScaler, per environment | $1.02 |" in text
+    assert "| skeleton paper, per environment | $1.02 |" in text
     assert "| accepted on first assessment / after repair | 100% / 100% |" in text
     assert "| EnvFactory, first try / after revision | about 55% / about 80% |" in text
     assert (tmp_path / "kept" / "out" / "synth_report.html").read_text().startswith("<!doctype html>")
@@ -59,7 +59,7 @@ async def test_scenario_report_shows_gates_duplicates_and_cost(tmp_path: Path) -
     out = tmp_path / "scen"
     client = LLMClient(cache_dir=None)
     try:
-        async with SandboxPool(workers=2) as pool:
+        async with JailSpec(workers=2).pool() as pool:
             await synthesize_scenarios(
                 [load_library().environments["retail_orders"]],
                 ScenarioSynthesisConfig(model=writer, per_env=3, probes=0, dedup_similarity=None),
@@ -75,7 +75,7 @@ async def test_scenario_report_shows_gates_duplicates_and_cost(tmp_path: Path) -
     text = (out / "synth_report.md").read_text()
     assert "| state_loads | 3 | 3 | 100% |" in text
     assert "| duplicates dropped | 0 |" in text and "| duplicates found by | text |" in text
-    assert "| EnvScaler, per scenario | $0.06 |" in text
+    assert "| skeleton paper, per scenario | $0.06 |" in text
     assert "| mean solve rate | n/a (no solver rollouts) |" in text
 
 

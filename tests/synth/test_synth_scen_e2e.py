@@ -18,11 +18,11 @@ from typer.testing import CliRunner
 
 from agents.oracle import OracleAgent
 from harness.cli.synth_scenarios import register
-from harness.episode import run_episode
-from harness.episode_config import EpisodeConfig
+from harness.episode.config import EpisodeConfig
+from harness.episode.loop import run_episode
 from harness.library import load_library
 from harness.llm import LLMClient
-from harness.sandbox import SandboxPool
+from harness.sandbox import JailSpec, SandboxPool
 from harness.validate import validate_library
 from synth.graph import ToolGraph, build_graph
 from synth.queries import QueryConfig, synthesize_queries
@@ -40,7 +40,7 @@ from tests.doubles.scripted_scenarios import (
 
 @pytest.fixture
 async def pool():
-    async with SandboxPool(workers=2) as sandbox:
+    async with JailSpec(workers=2).pool() as sandbox:
         yield sandbox
 
 

@@ -7,7 +7,7 @@ import copy
 import pytest
 
 from harness.library import load_library
-from harness.sandbox import SandboxPool
+from harness.sandbox import JailSpec, SandboxPool
 from harness.schema import (
     AgentSettings,
     Check,
@@ -51,7 +51,7 @@ def check(source_body: str, check_id: str = "c1") -> Check:
 
 @pytest.fixture
 async def pool():
-    async with SandboxPool(workers=2) as sandbox:
+    async with JailSpec(workers=2).pool() as sandbox:
         yield sandbox
 
 

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from harness.library import load_library
-from harness.sandbox import SandboxPool
+from harness.sandbox import JailSpec, SandboxPool
 from harness.schema import Scenario, ToolCall
 from leaderboards.verdicts import closed_gates
 from synth.gold_checks import gated_source
@@ -23,7 +23,7 @@ SEED = {s.id: s for s in LIBRARY.scenarios}
 
 @pytest.fixture
 async def pool():
-    async with SandboxPool(workers=2) as sandbox:
+    async with JailSpec(workers=2).pool() as sandbox:
         yield sandbox
 
 

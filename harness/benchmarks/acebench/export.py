@@ -20,13 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from harness.benchmarks.acebench.evaluation import transcript_process
-from harness.dispatch import DispatchSession, open_tool_session
+from harness.episode.dispatch import DispatchSession, open_tool_session
+from harness.files.outputs import OutputFolder, safe_file_name
 from harness.library import Library
-from harness.outputs import OutputFolder, safe_file_name
-from harness.protocols import parse_arguments
+from harness.results.store import StoredResults
+from harness.rules.protocols import parse_arguments
 from harness.sandbox import SandboxPool
 from harness.schema import Environment, Scenario, ToolCall, Trajectory
-from harness.store import StoredResults
 
 
 class AceBenchExportError(ValueError):

@@ -38,7 +38,7 @@ from harness.benchmarks.acebench.source import (
     answer_file,
     data_file,
 )
-from harness.dispatch import DispatchSession, open_tool_session
+from harness.episode.dispatch import DispatchSession, open_tool_session
 from harness.sandbox import SandboxPool
 from harness.schema import Check, Environment, FunctionSpec, Provenance, ReferenceAction, Scenario, ToolCall, ToolSpec
 

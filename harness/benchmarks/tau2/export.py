@@ -38,9 +38,10 @@ from harness.benchmarks.tau2.results_shapes import (
     Tau2ToolMessage,
     Tau2UserInfo,
 )
-from harness.dual_control import user_tool_message
-from harness.outputs import output_file_writer
-from harness.rules import TAU2_RULES
+from harness.benchmarks.tau2.rules import TAU2_RULES
+from harness.episode.dual_control import user_tool_message
+from harness.files.outputs import output_file_writer
+from harness.results.store import StoredResults
 from harness.schema import (
     CheckResult,
     Environment,
@@ -51,7 +52,6 @@ from harness.schema import (
     TerminationReason,
     Trajectory,
 )
-from harness.store import StoredResults
 
 log = logging.getLogger(__name__)
 

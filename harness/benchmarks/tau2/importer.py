@@ -30,7 +30,7 @@ from harness.benchmarks.tau2.code import (
     build_domain_code,
 )
 from harness.benchmarks.tau2.source import DOMAINS, SOURCE_LICENSE_NOTE, Tau2Source, Tau2SourceError
-from harness.dispatch import DispatchSession, open_tool_session
+from harness.episode.dispatch import DispatchSession, open_tool_session
 from harness.sandbox import SandboxPool
 from harness.schema import (
     Check,

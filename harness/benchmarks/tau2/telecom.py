@@ -32,7 +32,7 @@ from harness.benchmarks.tau2.telecom_code import (
     TelecomCode,
     build_telecom_code,
 )
-from harness.dispatch import DispatchSession, open_tool_session
+from harness.episode.dispatch import DispatchSession, open_tool_session
 from harness.sandbox import SandboxPool
 from harness.schema import (
     Check,
@@ -45,7 +45,7 @@ from harness.schema import (
     ToolSpec,
     UserReferenceAction,
 )
-from harness.scoring import prepared_checks
+from harness.scoring.checks import prepared_checks
 
 SUPPORTED_BASES = frozenset({"DB", "ENV_ASSERTION", "ACTION", "COMMUNICATE"})
 JUDGED_BASES = frozenset({"NL_ASSERTION"})

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from math import comb
 from typing import IO, Any
 
+from harness.results.store import StoredResults
 from harness.schema import Scenario, Trajectory
-from harness.store import StoredResults
 
 SCENARIO_PREFIX = "taubench-"
 

@@ -31,14 +31,14 @@ from harness.benchmarks.taubench.code import (
     schema_probe_code,
     tools_source,
 )
+from harness.benchmarks.taubench.rules import TAUBENCH_RULES
 from harness.benchmarks.taubench.source import (
     SOURCE_LICENSE_NOTE,
     DomainLayout,
     TauBenchSource,
     TauBenchSourceError,
 )
-from harness.dispatch import DispatchSession, open_tool_session
-from harness.rules import TAUBENCH_RULES
+from harness.episode.dispatch import DispatchSession, open_tool_session
 from harness.sandbox import SandboxPool
 from harness.schema import (
     Check,

@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 import pytest
 
-from harness.rules import ACEBENCH_USER_OPENING
+from harness.benchmarks.acebench.rules import ACEBENCH_USER_OPENING
 from tests.doubles.mock_openai import MockOpenAIServer, ReplayPolicy, SimulatedUserPolicy
 from tests.harness.benchmarks.test_acebench_import import (  # noqa: F401  (fixtures)
     acebench_checkout,

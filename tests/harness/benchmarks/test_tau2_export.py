@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 import pytest
 
-from harness.protocols import STOP
+from harness.rules.protocols import STOP
 from tests.doubles.mock_openai import MockOpenAIServer, ReplayPolicy, SimulatedUserPolicy
 from tests.harness.benchmarks.test_tau2_import import airline_library, tau2_wheel  # noqa: F401  (fixtures)
 from tests.harness.benchmarks.test_tau2_rules import USER_OPENING, run_tau2

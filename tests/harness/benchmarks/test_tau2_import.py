@@ -17,9 +17,9 @@ import pytest
 
 from harness.benchmarks.tau2.checks import db_digest
 from harness.benchmarks.tau2.code import DISPATCHER
-from harness.dispatch import DispatchSession, open_tool_session
+from harness.episode.dispatch import DispatchSession, open_tool_session
 from harness.library import load_library
-from harness.sandbox import SandboxPool
+from harness.sandbox import JailSpec
 from harness.schema import ToolCall
 from tests.support.cli_process import harness_cli
 from tests.support.released_wheels import released_wheel
@@ -92,10 +92,13 @@ def test_the_retail_import_keeps_every_base_task_upstreams_tools_and_the_license
 
 def test_the_oracle_scores_every_airline_task_one(airline_library: Path, tmp_path: Path) -> None:
     run = tmp_path / "run"
+    # The library runs under the tau2 rules, as conversations (its recommendation): the oracle's user plays it.
     result = harness_cli(
         "run",
         "--agent",
         "oracle",
+        "--user-model",
+        "oracle-user",
         "--envs",
         str(airline_library),
         "--out",
@@ -124,7 +127,7 @@ def test_tools_answer_with_upstreams_texts_and_a_wrong_write_misses_the_gold_dat
     gold = next(a for a in scenario.reference_actions if a.name == "cancel_reservation")
 
     async def play() -> tuple[list[str], str, str]:
-        async with SandboxPool(workers=1) as pool:
+        async with JailSpec(workers=1).pool() as pool:
             session = await open_tool_session(pool, environment, scenario.initial_state, record_diffs=False)
             assert isinstance(session, DispatchSession)
             texts = []
@@ -200,7 +203,7 @@ def test_communicate_checks_follow_upstreams_rule(airline_library: Path) -> None
     state = {"db": {}}
 
     async def verdicts() -> dict[str, list[bool]]:
-        async with SandboxPool(workers=1) as pool:
+        async with JailSpec(workers=1).pool() as pool:
             return {
                 name: [r.passed for r in await pool.run_checks(checks, state, state, transcript)]
                 for name, transcript in transcripts.items()

@@ -15,13 +15,13 @@ from typing import Any
 import orjson
 import pytest
 
-from harness.episode_config import EpisodeConfig
+from harness.benchmarks.tau2.rules import TAU2_AGENT_GREETING, TAU2_RULES
+from harness.episode.config import EpisodeConfig
+from harness.episode.message_limits import MessageLimits
+from harness.episode.tool_messages import observation_content
 from harness.library import load_library
-from harness.message_limits import MessageLimits
-from harness.rules import TAU2_AGENT_GREETING, TAU2_RULES
+from harness.results.tally import pass_hat_k_curve
 from harness.schema import Observation, ObservationKind, Scenario, TerminationReason
-from harness.tally import pass_hat_k_curve
-from harness.tool_messages import observation_content
 from tests.doubles.mock_openai import MockOpenAIServer, ReplayPolicy, SimulatedUserPolicy
 from tests.harness.benchmarks.test_tau2_import import airline_library, tau2_wheel  # noqa: F401  (fixtures)
 from tests.support.cli_process import Finished, harness
@@ -218,9 +218,47 @@ def test_tau2_rules_are_refused_off_a_tau2_library_and_outside_a_conversation(
     seed = harness(["run", "--rules", "tau2", "--mode", "conv", "--agent", "oracle", "--limit", "1"])
     assert seed.code == 2 and len(seed.stderr_lines) == 1, seed.stderr
     assert "--rules tau2 runs only environments imported with `harness import tau2`" in seed.stderr
-    nonconv = harness(["run", "--rules", "tau2", "--agent", "oracle", "--envs", str(airline_library)])
+    nonconv = harness(
+        ["run", "--rules", "tau2", "--mode", "nonconv", "--agent", "oracle", "--envs", str(airline_library)]
+    )
     assert nonconv.code == 2 and len(nonconv.stderr_lines) == 1, nonconv.stderr
     assert "--rules tau2 runs conversations only: use --mode conv (not nonconv)" in nonconv.stderr
+
+
+def test_a_tau2_library_runs_as_upstream_scores_it_without_a_flag(
+    airline_library: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """The library's records name their benchmark, which recommends its rules and a conversation: no --rules and
+    no --mode run it as upstream scores it, and the header says where each came from; --rules tau2 alone runs the
+    same conversation (the mode from the library), and the project's rules, asked for, the project's default mode."""
+    oracle = ["--agent", "oracle", "--user-model", "oracle-user", "--scenario", CANCEL_TASK]
+    plain = harness(["run", "--envs", str(airline_library), "--out", str(tmp_path / "plain"), *oracle])
+    assert plain.code == 0, plain.stderr
+    header = " ".join(plain.stdout.split())
+    assert "modes conv (from the library)" in header and "rules tau2 (from the library)" in header
+    config = orjson.loads((tmp_path / "plain" / "manifest.json").read_bytes())["config"]
+    assert (config["rules"], config["mode"]) == ("tau2", "conv")
+    (episode,) = results(tmp_path / "plain")
+    assert episode["messages"][1] == {"role": "assistant", "content": TAU2_AGENT_GREETING}
+    assert (episode["termination"], episode["reward"]["state_reward"]) == ("user_stop", 1.0)
+
+    asked = harness(
+        ["run", "--envs", str(airline_library), "--out", str(tmp_path / "asked"), "--rules", "tau2", *oracle]
+    )
+    assert asked.code == 0, asked.stderr
+    header = " ".join(asked.stdout.split())
+    assert "modes conv (from the library)" in header and "rules tau2 ·" in header
+    # The same settings make the same episodes: the same ids, the same results.
+    assert [r["episode_id"] for r in results(tmp_path / "asked")] == [episode["episode_id"]]
+
+    mine = harness(
+        ["run", "--envs", str(airline_library), "--out", str(tmp_path / "mine"), "--rules", "harness", *oracle]
+    )
+    assert mine.code == 0, mine.stderr
+    config = orjson.loads((tmp_path / "mine" / "manifest.json").read_bytes())["config"]
+    assert (config["rules"], config["mode"]) == ("harness", "nonconv")
+    assert "(from the library)" not in mine.stdout
 
 
 def test_the_profile_counts_as_upstream() -> None:

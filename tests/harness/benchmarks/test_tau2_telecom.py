@@ -15,13 +15,13 @@ import pytest
 
 from agents.oracle import OracleAgent
 from agents.oracle_user import OracleUser
-from harness.episode import run_episode
-from harness.episode_config import EpisodeConfig
+from harness.episode.config import EpisodeConfig
+from harness.episode.loop import run_episode
 from harness.library import load_library
-from harness.protocols import STOP, UserTurn
-from harness.sandbox import SandboxPool
+from harness.rules.protocols import STOP, UserTurn
+from harness.sandbox import JailSpec, SandboxPool
 from harness.schema import Environment, Scenario, Trajectory
-from harness.scoring import prepared_checks
+from harness.scoring.checks import prepared_checks
 from tests.doubles.mock_openai import MockOpenAIServer, ReplayPolicy
 from tests.harness.benchmarks.test_tau2_import import tau2_wheel, wheel_json  # noqa: F401  (fixture)
 from tests.support.cli_process import harness, harness_cli
@@ -99,7 +99,7 @@ async def test_every_gold_reaches_upstreams_expected_state(telecom_library: Path
     library = load_library(telecom_library)
     (environment,) = library.environments.values()
     held, broken_at_start = 0, 0
-    async with SandboxPool(workers=2) as pool:
+    async with JailSpec(workers=2).pool() as pool:
         for scenario in library.scenarios:
             start = await _state_after(pool, environment, scenario, gold=False)
             end = await _state_after(pool, environment, scenario, gold=True)
@@ -168,7 +168,7 @@ def by_name(library: Path, fragment: str, *, basis: str) -> tuple[Scenario, Envi
 
 
 async def episode(scenario: Scenario, played: Scenario, environment: Environment, user: OracleUser) -> Trajectory:
-    async with SandboxPool(workers=1) as pool:
+    async with JailSpec(workers=1).pool() as pool:
         return await run_episode(
             scenario,
             environment,

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from harness.benchmarks.taubench.importer import data_hash, json_hash
-from harness.dispatch import DispatchSession, open_tool_session
+from harness.episode.dispatch import DispatchSession, open_tool_session
 from harness.library import load_library
-from harness.sandbox import SandboxPool
+from harness.sandbox import JailSpec
 from harness.schema import Environment, ToolCall
 from tests.support.cli_process import harness_cli
 from tests.support.taubench_checkout import DATA, TOOL_INFOS, WIKI, write_checkout
@@ -72,7 +72,7 @@ def test_the_tools_answer_in_the_jail_as_upstreams_env_step_does(shop_library: P
     scenario = next(s for s in load_library(shop_library).scenarios if s.id == "taubench-shop-test-0")
 
     async def answers(env: Environment, calls: list[tuple[str, dict[str, object]]]) -> list[object]:
-        async with SandboxPool(workers=1) as pool:
+        async with JailSpec(workers=1).pool() as pool:
             session = await open_tool_session(pool, env, scenario.initial_state, record_diffs=False)
             assert isinstance(session, DispatchSession)
             try:

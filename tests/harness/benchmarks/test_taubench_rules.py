@@ -15,9 +15,9 @@ import orjson
 import pytest
 
 from harness.benchmarks.taubench.export import upstream_pass_hat_k
-from harness.metrics import load_run
-from harness.rules import TAUBENCH_USER_OPENING
-from harness.tally import pass_hat_k_curve
+from harness.benchmarks.taubench.rules import TAUBENCH_USER_OPENING
+from harness.results.metrics import load_run
+from harness.results.tally import pass_hat_k_curve
 from tests.doubles.mock_openai import MockOpenAIServer, PolicyRequest, ReplayPolicy, SimulatedUserPolicy, make_tool_call
 from tests.harness.benchmarks.test_taubench_import import shop_library, taubench_checkout  # noqa: F401  (fixtures)
 from tests.support.cli_process import Finished, harness

@@ -8,14 +8,14 @@ from agents.oracle import OracleAgent
 from agents.scripted_user import ScriptedUser
 from harness.gym import ToolEnv
 from harness.library import load_library
-from harness.sandbox import SandboxPool
+from harness.sandbox import JailSpec
 
 
 async def test_a_miss_func_entry_in_the_gym(bfcl_library: Path) -> None:
     library = load_library(bfcl_library)
     scenario = next(s for s in library.scenarios if s.id == "multi_turn_miss_func_0")
     oracle = OracleAgent(scenario)
-    async with SandboxPool(workers=1) as pool:
+    async with JailSpec(workers=1).pool() as pool:
         env = ToolEnv(library, pool=pool, mode="conv", user=ScriptedUser)
         messages, tools = await env.reset(scenario)
         assert messages[-1] == {"role": "user", "content": scenario.turns[0].content}

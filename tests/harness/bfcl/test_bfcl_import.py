@@ -12,8 +12,8 @@ from pathlib import Path
 import orjson
 import pytest
 
+from harness.benchmarks.bfcl.code import STRPTIME_SOURCE
 from harness.hub.rows import records_to_table, rows_to_records
-from harness.importers.bfcl_code import STRPTIME_SOURCE
 from harness.library import load_library
 from tests.support.cli_process import harness_cli
 
@@ -89,7 +89,7 @@ def test_a_file_that_is_not_a_bfcl_wheel_is_one_clear_line(tmp_path: Path) -> No
     bogus.write_text("not a zip")
     out = tmp_path / "out"
     result = harness_cli("import", "bfcl", "--source", str(bogus), "--out", str(out))
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert "neither a folder nor a wheel" in result.stderr
     assert "Traceback" not in result.stderr
     assert not out.exists()
@@ -100,7 +100,7 @@ def test_an_unknown_category_is_refused(bfcl_wheel: Path, tmp_path: Path) -> Non
     result = harness_cli(
         "import", "bfcl", "--source", str(bfcl_wheel), "--category", "multi_turn_nope", "--out", str(out)
     )
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert "unknown category 'multi_turn_nope'" in result.stderr
     assert not out.exists()
 
@@ -131,7 +131,7 @@ def test_a_missing_category_writes_nothing(unpacked: Path, tmp_path: Path) -> No
     (copy / "bfcl_eval/data/BFCL_v4_multi_turn_long_context.json").unlink()
     out = tmp_path / "out"
     result = harness_cli("import", "bfcl", "--source", str(copy), "--category", "all", "--out", str(out))
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert "category multi_turn_long_context is missing" in result.stderr
     assert not out.exists()
 
@@ -169,7 +169,7 @@ def test_a_non_empty_out_folder_is_refused(bfcl_wheel: Path, tmp_path: Path) -> 
     out.mkdir()
     (out / "keep.txt").write_text("mine")
     result = harness_cli("import", "bfcl", "--source", str(bfcl_wheel), "--category", "base", "--out", str(out))
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert "not empty" in result.stderr
     assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
 

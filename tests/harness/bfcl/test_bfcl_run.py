@@ -11,10 +11,10 @@ import pytest
 
 from agents.run_adapters import user_factory
 from harness.library import Library, load_library
-from harness.metrics import read_results
-from harness.protocols import AgentTurn
-from harness.runner import RunConfig, run
-from harness.sandbox import SandboxPool
+from harness.results.metrics import read_results
+from harness.rules.protocols import AgentTurn
+from harness.run import RunConfig, run
+from harness.sandbox import JailSpec
 from harness.schema import AgentSettings, ModelSettings, TerminationReason, Trajectory
 from tests.support.cli_process import harness_cli
 
@@ -23,7 +23,7 @@ async def refused_modules(library: Library) -> dict[str, list[str]]:
     """Environments whose classes import a module this sandbox does not allow (MathAPI's mpmath, until the
     sandbox's allow-list has it): their episodes must end as load errors naming the module."""
     refused: dict[str, list[str]] = {}
-    async with SandboxPool(workers=1) as pool:
+    async with JailSpec(workers=1).pool() as pool:
         for env_id, environment in library.environments.items():
             modules = environment.provenance.details.get("required_modules") or []
             blocked = [m for m in modules if pool.static_problems(f"import {m}\n")]

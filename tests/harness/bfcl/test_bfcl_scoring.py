@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from agents.scripted_user import ScriptedUser
-from harness.episode import run_episode
-from harness.episode_config import EpisodeConfig
+from harness.episode.config import EpisodeConfig
+from harness.episode.loop import run_episode
 from harness.library import Library, load_library
-from harness.protocols import AgentTurn, openai_tool_call
-from harness.sandbox import SandboxPool
+from harness.rules.protocols import AgentTurn, openai_tool_call
+from harness.sandbox import JailSpec
 from harness.schema import AgentSettings, ModelSettings, Scenario, TerminationReason, ToolCall, Trajectory
 
 Call = tuple[str, dict[str, Any]]
@@ -71,7 +71,7 @@ def library(bfcl_library: Path) -> Library:
 
 async def play(library: Library, scenario_id: str, plan: Plan, seed: int = 0) -> Trajectory:
     scenario = next(s for s in library.scenarios if s.id == scenario_id)
-    async with SandboxPool(workers=1) as pool:
+    async with JailSpec(workers=1).pool() as pool:
         return await run_episode(
             scenario,
             library.environments[scenario.environment_id],
@@ -243,7 +243,7 @@ async def test_withheld_functions_appear_from_their_turn_on(library: Library) ->
             seen.append((current_turn(messages, scenario)[0], any(t["function"]["name"] == "sort" for t in tools)))
             return await super().act(messages, tools)
 
-    async with SandboxPool(workers=1) as pool:
+    async with JailSpec(workers=1).pool() as pool:
         trajectory = await run_episode(
             scenario,
             library.environments[scenario.environment_id],

@@ -30,6 +30,7 @@ def bad_inputs(out: Path) -> list[tuple[list[str], str]]:
     return [
         (["run", "--trials", "-1"], "--trials"),
         (["run", "--concurrency", "0"], "--concurrency"),
+        (["run", "--max-requests", "0"], "--max-requests"),
         (["run", "--limit", "0"], "--limit"),
         (["run", "--timeout", "0"], "--timeout"),
         (["run", "--mode", "sideways"], "nonconv, conv or both"),

@@ -8,8 +8,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from harness.metrics import load_run
-from harness.tally import summarize
+from harness.results.metrics import load_run
+from harness.results.tally import summarize
 from tests.support.cli_process import harness
 from tests.support.stored_runs import lines_of, mock_model_run
 
@@ -96,7 +96,7 @@ def test_leaderboard_json_has_the_summary_numbers_and_versions(stored_run, tmp_p
 
 def test_policy_tokens_land_on_their_agent_steps():
     """A trainer's rollout: each run of the policy's own tokens (env_mask 1) is one agent turn's completion."""
-    from harness.atif import to_atif
+    from harness.results.atif import to_atif
     from harness.schema import AgentSettings, ModelSettings, PolicyTokens, TerminationReason, Trajectory
 
     trajectory = Trajectory(

@@ -16,9 +16,9 @@ import orjson
 import pytest
 
 from harness.files import ReadBudget
-from harness.metrics import read_results
+from harness.results.metrics import read_results
+from harness.results.store import read_records
 from harness.schema import Trajectory
-from harness.store import read_records
 from tests.support.cli_process import harness
 from tests.support.hostile_runs import (
     SEED,

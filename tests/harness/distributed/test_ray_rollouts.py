@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 from harness.distributed import EnvironmentPool, PolicyEndpoint
-from harness.reward import trajectory_reward
+from harness.scoring.reward import trajectory_reward
 from tests.doubles.mock_openai import MockOpenAIServer
 from tests.harness.run.test_runner import LIBRARY, register_scenarios
 from tests.support.ray_cluster import ROOT

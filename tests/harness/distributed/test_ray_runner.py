@@ -20,8 +20,8 @@ from agents.run_adapters import agent_factory, user_factory
 from harness.distributed import ClusterUnavailable, RayBackend
 from harness.llm import AliasTable, EndpointLimits, LLMClient
 from harness.llm.aliases import AliasEntry
-from harness.metrics import read_results
-from harness.runner import RunConfig, run
+from harness.results.metrics import read_results
+from harness.run import RunConfig, run
 from harness.schema import Trajectory
 from tests.doubles.mock_openai import MockOpenAIServer
 from tests.harness.run.test_runner import LIBRARY, client_for, register_scenarios

@@ -258,13 +258,14 @@ async def test_the_synthesis_rate_limiter_sits_on_the_drivers_node(ray_cluster):
     import ray
 
     from harness.llm import EndpointLimits, LLMClient
+    from harness.sandbox import JailSpec
     from synth.distributed import RaySynthesis
     from synth.scenarios import ScenarioSynthesisConfig
 
     library = load_library()
     environment = library.environments[ENVIRONMENT]
     client = LLMClient(default_limits=EndpointLimits(rpm=600, tpm=100_000))
-    synthesis = RaySynthesis(ray_cluster.address, sandbox_workers=1)
+    synthesis = RaySynthesis(ray_cluster.address, jail=JailSpec(workers=1))
     try:
         await synthesis.start("scenarios", ScenarioSynthesisConfig(model="nobody/never-called"), [environment], client)
         limiter = synthesis.fleet.limiter

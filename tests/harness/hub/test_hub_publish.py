@@ -319,8 +319,8 @@ def test_cli_publish_builds_uploads_and_is_idempotent(hub, repo_id, tmp_path):
 async def test_run_evaluates_a_published_library_at_a_pinned_revision(hub, repo_id, tmp_path):
     """`harness run --envs ORG/NAME@REV` end to end: publish seed environments, run on them from the Hub."""
     from agents.run_adapters import agent_factory
-    from harness.metrics import read_results
-    from harness.runner import RunConfig, run
+    from harness.results.metrics import read_results
+    from harness.run import RunConfig, run
 
     seed = load_library()
     environments = [seed.environments["banking"]]

@@ -6,12 +6,13 @@ import orjson
 import pytest
 from typer.testing import CliRunner
 
+from harness.benchmarks.envscaler import import_envscaler
 from harness.cli import app
-from harness.importers import import_envscaler
 from harness.library import load_library
-from harness.sandbox import SandboxPool
+from harness.sandbox import JailSpec
 from harness.schema import ToolCall
-from harness.scoring import score_final_state
+from harness.scoring.checks import score_final_state
+from tests.support.cli_process import harness
 
 # Written in the style of EnvScaler's generated classes: TypedDict entities, no constructor argument handling
 # beyond defaults (the runtime setattr's every init_config key), `success` dicts.
@@ -163,7 +164,7 @@ async def test_imported_environment_scores_like_upstream(tmp_path):
     library = load_library(out)
     scenario = library.scenarios[0]
     environment = library.environments[scenario.environment_id]
-    async with SandboxPool(workers=1) as pool:
+    async with JailSpec(workers=1).pool() as pool:
         # The class takes no init_config: the runtime falls back to cls() and setattr's each key, as upstream.
         session = await pool.open_session(environment, scenario.initial_state)
         observation, _ = await session.call(
@@ -174,3 +175,16 @@ async def test_imported_environment_scores_like_upstream(tmp_path):
         _, nothing = await score_final_state(pool, scenario, scenario.initial_state)
     assert solved.state_reward == pytest.approx(1.0) and solved.success
     assert nothing.state_reward < 1.0 and not nothing.success
+
+
+def test_a_non_empty_out_folder_is_refused_and_kept_as_it_was(tmp_path):
+    env_file, scen_file = release_files(tmp_path)
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("keep me")
+    finished = harness(["import", "envscaler", "--environments", str(env_file), "--scenarios", str(scen_file),
+                        "--out", str(out)])  # fmt: skip
+    assert finished.code == 2, finished.stderr
+    assert finished.stderr_lines == [f"error {out} already exists and is not empty; choose another --out"]
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+    assert (out / "notes.txt").read_text() == "keep me"

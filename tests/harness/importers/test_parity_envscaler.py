@@ -21,11 +21,11 @@ from typing import Any
 
 import pytest
 
+from harness.benchmarks.envscaler.importer import convert_environment, convert_scenario
 from harness.gym import ToolEnv
-from harness.importers.envscaler import convert_environment, convert_scenario
 from harness.library import Library
-from harness.protocols import UserTurn
-from harness.sandbox import SandboxPool
+from harness.rules.protocols import UserTurn
+from harness.sandbox import JailSpec, SandboxPool
 from harness.schema import AgentSettings, DatasetRef, ModelSettings, Scenario
 from harness.validate import screen_scenario
 
@@ -335,7 +335,7 @@ CASES = [
 
 @pytest.fixture
 async def pool():
-    async with SandboxPool(workers=1) as sandbox:
+    async with JailSpec(workers=1).pool() as sandbox:
         yield sandbox
 
 

@@ -19,7 +19,7 @@ from harness.mcp.admin import SESSION_META_KEY
 from harness.mcp.client import McpToolSession
 from harness.mcp.credential import make_token
 from harness.mcp.server import EnvironmentServer, running_http_server
-from harness.sandbox import SandboxPool
+from harness.sandbox import JailSpec
 from harness.schema import ToolCall
 from tests.support.mcp_wire import ACCEPT, INTRUDER_PHONE, initialize_body, intruder_call, result_of
 
@@ -51,7 +51,7 @@ async def served() -> AsyncIterator[Served]:
     environment = library.environments[ENV_ID]
     scenarios = library.scenarios_for(ENV_ID)
     token = make_token()
-    async with SandboxPool(workers=1) as pool:
+    async with JailSpec(workers=1).pool() as pool:
         server = EnvironmentServer(
             environment, initial_state=scenarios[0].initial_state, scenarios=scenarios, pool=pool
         )

@@ -15,19 +15,19 @@ import uvicorn
 from fastmcp import FastMCP
 
 from agents.oracle import OracleAgent
-from harness.episode import run_episode
-from harness.episode_config import EpisodeConfig
+from harness.episode.config import EpisodeConfig
+from harness.episode.loop import run_episode
 from harness.library import load_library
 from harness.mcp.client import McpToolSession
 from harness.mcp.evaluation import run_mcp_episode
 from harness.mcp.server import EnvironmentServer, running_http_server
-from harness.sandbox import SandboxPool
+from harness.sandbox import JailSpec, SandboxPool
 from harness.schema import Check, ReferenceAction, Scenario, TerminationReason, Trajectory
 
 
 @pytest.fixture
 async def pool() -> AsyncIterator[SandboxPool]:
-    async with SandboxPool(workers=2) as sandbox_pool:
+    async with JailSpec(workers=2).pool() as sandbox_pool:
         yield sandbox_pool
 
 

@@ -30,7 +30,7 @@ from harness.mcp.admin import (
 )
 from harness.mcp.client import McpToolSession
 from harness.mcp.server import EnvironmentServer, running_http_server
-from harness.sandbox import SandboxPool
+from harness.sandbox import JailSpec
 from harness.schema import Environment, Scenario, ToolCall
 
 ENV_ID = "airline_reservations"
@@ -46,7 +46,7 @@ def library_env() -> tuple[Environment, list[Scenario]]:
 @pytest.fixture
 async def served(library_env: tuple[Environment, list[Scenario]]) -> AsyncIterator[tuple[EnvironmentServer, str]]:
     environment, scenarios = library_env
-    async with SandboxPool(workers=2) as pool:
+    async with JailSpec(workers=2).pool() as pool:
         server = EnvironmentServer(
             environment, initial_state=scenarios[0].initial_state, scenarios=scenarios, pool=pool
         )

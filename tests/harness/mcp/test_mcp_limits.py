@@ -28,7 +28,7 @@ from harness.mcp.admin import (
 from harness.mcp.client import McpAdminError, McpToolSession
 from harness.mcp.credential import make_token
 from harness.mcp.server import SERVER_AT_CAPACITY, EnvironmentServer, running_http_server
-from harness.sandbox import SandboxLimits, SandboxPool
+from harness.sandbox import JailSpec, SandboxLimits, SandboxPool
 from harness.schema import Environment, Scenario
 from tests.support.mcp_wire import ACCEPT, modern_call, result_of
 
@@ -43,7 +43,7 @@ def library_env() -> tuple[Environment, list[Scenario]]:
 
 @pytest.fixture
 async def pool() -> AsyncIterator[SandboxPool]:
-    async with SandboxPool(workers=1) as sandbox_pool:
+    async with JailSpec(workers=1).pool() as sandbox_pool:
         yield sandbox_pool
 
 

@@ -25,7 +25,7 @@ from harness.mcp.admin import (
 from harness.mcp.client import McpToolSession
 from harness.mcp.server import EnvironmentServer, running_http_server, server_instructions
 from harness.mcp.sessions import SessionExpired, SessionRegistry
-from harness.sandbox import SandboxPool
+from harness.sandbox import JailSpec, SandboxPool
 from harness.schema import Environment, Scenario, ToolCall
 
 ENV_ID = "airline_reservations"
@@ -39,7 +39,7 @@ def library_env() -> tuple[Environment, list[Scenario]]:
 
 @pytest.fixture
 async def pool() -> AsyncIterator[SandboxPool]:
-    async with SandboxPool(workers=2) as sandbox_pool:
+    async with JailSpec(workers=2).pool() as sandbox_pool:
         yield sandbox_pool
 
 

@@ -18,7 +18,7 @@ from harness.library import load_library
 from harness.mcp.admin import ReadStateRequest, StateResult
 from harness.mcp.client import McpTarget, McpToolSession
 from harness.mcp.server import server_instructions
-from harness.sandbox import SandboxPool
+from harness.sandbox import JailSpec, SandboxPool
 from harness.schema import ObservationKind, ToolCall
 
 ENV_ID = "retail_orders"
@@ -26,7 +26,7 @@ ENV_ID = "retail_orders"
 
 @pytest.fixture
 async def pool() -> AsyncIterator[SandboxPool]:
-    async with SandboxPool(workers=1) as sandbox_pool:
+    async with JailSpec(workers=1).pool() as sandbox_pool:
         yield sandbox_pool
 
 

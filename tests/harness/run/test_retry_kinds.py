@@ -6,7 +6,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from harness.blame import classify_failure
+from harness.episode.blame import classify_failure
 from harness.llm import EndpointUnreachable, ModelHandlerError, RequestRejected, RetriesExhausted
 from harness.sandbox import SandboxError
 from harness.schema import Failure, FailureKind, FailureParty, TerminationReason

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import orjson
 
-from harness.importers.envscaler import import_envscaler
+from harness.benchmarks.envscaler.importer import import_envscaler
 from tests.harness.importers.test_parity_envscaler import CHECKS, ENV_RECORD, INIT_CONFIG
 
 
@@ -149,7 +149,7 @@ def test_sft_rolls_out_under_the_rules_and_keeps_what_they_reward(tmp_path: Path
 
 def test_the_rules_profile_is_part_of_the_episode_id_and_the_default_keeps_old_ids() -> None:
     from harness.library import load_library
-    from harness.runner import RunConfig, agent_settings, episode_id
+    from harness.run import RunConfig, agent_settings, episode_id
 
     scenario = load_library().scenarios[0]
     ids = {}

@@ -20,8 +20,8 @@ from harness.collector import YOUNG_THRESHOLD
 from harness.library import load_library
 from harness.llm import AliasTable, EndpointLimits, LLMClient, RetryPolicy
 from harness.llm.aliases import AliasEntry
-from harness.metrics import read_results
-from harness.runner import RunConfig, RunRefused, run
+from harness.results.metrics import read_results
+from harness.run import RunConfig, RunRefused, run
 from harness.schema import TerminationReason
 from tests.doubles.mock_openai import Fault, MockOpenAIServer
 
@@ -241,10 +241,10 @@ def test_sigkill_mid_run_then_resume_has_every_episode_exactly_once(tmp_path):
 
 async def test_run_through_an_mcp_server(tmp_path):
     from harness.mcp.server import EnvironmentServer, running_http_server
-    from harness.sandbox import SandboxPool
+    from harness.sandbox import JailSpec
 
     environment = LIBRARY.environments["banking"]
-    async with SandboxPool(workers=1) as pool:
+    async with JailSpec(workers=1).pool() as pool:
         server = EnvironmentServer(environment, pool=pool)
         async with running_http_server(server) as url:
             cfg = config(
@@ -260,7 +260,7 @@ async def test_run_through_an_mcp_server(tmp_path):
 
 
 def test_an_alias_bounds_the_episodes_in_flight():
-    from harness.runner import episodes_in_flight
+    from harness.run import episodes_in_flight
 
     aliases = AliasTable(
         {

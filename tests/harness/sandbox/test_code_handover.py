@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 import harness.sandbox.code_handover as code_handover
-from harness.sandbox import EnvironmentLoadError, SandboxPool
+from harness.sandbox import EnvironmentLoadError, JailSpec, SandboxPool
 from harness.schema import Environment, ToolCall
 from harness.toolspec import derive_tools
 
@@ -53,14 +53,14 @@ async def two_sessions(pool: SandboxPool, environment: Environment) -> list[obje
 async def test_handed_and_self_compiled_code_load_and_behave_alike(handed: bool, monkeypatch: pytest.MonkeyPatch):
     if not handed:
         monkeypatch.setattr(code_handover, "MAX_HANDED_BYTES", 0)  # every session then compiles or unmarshals
-    async with SandboxPool() as pool:
+    async with JailSpec().pool() as pool:
         assert await two_sessions(pool, ledger()) == [{"total": 12}, {"total": 11}]
 
 
 async def test_code_that_parses_but_does_not_compile_is_reported_by_its_session_as_before():
     broken = LATER + "\nreturn None\n"  # the parser takes it (the static checks pass); the compiler does not
     environment = ledger().model_copy(update={"code": broken})
-    async with SandboxPool() as pool:
+    async with JailSpec().pool() as pool:
         assert pool.static_problems(broken) == []
         with pytest.raises(EnvironmentLoadError, match="SyntaxError: 'return' outside function"):
             await pool.open_session(environment, {"entries": []})

@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from harness.sandbox import SandboxPool
+from harness.sandbox import JailSpec
 from harness.sandbox.children import Child, ChildLost
 from harness.sandbox.confirmation import CONFINED, UNCONFINED_STATUS
 from harness.schema import Environment, ToolCall
@@ -153,7 +153,7 @@ async def test_a_real_session_and_check_process_confirm_before_their_first_answe
     environment = Environment(
         id="counter", name="Counter", class_name="Counter", code=CODE, tools=derive_tools(CODE, "Counter")
     )
-    async with SandboxPool() as pool:
+    async with JailSpec().pool() as pool:
         session = await pool.open_session(environment, {"count": 0})
         child = session._child
         assert child is not None and child.confined  # confirmed before the open's answer was read

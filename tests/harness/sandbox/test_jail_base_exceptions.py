@@ -11,6 +11,7 @@ tool error and the session goes on. The sandbox's own call timer (a ``BaseExcept
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 
@@ -20,11 +21,12 @@ from fastmcp import Client
 from fastmcp.client.transports import StdioTransport
 
 from harness.mcp.admin import ReadStateRequest, StateResult
-from harness.sandbox import SandboxLimits, SandboxPool
+from harness.sandbox import JailSpec, SandboxLimits
 from harness.schema import Environment, ObservationKind, TerminationReason, ToolCall, Trajectory
 from harness.toolspec import derive_tools
 from tests.support.cli_process import cli_environment, harness
 from tests.support.raising_library import (
+    ENV_ID,
     LOADS,
     RAISING_CHECKS,
     RAISING_TOOLS,
@@ -126,9 +128,45 @@ async def test_the_call_timer_is_still_a_timeout() -> None:
     environment = Environment(
         id="swallows", name="Swallows", class_name="Swallows", code=SWALLOWS, tools=derive_tools(SWALLOWS, "Swallows")
     )
-    async with SandboxPool(limits=SandboxLimits(call_timeout_s=0.5, kill_grace_s=1.0)) as pool:
+    async with JailSpec(limits=SandboxLimits(call_timeout_s=0.5, kill_grace_s=1.0)).pool() as pool:
         session = await pool.open_session(environment, {})
         observation, _ = await session.call(ToolCall(id="c", name="spin", arguments={}))
         await session.close()
     assert observation.kind is ObservationKind.TIMEOUT, observation
     assert observation.error == "the tool did not finish within 0.5 s" and not observation.process_ended
+
+
+def test_harness_run_through_harness_serve_blames_the_environment_too(library: Path, tmp_path: Path) -> None:
+    # The same episodes through an MCP server: a raising tool is a tool error, a constructor that raises is the
+    # environment's failure (never an infrastructure error the client would re-run).
+    server = shlex.join(
+        [
+            sys.executable,
+            "-m",
+            "harness.cli",
+            "serve",
+            ENV_ID,
+            "--envs",
+            str(library),
+            "--transport",
+            "stdio",
+            "--workers",
+            "1",
+            "--include-invalid",
+        ]
+    )
+    out = tmp_path / "run"
+    run = ["run", "--envs", str(library), "--mcp", server, "--agent", "oracle", "--include-invalid"]
+    finished = harness([*run, "--out", str(out)])
+    assert finished.code == 0, finished.stdout + finished.stderr
+    trajectories = results(out)
+    tools = trajectories[TOOLS_SCENARIO]
+    assert tools.termination is TerminationReason.AGENT_DONE and tools.failure is None
+    for step, error in zip(tools.steps, RAISING_TOOLS.values(), strict=False):
+        assert step.observation.kind is ObservationKind.TOOL_EXCEPTION and error in (step.observation.error or "")
+    for what in LOADS:
+        loaded = trajectories[f"raises-on-load-{what.replace('_', '-')}"]
+        assert loaded.termination is TerminationReason.ENVIRONMENT_ERROR, loaded.termination_detail
+        assert loaded.failure is not None and (loaded.failure.kind, loaded.failure.retryable) == ("environment", False)
+    again = harness([*run, "--out", str(out), "--resume", "--retry-errors"])
+    assert again.code == 0 and "0 to run" in again.stdout, again.stdout + again.stderr

@@ -22,12 +22,13 @@ from pathlib import Path
 import orjson
 import pytest
 
-from harness.blame import classify_failure
+from harness.episode.blame import classify_failure
 from harness.hub.rows import records_to_table, rows_to_records
 from harness.library import write_seed_layout
-from harness.metrics import read_results
-from harness.reward import trajectory_reward
-from harness.sandbox import EnvironmentFailed, SandboxPool, find_problems
+from harness.results.metrics import read_results
+from harness.results.store import ResultStore
+from harness.results.tally import summarize_group
+from harness.sandbox import EnvironmentFailed, JailSpec, find_problems
 from harness.schema import (
     Check,
     Environment,
@@ -41,9 +42,8 @@ from harness.schema import (
     ToolCall,
     Trajectory,
 )
-from harness.scoring import zero_reward
-from harness.store import ResultStore
-from harness.tally import summarize_group
+from harness.scoring.checks import zero_reward
+from harness.scoring.reward import trajectory_reward
 from harness.toolspec import derive_tools
 from tests.doubles.mock_openai import Fault
 from tests.doubles.seed_replay import alias_file, serving_mock
@@ -304,8 +304,9 @@ def test_a_child_whose_confinement_fails_before_it_confirms_it_is_an_infrastruct
     library = Path(shutil.copytree(library, workspace / "library"))
     open_to_ordinary_user(workspace)
     out = workspace / "run"
-    # --include-invalid: the screening's sessions would fail alike, and the scenario is not what is being judged.
-    run = ["run", "--envs", str(library), "--env", "exits", "--agent", "oracle", "--include-invalid", "--out", str(out)]
+    # The screening's sessions fail alike: the scenario is not left out for it (the jail failed, not the scenario),
+    # so its episode runs and meets the same failure.
+    run = ["run", "--envs", str(library), "--env", "exits", "--agent", "oracle", "--out", str(out)]
     disabled = "no_new_privs,network_namespace,uts_namespace,pid_namespace,mount_namespace"
     finished = run_as_ordinary_user(
         [sys.executable, "-m", "harness.cli", *run], home=workspace, extra_env={"HARNESS_SANDBOX_DISABLE": disabled}
@@ -432,7 +433,7 @@ async def test_replies_that_name_the_sandbox_after_the_code_ran_are_the_environm
     environment = Environment(
         id="forges", name="Forges", class_name="Forges", code=FORGES, tools=derive_tools(FORGES, "Forges")
     )
-    async with SandboxPool() as pool:
+    async with JailSpec().pool() as pool:
         session = await pool.open_session(environment, {"done": False})
         forged, _ = await session.call(ToolCall(id="c1", name="forge", arguments={}))
         assert forged.ok

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import orjson
 
-from harness.sandbox import SandboxLimits, SandboxPool, find_problems
+from harness.sandbox import JailSpec, SandboxLimits, SandboxPool, find_problems
 from harness.sandbox.check_batches import MAX_BATCH_EPISODES, ScoreExpected, checks_of_scenario
 from harness.schema import Check, CheckResult
 from tests.support.cli_process import harness_cli
@@ -104,7 +104,7 @@ async def score(pool: SandboxPool, scenario: str, batch: list[Check], episodes: 
 async def test_a_hostile_check_changes_no_other_episodes_verdict_in_its_process():
     batch = checks(HOSTILE, PROBE, WITNESS)
     episodes = [state(f"e{n}", n) for n in range(12)]
-    async with SandboxPool() as pool:
+    async with JailSpec().pool() as pool:
         scored = await score(pool, "hostile", batch, episodes)
     shared = 0
     for n, results in enumerate(scored):
@@ -118,7 +118,7 @@ async def test_a_hostile_check_changes_no_other_episodes_verdict_in_its_process(
 
 async def test_a_check_process_never_scores_two_scenarios_even_with_the_same_checks():
     batch = checks(WITNESS, PROBE)  # the very same checks for both scenarios
-    async with SandboxPool() as pool:
+    async with JailSpec().pool() as pool:
         first, second = await asyncio.gather(
             score(pool, "first", batch, [state(f"first-{n}", n) for n in range(10)]),
             score(pool, "second", batch, [state(f"second-{n}", n) for n in range(10)]),
@@ -133,7 +133,7 @@ async def test_a_check_process_never_scores_two_scenarios_even_with_the_same_che
 async def test_a_check_process_that_dies_mid_batch_fails_only_its_episodes_which_are_scored_again(caplog):
     batch = checks(EXITS_ON_THREE, PROBE)
     caplog.set_level(logging.WARNING, logger="harness.sandbox.check_batches")
-    async with SandboxPool() as pool:
+    async with JailSpec().pool() as pool:
         scored, neighbours = await asyncio.gather(
             score(pool, "exits", batch, [state(f"e{n}", n) for n in range(6)]),
             score(pool, "neighbour", checks(WITNESS, PROBE), [state(f"x{n}", n) for n in range(6)]),
@@ -177,7 +177,7 @@ def running_children(zygote_pid: int) -> list[int]:
 async def test_a_check_process_killed_from_outside_mid_batch_has_its_episodes_scored_again(caplog):
     batch = checks(SPINS, PROBE)
     caplog.set_level(logging.WARNING, logger="harness.sandbox.check_batches")
-    async with SandboxPool() as pool:
+    async with JailSpec().pool() as pool:
         zygote_pid = pool._zygotes[0].zygote_pid
         assert zygote_pid is not None
         scoring = asyncio.ensure_future(score(pool, "spins", batch, [state(f"e{n}", n) for n in range(4)]))
@@ -239,11 +239,11 @@ ORDINARY_USER_SCRIPT = """
 import ast
 import asyncio
 import orjson
-from harness.sandbox import SandboxPool
+from harness.sandbox import JailSpec
 from tests.harness.sandbox.test_jail_check_batches import HOSTILE, PROBE, WITNESS, checks, score, state, witnessed
 
 async def main():
-    async with SandboxPool() as pool:
+    async with JailSpec().pool() as pool:
         hostile, other = await asyncio.gather(
             score(pool, "hostile", checks(HOSTILE, PROBE, WITNESS), [state(f"h{n}", n) for n in range(8)]),
             score(pool, "other", checks(WITNESS, PROBE), [state(f"o{n}", n) for n in range(8)]),
@@ -277,7 +277,7 @@ async def test_a_batch_holds_no_more_inputs_than_one_state_may_be():
     """Episodes whose inputs would together exceed ``max_state_bytes`` are scored in separate processes."""
     batch = checks(WITNESS, PROBE)
     bulky = [{**state(f"b{n}", n), "padding": "x" * 3000} for n in range(4)]
-    async with SandboxPool(limits=SandboxLimits(max_state_bytes=5000)) as pool:
+    async with JailSpec(limits=SandboxLimits(max_state_bytes=5000)).pool() as pool:
         scored = await score(pool, "bulky", batch, bulky)
     assert [witnessed(results[0]) for results in scored] == [[f"b{n}"] for n in range(4)]
     assert [results[1].passed for results in scored] == [n % 3 == 0 for n in range(4)]
@@ -302,7 +302,7 @@ async def announced(
 async def test_announced_episodes_of_a_scenario_are_scored_by_one_process_though_they_ask_apart():
     batch = checks(WITNESS, PROBE)
     limits = SandboxLimits(check_gather_s=3600)  # only the arrivals end the wait
-    async with SandboxPool(limits=limits) as pool:
+    async with JailSpec(limits=limits).pool() as pool:
         entered: list[ScoreExpected] = []
         episodes = [announced(pool, "trials", batch, state(f"t{n}", n), entered) for n in range(4)]
         scored = await asyncio.wait_for(asyncio.gather(*episodes), 300)
@@ -319,7 +319,7 @@ async def test_announced_episodes_of_a_scenario_are_scored_by_one_process_though
 async def test_an_announced_episode_that_ends_without_asking_no_longer_holds_the_others():
     batch = checks(WITNESS)
     arrivals: list[str] = []
-    async with SandboxPool(limits=SandboxLimits(check_gather_s=3600)) as pool:
+    async with JailSpec(limits=SandboxLimits(check_gather_s=3600)).pool() as pool:
         asked = asyncio.Event()
 
         async def asks() -> list[CheckResult]:
@@ -341,7 +341,7 @@ async def test_an_announced_episode_that_ends_without_asking_no_longer_holds_the
 
 async def test_a_full_batch_starts_without_waiting_for_more_announced_episodes():
     batch = checks(WITNESS)
-    async with SandboxPool(limits=SandboxLimits(check_gather_s=3600)) as pool:
+    async with JailSpec(limits=SandboxLimits(check_gather_s=3600)).pool() as pool:
         first_scored = asyncio.Event()
 
         async def episode(n: int) -> list[CheckResult]:
@@ -359,12 +359,12 @@ async def test_a_full_batch_starts_without_waiting_for_more_announced_episodes()
 
 
 async def test_a_runs_trials_of_one_task_are_scored_by_one_check_process(tmp_path: Path):
-    """Through ``harness.runner.run``: the local backend announces each episode, so the four trials of a task,
+    """Through ``harness.run.run``: the local backend announces each episode, so the four trials of a task,
     which finish one after another, are scored together (the gather window is long here, so only their arrivals
     end it), and every trial is recorded once with its own verdict."""
     from agents.run_adapters import agent_factory
-    from harness.metrics import read_results
-    from harness.runner import RunConfig, run
+    from harness.results.metrics import read_results
+    from harness.run import RunConfig, run
 
     scenario = hostile_scenario([("bump", {})], scenario_id="task", initial={"counter": 0, "loot": [], "tag": "task"})
     honest = Check(id="bumped", description="", source="def check(i, f):\n    return f['counter'] == 1\n")

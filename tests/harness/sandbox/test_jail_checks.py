@@ -14,7 +14,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from harness.sandbox import SandboxPool, find_problems
+from harness.sandbox import JailSpec, find_problems
 from harness.sandbox.check_batches import encode_inputs
 from harness.sandbox.check_inputs import check_request
 from harness.schema import Check, Scenario
@@ -137,7 +137,7 @@ def test_the_attacks_pass_the_static_lint():
 @pytest.mark.parametrize("attack", list(ATTACKS))
 async def test_a_check_cannot_change_how_the_next_checks_of_its_batch_are_evaluated(attack):
     state = {"counter": 1, "loot": [], "flag": "honest"}
-    async with SandboxPool() as pool:
+    async with JailSpec().pool() as pool:
         results = await pool.run_checks(batch(ATTACKS[attack]), state, state)
     assert [(r.check_id, r.passed) for r in results] == [("attack", True), ("holds", True), ("fails", False)], results
     assert results[2].value == "False"
@@ -149,7 +149,7 @@ def test_run_checks_in_a_process_of_its_own_keeps_each_result_its_own():
     sources = [source for attack in ATTACKS.values() for source in (attack, TRUE_PROBE, FALSE_PROBE)]
     script = (
         "import orjson, sys\n"
-        "from harness.sandbox import check_inputs, check_runner, runtime\n"
+        "from harness.sandbox import JailSpec, check_inputs, check_runner, runtime\n"
         "runtime.prepare_interpreter()\n"
         "request, inputs = check_inputs.read_check_request(sys.stdin.buffer.read())\n"
         "settings = runtime.Settings(5.0, 1 << 20, 1 << 24)\n"
@@ -194,14 +194,14 @@ def test_a_run_scores_each_check_on_its_own_whatever_the_checks_before_it_did(tm
 ORDINARY_USER_SCRIPT = """
 import asyncio, sys
 import orjson
-from harness.sandbox import SandboxPool
+from harness.sandbox import JailSpec
 from harness.schema import Check
 from tests.harness.sandbox.test_jail_checks import ATTACKS, batch
 
 async def main():
     state = {"counter": 1, "loot": [], "flag": "honest"}
     report = {}
-    async with SandboxPool() as pool:
+    async with JailSpec().pool() as pool:
         for name, attack in ATTACKS.items():
             results = await pool.run_checks(batch(attack), state, state)
             report[name] = [r.passed for r in results]

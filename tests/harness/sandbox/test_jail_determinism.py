@@ -7,7 +7,7 @@ import json
 import orjson
 
 from harness.library import load_library
-from harness.sandbox import SandboxPool
+from harness.sandbox import JailSpec
 from harness.schema import ToolCall
 from tests.support.cli_process import harness_cli
 from tests.support.jail_library import hostile_scenario, write_hostile_library
@@ -18,7 +18,7 @@ async def test_same_calls_and_seed_give_byte_identical_states_in_fresh_processes
     scenario = next(s for s in library.scenarios if s.reference_actions and s.environment_id == "hotel_booking")
     environment = library.environments[scenario.environment_id]
     states = []
-    async with SandboxPool() as pool:
+    async with JailSpec().pool() as pool:
         for _ in range(2):
             session = await pool.open_session(environment, scenario.initial_state, seed=7)
             for number, action in enumerate(scenario.reference_actions):
@@ -57,7 +57,7 @@ async def test_lazy_standard_imports_and_installed_optional_modules_work_inside_
         "        return {'success': True, 'data': [day, root]}\n"
     )
     environment = Environment(id="calc", name="Calc", class_name="Calc", code=code, tools=derive_tools(code, "Calc"))
-    async with SandboxPool() as pool:
+    async with JailSpec().pool() as pool:
         session = await pool.open_session(environment, {})
         observation, _ = await session.call(ToolCall(id="a", name="parse", arguments={"text": "2025-01-15"}))
         await session.close()
@@ -84,7 +84,7 @@ async def test_a_tools_type_error_is_a_tool_exception_and_init_config_is_shared_
     environment = Environment(
         id="shelf", name="Shelf", class_name="Shelf", code=code, tools=derive_tools(code, "Shelf")
     )
-    async with SandboxPool() as pool:
+    async with JailSpec().pool() as pool:
         session = await pool.open_session(environment, {"books": ["a"]})
         added, _ = await session.call(ToolCall(id="a", name="add", arguments={"title": "b"}))
         broken, _ = await session.call(ToolCall(id="b", name="broken", arguments={}))

@@ -17,7 +17,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from harness.sandbox import SandboxPool
+from harness.sandbox import JailSpec
 from harness.schema import ObservationKind, ToolCall
 from tests.support.cli_process import harness_cli
 from tests.support.jail_library import CANARY, hostile_environment, hostile_scenario, write_hostile_library
@@ -30,7 +30,7 @@ LAYER_SETS = ["", "seccomp", "landlock"]
 async def pool(request, monkeypatch):
     monkeypatch.setenv("HARNESS_SANDBOX_DISABLE", request.param)
     monkeypatch.setenv("OPENAI_API_KEY", CANARY)
-    async with SandboxPool() as sandbox:
+    async with JailSpec().pool() as sandbox:
         yield sandbox
 
 
@@ -82,7 +82,7 @@ async def test_landlock_hides_even_world_readable_files(monkeypatch, outside, la
     readable = outside / "public"
     readable.write_text(CANARY)
     readable.chmod(0o644)
-    async with SandboxPool() as sandbox:
+    async with JailSpec().pool() as sandbox:
         session = await sandbox.open_session(hostile_environment(), {"counter": 0})
         observation, _ = await session.call(call("read_file", path=str(readable)))
         await session.close()

@@ -11,7 +11,7 @@ import pytest
 
 from harness.library import write_seed_layout
 from harness.names import UnsafeIdentifier, is_safe_id
-from harness.sandbox import SandboxPool, WeakSandbox, find_problems
+from harness.sandbox import JailSpec, WeakSandbox, find_problems
 from harness.schema import Environment, Scenario
 from harness.toolspec import ToolDerivationError, derive_tools
 from tests.support.cli_process import harness_cli
@@ -73,9 +73,9 @@ def test_import_envscaler_refuses_a_traversing_env_id_and_writes_nothing_outside
 async def test_hub_code_needs_every_layer_unless_weak_is_allowed(monkeypatch):
     monkeypatch.setenv("HARNESS_SANDBOX_DISABLE", "seccomp")
     with pytest.raises(WeakSandbox, match="seccomp"):
-        async with SandboxPool(require_full_confinement=True):
+        async with JailSpec(full_confinement=True).pool():
             pass
-    async with SandboxPool(require_full_confinement=False) as pool:  # a local folder: runs, with a warning
+    async with JailSpec(full_confinement=False).pool() as pool:  # a local folder: runs, with a warning
         assert [layer["name"] for layer in pool.missing_layers] == ["seccomp"]
 
 

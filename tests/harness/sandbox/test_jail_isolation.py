@@ -13,7 +13,7 @@ import signal
 
 import pytest
 
-from harness.sandbox import SandboxError, SandboxLimits, SandboxPool
+from harness.sandbox import JailSpec, SandboxError, SandboxLimits, SandboxPool
 from harness.schema import Check, ObservationKind, ToolCall
 from tests.support.jail_library import IMPOSSIBLE_CHECK, hostile_environment
 
@@ -46,7 +46,7 @@ async def honest_run(pool: SandboxPool, attacker_calls: list[str]) -> tuple[dict
 
 
 async def test_the_neighbour_of_a_hostile_session_ends_as_in_its_solo_run():
-    async with SandboxPool() as pool:
+    async with JailSpec().pool() as pool:
         solo = await honest_run(pool, [])
         beside_attacker = await honest_run(pool, ATTACKS)
     assert beside_attacker == solo
@@ -54,7 +54,7 @@ async def test_the_neighbour_of_a_hostile_session_ends_as_in_its_solo_run():
 
 
 async def test_class_attributes_do_not_carry_over_between_sessions_of_one_environment():
-    async with SandboxPool() as pool:
+    async with JailSpec().pool() as pool:
         first = await pool.open_session(hostile_environment(), {"counter": 0})
         await first.call(call("poison_shared_state"))  # sets Hostile.bonus = 1000 in its own process
         own, _ = await first.call(call("bump"))
@@ -67,7 +67,7 @@ async def test_class_attributes_do_not_carry_over_between_sessions_of_one_enviro
 
 
 async def test_builtins_replaced_by_one_session_stay_in_its_own_process():
-    async with SandboxPool() as pool:
+    async with JailSpec().pool() as pool:
         first = await pool.open_session(hostile_environment(), {"counter": 0})
         poisoned, _ = await first.call(call("poison_builtins"))
         own, _ = await first.call(call("bump"))  # getattr now answers 1000 in this process
@@ -82,7 +82,7 @@ async def test_builtins_replaced_by_one_session_stay_in_its_own_process():
 
 async def test_code_under_test_cannot_make_an_impossible_check_pass():
     checks = [Check(id="impossible", description="never true", source=IMPOSSIBLE_CHECK)]
-    async with SandboxPool() as pool:
+    async with JailSpec().pool() as pool:
         session = await pool.open_session(hostile_environment(), {"counter": 0, "flag": "honest"})
         for attack in ("poison_shared_state", "poison_builtins", "start_thread", "bump"):
             await session.call(call(attack))
@@ -106,14 +106,14 @@ async def test_a_hostile_check_cannot_change_the_next_scenarios_scores():
         ),
     )
     impossible = Check(id="impossible", description="never true", source=IMPOSSIBLE_CHECK)
-    async with SandboxPool() as pool:
+    async with JailSpec().pool() as pool:
         await pool.run_checks([poison], {}, {})
         results = await pool.run_checks([impossible], {"flag": "honest"}, {"flag": "honest"})
     assert [r.passed for r in results] == [False]
 
 
 async def test_forged_frames_end_only_their_own_session():
-    async with SandboxPool() as pool:
+    async with JailSpec().pool() as pool:
         forger = await pool.open_session(hostile_environment(), {"counter": 0})
         bystander = await pool.open_session(hostile_environment(), {"counter": 5})
         await forger.call(call("forge_frames"))
@@ -128,7 +128,7 @@ async def test_forged_frames_end_only_their_own_session():
 
 async def test_crash_timeout_and_memory_are_told_apart_and_the_session_recovers():
     limits = SandboxLimits(call_timeout_s=1.0, kill_grace_s=0.5, memory_mb=512)
-    async with SandboxPool(limits=limits) as pool:
+    async with JailSpec(limits=limits).pool() as pool:
         session = await pool.open_session(hostile_environment(), {"counter": 0})
         bystander = await pool.open_session(hostile_environment(), {"counter": 50})
         await session.call(call("bump"))
@@ -148,7 +148,7 @@ async def test_crash_timeout_and_memory_are_told_apart_and_the_session_recovers(
 
 
 async def test_a_kill_from_outside_is_not_called_a_memory_breach():
-    async with SandboxPool() as pool:
+    async with JailSpec().pool() as pool:
         session = await pool.open_session(hostile_environment(), {"counter": 0})
         child = session._child
         assert child is not None

@@ -14,11 +14,12 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-import mpmath  # noqa: F401  (imported, as the zygote imports it, so readable_roots() here lists its folder too)
+import mpmath  # noqa: F401  (imported, as the zygote imports it, so readable_roots(jail_modules()) here lists its folder too)
 import orjson
 import pytest
 
-from harness.sandbox import SandboxPool, WeakSandbox
+from harness.registry import jail_modules
+from harness.sandbox import JailSpec, WeakSandbox
 from harness.sandbox.confine import LAYERS, readable_roots
 from harness.schema import Environment, Observation, ObservationKind, ToolCall
 from harness.toolspec import derive_tools
@@ -106,7 +107,9 @@ def secret() -> Iterator[Path]:
 def site_packages_file() -> str:
     """A file of site-packages outside the optional modules' folders: not a readable root."""
     location = os.path.realpath(orjson.__file__)
-    assert not any(location.startswith(root + os.sep) for root in readable_roots()), readable_roots()
+    assert not any(location.startswith(root + os.sep) for root in readable_roots(jail_modules())), readable_roots(
+        jail_modules()
+    )
     return location
 
 
@@ -116,7 +119,7 @@ async def read_attempts(secret: Path) -> tuple[dict[str, Observation], list[str]
     targets = [str(secret), "/etc/hostname", site_packages_file()]
     observations: dict[str, Observation] = {}
     outputs: list[str] = []
-    async with SandboxPool() as pool:
+    async with JailSpec().pool() as pool:
         session = await pool.open_session(hostile_environment(), {"counter": 0, "loot": []})
         for target in targets:
             observation, diff = await session.call(call("read_file", path=target))
@@ -150,7 +153,7 @@ async def test_honest_code_still_imports_what_it_may(monkeypatch, disabled):
     environment = Environment(
         id="codec", name="Codec", class_name="Codec", code=HONEST, tools=derive_tools(HONEST, "Codec")
     )
-    async with SandboxPool() as pool:
+    async with JailSpec().pool() as pool:
         assert {layer["name"] for layer in pool.missing_layers} == ({"landlock"} if disabled else set())
         session = await pool.open_session(environment, {"text": "Crème brûlée"})
         encoded, _ = await session.call(call("encode", codec="mac_roman"))
@@ -165,15 +168,15 @@ async def test_honest_code_still_imports_what_it_may(monkeypatch, disabled):
 @pytest.mark.parametrize("disabled", [WITHOUT_LANDLOCK, "landlock,seccomp"], ids=["seccomp", "without-seccomp"])
 async def test_a_child_cannot_leave_the_new_root(monkeypatch, secret, disabled):
     """seccomp refuses mount, chroot, pivot_root and unshare; without it, the child has no capability to use."""
-    from harness.sandbox import namespaces
+    from harness.sandbox import JailSpec, namespaces
 
     monkeypatch.setenv("HARNESS_SANDBOX_DISABLE", disabled)
-    roots = readable_roots()
+    roots = readable_roots(jail_modules())
     environment = Environment(
         id="escape", name="Escape", class_name="Escape", code=ESCAPE, tools=derive_tools(ESCAPE, "Escape")
     )
     number = namespaces.PIVOT_ROOT_SYSCALL[os.uname().machine]
-    async with SandboxPool() as pool:
+    async with JailSpec().pool() as pool:
         session = await pool.open_session(environment, {"root": roots[0]})
         tried, _ = await session.call(call("escape", pivot_root=number))
         await session.close()
@@ -194,7 +197,7 @@ def test_doctor_reports_the_layer_and_its_absence():
     layers = {layer["name"]: layer for layer in orjson.loads(present.stdout)["layers"]}
     assert list(layers) == list(LAYERS)
     assert layers["mount_namespace"]["active"], layers["mount_namespace"]
-    assert all(root in layers["mount_namespace"]["detail"] for root in readable_roots())
+    assert all(root in layers["mount_namespace"]["detail"] for root in readable_roots(jail_modules()))
     weak = harness_cli("doctor", env={"HARNESS_SANDBOX_DISABLE": WITHOUT_READ_LIMITS})
     assert weak.returncode == 1, weak.stdout + weak.stderr
     assert "mount_namespace" in weak.stdout and "--allow-weak-sandbox" in weak.stdout
@@ -203,7 +206,7 @@ def test_doctor_reports_the_layer_and_its_absence():
 async def test_hub_code_needs_the_mount_namespace(monkeypatch):
     monkeypatch.setenv("HARNESS_SANDBOX_DISABLE", "mount_namespace")
     with pytest.raises(WeakSandbox, match="mount_namespace"):
-        async with SandboxPool(require_full_confinement=True):
+        async with JailSpec(full_confinement=True).pool():
             pass
 
 
@@ -234,13 +237,13 @@ def test_a_run_without_landlock_keeps_the_secret(tmp_path, secret):
 UNPRIVILEGED = """
 import asyncio, os, sys
 import orjson
-from harness.sandbox import SandboxPool
+from harness.sandbox import JailSpec
 from harness.schema import ToolCall
 from tests.support.jail_library import hostile_environment
 
 async def attempt(disabled):
     os.environ["HARNESS_SANDBOX_DISABLE"] = disabled
-    async with SandboxPool() as pool:
+    async with JailSpec().pool() as pool:
         session = await pool.open_session(hostile_environment(), {"counter": 0, "loot": []})
         read, _ = await session.call(ToolCall(id="r", name="read_file", arguments={"path": sys.argv[1]}))
         raised, _ = await session.call(ToolCall(id="p", name="raise_privileges", arguments={}))

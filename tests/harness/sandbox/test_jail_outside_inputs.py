@@ -19,7 +19,7 @@ import pytest
 
 from harness.hub import build_library, upload_built
 from harness.library import load_library, write_seed_layout
-from harness.sandbox import SandboxPool, WeakSandbox
+from harness.sandbox import JailSpec, WeakSandbox
 from tests.support import conftest_hub
 from tests.support.conftest_hub import make_environment, make_scenario
 from tests.support.jail_library import CANARY, REPO
@@ -112,7 +112,7 @@ def test_a_hub_library_in_the_gym_needs_every_layer_or_the_keyword(hub, repo_id,
     monkeypatch.setenv("HARNESS_SANDBOX_DISABLE", "landlock")
 
     async def episode(allow: bool) -> list[dict]:
-        async with SandboxPool() as pool:
+        async with JailSpec().pool() as pool:
             env = ToolEnv(library, pool=pool, allow_weak_sandbox=allow, include_invalid=True)
             try:
                 messages, _ = await env.reset(scenario)

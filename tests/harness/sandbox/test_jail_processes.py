@@ -199,7 +199,7 @@ def procs_environment() -> Environment:
 PROGRAM = """
 import asyncio, logging, os, signal, sys
 import orjson
-from harness.sandbox import SandboxLimits, SandboxPool
+from harness.sandbox import JailSpec, SandboxLimits
 from harness.schema import ToolCall
 from tests.harness.sandbox.test_jail_processes import procs_environment
 
@@ -221,7 +221,7 @@ async def open_session(pool):
 
 async def main():
     limits = SandboxLimits(**ARGUMENT.get("limits", {}))
-    async with SandboxPool(limits=limits) as pool:
+    async with JailSpec(limits=limits).pool() as pool:
         report = await run(pool)
         report["layers"] = {layer["name"]: layer["active"] for layer in pool.layers}
     report["received"] = received
@@ -422,7 +422,7 @@ def test_a_child_reads_a_neutral_host_name(user, home):
 
 TWO_POOLS = """
 async def run(pool):
-    async with SandboxPool() as other:
+    async with JailSpec().pool() as other:
         sessions = [await open_session(p) for p in (pool, other, pool, other, pool, other)]
         identities = [await call(session, "identity") for session in sessions]
         for session in sessions:

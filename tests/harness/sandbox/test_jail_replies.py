@@ -18,8 +18,9 @@ import orjson
 import pytest
 
 from harness.library import write_seed_layout
-from harness.metrics import read_results
-from harness.sandbox import SandboxError, SandboxLimits, SandboxPool, find_problems
+from harness.results.metrics import read_results
+from harness.results.store import ResultStore
+from harness.sandbox import JailSpec, SandboxError, SandboxLimits, find_problems
 from harness.schema import (
     Check,
     Environment,
@@ -31,7 +32,6 @@ from harness.schema import (
     ToolCall,
     Trajectory,
 )
-from harness.store import ResultStore
 from harness.toolspec import derive_tools
 from tests.support.cli_process import harness
 from tests.support.trajectories import one_call_trajectory
@@ -133,7 +133,7 @@ def forger_library(root: Path, scenarios: list[Scenario]) -> Path:
 
 
 async def test_an_oversized_reply_is_refused_on_its_header_and_ends_only_its_session():
-    async with SandboxPool() as pool:
+    async with JailSpec().pool() as pool:
         attacker = await pool.open_session(forger(), {"counter": 0}, record_diffs=False)
         bystander = await pool.open_session(forger(), {"counter": 5}, record_diffs=False)
         observation, diff = await attacker.call(call("huge_reply", megabytes=40))
@@ -148,7 +148,7 @@ async def test_an_oversized_reply_is_refused_on_its_header_and_ends_only_its_ses
 
 
 async def test_an_oversized_result_beside_a_diff_is_an_error_observation_and_the_session_goes_on():
-    async with SandboxPool() as pool:
+    async with JailSpec().pool() as pool:
         session = await pool.open_session(forger(), {"counter": 0})  # with diffs the frame may be larger
         observation, _ = await session.call(call("huge_reply", megabytes=30))
         bumped, _ = await session.call(call("bump"))
@@ -159,7 +159,7 @@ async def test_an_oversized_result_beside_a_diff_is_an_error_observation_and_the
 
 
 async def test_a_result_500_levels_deep_is_an_error_observation_and_the_session_goes_on():
-    async with SandboxPool() as pool:
+    async with JailSpec().pool() as pool:
         session = await pool.open_session(forger(), {"counter": 0})
         deep, _ = await session.call(call("deep_reply", depth=500))
         at_limit, _ = await session.call(call("deep_reply", depth=64))
@@ -174,7 +174,7 @@ async def test_a_result_500_levels_deep_is_an_error_observation_and_the_session_
 async def test_depth_items_and_string_limits_are_the_pools_own_settings():
     limits = SandboxLimits(max_result_depth=8, max_result_items=10, max_string_chars=100)
     many, long = "[" + ",".join(["0"] * 11) + "]", '"' + "s" * 101 + '"'
-    async with SandboxPool(limits=limits) as pool:
+    async with JailSpec(limits=limits).pool() as pool:
         session = await pool.open_session(forger(), {"counter": 0})
         nine, _ = await session.call(call("deep_reply", depth=9))
         eight, _ = await session.call(call("deep_reply", depth=8))
@@ -189,7 +189,7 @@ async def test_depth_items_and_string_limits_are_the_pools_own_settings():
 
 async def test_a_state_500_levels_deep_is_a_failed_state_read_with_the_reason():
     deep_state = '{"ok":true,"state":{"counter":' + "[" * 500 + "]" * 500 + "}}"
-    async with SandboxPool() as pool:
+    async with JailSpec().pool() as pool:
         session = await pool.open_session(forger(), {"counter": 0})
         await session.call(call("forge_state", body=deep_state))
         with pytest.raises(SandboxError, match="reading the state failed: the state nests more than 96 levels"):
@@ -209,7 +209,7 @@ async def test_a_long_string_deep_in_a_large_state_is_refused_and_escaped_quotes
     within = large_state('"' + "s" * 1_000_000 + '"')
     beyond = large_state('"' + "s" * 1_000_001 + '"')
     hidden = large_state('"' + "s" * 600_000 + '\\"' + "s" * 400_000 + '"')
-    async with SandboxPool() as pool:
+    async with JailSpec().pool() as pool:
         session = await pool.open_session(forger(), {"counter": 0}, record_diffs=False)
         await session.call(call("forge_state", body=within))
         state = await session.state()
@@ -227,7 +227,7 @@ async def test_a_long_string_deep_in_a_large_state_is_refused_and_escaped_quotes
 
 @pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity", "1e400"])
 async def test_numbers_json_cannot_carry_are_refused_in_a_result_and_in_a_state(number: str):
-    async with SandboxPool() as pool:
+    async with JailSpec().pool() as pool:
         session = await pool.open_session(forger(), {"counter": 0})
         observation, _ = await session.call(call("raw_reply", body='{"ok":true,"result":{"n":' + number + "}}"))
         await session.close()
@@ -241,7 +241,7 @@ async def test_numbers_json_cannot_carry_are_refused_in_a_result_and_in_a_state(
 
 
 async def test_an_integer_beyond_64_bits_is_refused_with_the_reason():
-    async with SandboxPool() as pool:
+    async with JailSpec().pool() as pool:
         session = await pool.open_session(forger(), {"counter": 0})
         observation, _ = await session.call(call("big_number"))
         await session.close()
@@ -250,7 +250,7 @@ async def test_an_integer_beyond_64_bits_is_refused_with_the_reason():
 
 
 async def test_a_5_mb_error_text_is_cut_with_a_marker():
-    async with SandboxPool() as pool:
+    async with JailSpec().pool() as pool:
         session = await pool.open_session(forger(), {"counter": 0})
         observation, _ = await session.call(call("huge_error", megabytes=5))
         await session.close()
@@ -290,7 +290,7 @@ async def test_check_answers_are_bounded_in_size_and_their_texts_are_cut():
             ),
         )
 
-    async with SandboxPool() as pool:
+    async with JailSpec().pool() as pool:
         within = await pool.run_checks([forging_check(10_000)], {}, {})
         over = await pool.run_checks([forging_check(5 << 20)], {}, {})
     assert within[0].passed is False and "more characters cut]" in (within[0].error or "")
@@ -430,7 +430,7 @@ def test_an_ordinary_user_run_refuses_oversized_and_deep_replies(shared_folder: 
 
 async def test_a_refused_state_is_never_remembered_for_shared_readers():
     deep_state = '{"ok":true,"state":{"counter":' + "[" * 500 + "]" * 500 + "}}"
-    async with SandboxPool() as pool:
+    async with JailSpec().pool() as pool:
         session = await pool.open_session(forger(), {"counter": 0})
         for _ in range(2):
             await session.call(call("forge_state", body=deep_state))

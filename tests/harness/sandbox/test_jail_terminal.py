@@ -19,7 +19,7 @@ import pytest
 
 from harness.console import markup_text, outside, terminal_text
 from harness.library import write_seed_layout
-from harness.metrics import read_results
+from harness.results.metrics import read_results
 from harness.sandbox import find_problems
 from harness.schema import Check, Environment, ReferenceAction, Scenario
 from harness.toolspec import derive_tools

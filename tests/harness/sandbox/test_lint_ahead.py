@@ -7,9 +7,9 @@ import pytest
 import harness.sandbox.pool as pool_module
 from harness.library import load_library
 from harness.run.driver import code_of
-from harness.sandbox import SandboxPool
+from harness.sandbox import JailSpec
 from harness.schema import Environment
-from harness.scoring import prepared_checks
+from harness.scoring.checks import prepared_checks
 from harness.toolspec import derive_tools
 
 CLEAN = "class Counter:\n    def __init__(self, init_config: dict):\n        self.hits = 0\n"
@@ -17,7 +17,7 @@ REFUSED = "import os\n"
 
 
 async def test_the_pool_answers_the_static_checks_of_its_run_from_its_start(monkeypatch: pytest.MonkeyPatch):
-    async with SandboxPool(code_to_lint=[CLEAN, REFUSED, CLEAN]) as pool:
+    async with JailSpec().pool(code_to_lint=[CLEAN, REFUSED, CLEAN]) as pool:
 
         def linted_again(code: str) -> list[str]:
             raise AssertionError(f"linted after the start: {code!r}")

@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from harness.sandbox import EnvironmentLoadError, SandboxLimits, SandboxPool
+from harness.sandbox import EnvironmentLoadError, JailSpec, SandboxLimits
 from harness.sandbox.load_gate import LoadGate
 from harness.schema import Environment, ToolCall
 from harness.toolspec import derive_tools
@@ -78,7 +78,7 @@ async def test_a_load_that_runs_out_of_time_is_tried_alone_once_per_environment(
     limits = SandboxLimits(call_timeout_s=0.5, kill_grace_s=0.2)
     never, loads = environment(NEVER_LOADS, "NeverLoads"), environment(LOADS, "Loads")
     caplog.set_level(logging.INFO, logger="harness.sandbox.pool")
-    async with SandboxPool(workers=1, limits=limits) as pool:
+    async with JailSpec(workers=1, limits=limits).pool() as pool:
         with pytest.raises(EnvironmentLoadError) as first:
             await pool.open_session(never, {})
         assert first.value.timed_out

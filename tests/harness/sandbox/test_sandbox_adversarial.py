@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.sandbox import EnvironmentLoadError, SandboxLimits, SandboxPool, find_problems
+from harness.sandbox import EnvironmentLoadError, JailSpec, SandboxLimits, find_problems
 from harness.schema import Environment, ObservationKind, ToolCall
 from harness.toolspec import derive_tools
 
@@ -111,7 +111,7 @@ def test_static_checks_refuse_the_hostile_class_outright():
 @pytest.fixture
 async def pool():
     limits = SandboxLimits(call_timeout_s=2.0, kill_grace_s=0.5, memory_mb=256)
-    async with SandboxPool(workers=2, limits=limits) as sandbox:
+    async with JailSpec(workers=2, limits=limits).pool() as sandbox:
         sandbox._checked[ATTACKS] = []  # pretend the static checks missed everything
         yield sandbox
 
@@ -254,7 +254,7 @@ async def test_a_session_still_collects_cyclic_garbage_after_its_open():
         id="cycles", name="Cycles", class_name="Cycles", code=CYCLES, tools=derive_tools(CYCLES, "Cycles")
     )
     limits = SandboxLimits(call_timeout_s=60.0, kill_grace_s=0.5, memory_mb=256)
-    async with SandboxPool(workers=1, limits=limits) as pool:
+    async with JailSpec(workers=1, limits=limits).pool() as pool:
         session = await pool.open_session(environment, {"rings": 20_000})
         for _ in range(3):
             observation, _ = await session.call(call("make_garbage", rounds=2_000_000))

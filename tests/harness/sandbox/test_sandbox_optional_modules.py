@@ -6,8 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.library import load_library
-from harness.sandbox import SandboxPool
-from harness.sandbox.policy import OPTIONAL_MODULES, optional_modules_named_in
+from harness.registry import jail_modules
+from harness.sandbox import JailSpec
+from harness.sandbox.policy import optional_modules_named_in as named_in
 from harness.schema import Environment, ObservationKind, ToolCall
 from harness.toolspec import derive_tools
 
@@ -39,6 +40,13 @@ def models() -> Environment:
     )
 
 
+OPTIONAL_MODULES = jail_modules()
+
+
+def optional_modules_named_in(sources: list[str]) -> frozenset[str]:
+    return named_in(sources, OPTIONAL_MODULES)
+
+
 def test_the_modules_named_are_found_in_imports_and_in_strings_and_nowhere_else():
     pydantic_family = {name for name in OPTIONAL_MODULES if name.split(".")[0] == "pydantic"}
     assert optional_modules_named_in(["from pydantic import BaseModel\n"]) == pydantic_family
@@ -50,14 +58,14 @@ def test_the_modules_named_are_found_in_imports_and_in_strings_and_nowhere_else(
 
 async def test_a_child_imports_an_optional_module_only_when_its_pool_was_told_to_load_it():
     call = ToolCall(id="c1", name="validated", arguments={"value": 3})
-    async with SandboxPool(optional_modules=optional_modules_named_in([MODELS])) as pool:
+    async with JailSpec(optional_modules=optional_modules_named_in([MODELS])).pool() as pool:
         session = await pool.open_session(models(), {})
         observation, _ = await session.call(call)
         await session.close()
     assert observation.kind is ObservationKind.OK, observation.error
     assert observation.content == {"success": True, "data": {"value": 3}}
 
-    async with SandboxPool(optional_modules=()) as pool:
+    async with JailSpec(optional_modules=()).pool() as pool:
         session = await pool.open_session(models(), {})
         observation, _ = await session.call(call)
         await session.close()

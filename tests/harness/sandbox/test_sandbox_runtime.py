@@ -7,9 +7,9 @@ import asyncio
 import orjson
 import pytest
 
-from harness.sandbox import SandboxError, SandboxPool
+from harness.sandbox import JailSpec, SandboxError, SandboxPool
 from harness.schema import Check, Environment, ObservationKind, Scenario, ToolCall
-from harness.scoring import ScenarioWithoutChecks, score_final_state
+from harness.scoring.checks import ScenarioWithoutChecks, score_final_state
 from harness.toolspec import derive_tools
 
 WALLET = '''
@@ -68,7 +68,7 @@ def transfer(amount, **extra) -> ToolCall:
 
 @pytest.fixture
 async def pool():
-    async with SandboxPool(workers=2) as sandbox:
+    async with JailSpec(workers=2).pool() as sandbox:
         yield sandbox
 
 
@@ -271,7 +271,7 @@ async def test_when_the_first_reset_computation_fails_a_waiting_episode_computes
 async def test_another_pool_starts_from_the_reset_results_one_pool_computed(pool):
     """How a Ray executor reuses the driver's screening: its scenarios are copies (they crossed the wire), and
     only those whose checks are unchanged adopt the results."""
-    from harness.scoring import adopt_reset_results, checks_at_reset, known_reset_results
+    from harness.scoring.checks import adopt_reset_results, checks_at_reset, known_reset_results
 
     original = scenario(CHECKS[:3])
     await checks_at_reset(pool, original)
@@ -279,7 +279,7 @@ async def test_another_pool_starts_from_the_reset_results_one_pool_computed(pool
     same = Scenario.model_validate_json(original.model_dump_json())
     changed = same.model_copy(update={"id": "s2", "checks": CHECKS[:2]})
     known[(changed.environment_id, changed.id)] = known[(original.environment_id, original.id)]
-    async with SandboxPool(workers=1) as other:
+    async with JailSpec(workers=1).pool() as other:
         assert adopt_reset_results(other, [same, changed], known) == 1
         runs = count_check_runs(other)
         results, _ = await score_final_state(other, same, STATE, transcript=[{}])
@@ -480,7 +480,7 @@ async def test_screening_opens_one_session_per_distinct_start_and_judges_each_sc
         scenario(CHECKS[:3]).model_copy(update={"id": "b", "initial_state": {**STATE}}),
         scenario(CHECKS[:3]).model_copy(update={"id": "c", "initial_state": broken}),
     ]
-    async with SandboxPool(workers=1) as pool:
+    async with JailSpec(workers=1).pool() as pool:
         opened = record_opened_states(pool)
         snapshots = ResetSnapshots()
         screened = await asyncio.gather(*(screen_scenario(pool, s, wallet(), snapshots) for s in scenarios))
@@ -496,7 +496,7 @@ async def test_screening_keeps_only_the_latest_snapshots():
 
     other = {**STATE, "log": ["other"]}
     starts = [STATE, other, STATE, STATE]
-    async with SandboxPool(workers=1) as pool:
+    async with JailSpec(workers=1).pool() as pool:
         opened = record_opened_states(pool)
         snapshots = ResetSnapshots(capacity=1)
         for number, start in enumerate(starts):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.sandbox import SandboxPool
+from harness.sandbox import JailSpec
 from harness.schema import Environment, ToolCall
 from harness.toolspec import derive_tools
 
@@ -22,7 +22,7 @@ async def test_a_harness_package_in_the_current_folder_never_runs(tmp_path: Path
     environment = Environment(
         id="counter", name="Counter", class_name="Counter", code=CODE, tools=derive_tools(CODE, "Counter")
     )
-    async with SandboxPool() as pool:
+    async with JailSpec().pool() as pool:
         session = await pool.open_session(environment, {})
         observation, _ = await session.call(ToolCall(id="c", name="hit", arguments={}))
         await session.close()

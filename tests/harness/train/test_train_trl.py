@@ -21,7 +21,7 @@ import pytest
 pytest.importorskip("trl")
 
 from harness.library import Library, load_library
-from harness.protocols import STOP, UserTurn
+from harness.rules.protocols import STOP, UserTurn
 from harness.schema import AgentSettings, ModelSettings, Trajectory
 from harness.train.jail_thread import JailThread
 from harness.train.jailed_episode import OTHER_ENVIRONMENT, REJECTED_CALL, UNKNOWN_SCENARIO
