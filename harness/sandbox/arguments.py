@@ -102,11 +102,12 @@ def validate_call(call: ToolCall, tools: dict[str, ToolSpec]) -> dict[str, Any]:
     }
 
 
-def check_arguments(arguments: dict[str, Any], limits: JSONLimits) -> None:
-    """Raise :class:`CallRejected` unless ``arguments`` are plain JSON the jail's channel can carry within
-    ``limits`` (a model's JSON may hold an integer beyond 64 bits, or nest without end)."""
+def check_arguments(arguments: dict[str, Any], max_depth: int) -> None:
+    """Raise :class:`CallRejected` unless ``arguments`` are plain JSON the jail's channel can carry: integers within
+    64 bits, finite numbers, nesting no deeper than ``max_depth`` (as deep as a reply may nest). Their size is not
+    bounded here: a model's request already was, and a tool may take long text."""
     try:
-        check_json(arguments, limits)
+        check_json(arguments, JSONLimits(max_depth=max_depth))
     except UnsafeJSON as exc:
         message = f"The arguments cannot be used: the value {exc}."
         raise CallRejected(ObservationKind.INVALID_ARGUMENTS, message) from None

@@ -205,7 +205,7 @@ class EnvSession:
             raise SandboxError("the session is closed")
         try:
             arguments = validate_call(call, self.tools)
-            check_arguments(arguments, self.pool.reply_limits.result)
+            check_arguments(arguments, self.pool.limits.max_result_depth)
         except CallRejected as rejected:
             return Observation(tool_call_id=call.id, name=call.name, kind=rejected.kind, error=str(rejected)), []
         budget = self.pool._budget(self.pool.limits.call_timeout_s)

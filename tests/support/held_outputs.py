@@ -38,7 +38,7 @@ TAU2_WHEEL = Path.home() / ".cache" / "envharness" / "tau2"
 SFT_SCRIPT = """
 import sys
 from pathlib import Path
-from harness import metrics
+from harness.results import metrics
 from harness.results.sft import export
 read = getattr(metrics, "open_results", metrics.read_results)
 stats = export(read(Path(sys.argv[1]) / "results.jsonl"), Path(sys.argv[2]), split=True, count_tokens=lambda row: len(str(row)))
