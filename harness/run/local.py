@@ -79,8 +79,11 @@ class LocalBackend:
                 scoring.add(episode)
                 episode.add_done_callback(ended)
                 freed = asyncio.create_task(slot.wait())
+                # Under a spend limit the next episode waits for this one's record, so that the limit is checked
+                # against what it cost (its scoring no longer overlaps the next episode's start).
+                awaited = {episode} if limit is not None else {episode, freed}
                 try:
-                    await asyncio.wait({episode, freed}, return_when=asyncio.FIRST_COMPLETED)
+                    await asyncio.wait(awaited, return_when=asyncio.FIRST_COMPLETED)
                 finally:
                     freed.cancel()
                     progress.in_flight -= 1

@@ -3,7 +3,9 @@
 The spend is what the folder's results already cost (a resumed run counts them) plus what this invocation's model
 client has spent so far, in-flight episodes included, or the cost of the episodes it finished when that is more
 (episodes on a Ray cluster spend through their executors' clients). Episodes in flight when the limit is reached
-finish and are recorded; the rest are not started, and ``--resume`` with a higher limit runs them.
+finish and are recorded; the rest are not started, and ``--resume`` with a higher limit runs them. Under a limit, the
+local backend starts an episode in a freed slot only once the episode before it there is recorded (not as soon as
+it asks to be scored), so each start sees what the episodes before it cost.
 """
 
 from __future__ import annotations
