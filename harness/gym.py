@@ -36,20 +36,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.episode.config import EpisodeConfig
+from harness.episode.factory import INVALID_SCENARIO, EpisodeFactory, EpisodeRecipe, Refusal
 from harness.episode.loop import Episode
 from harness.library import Library
 from harness.registry import rules_profile
 from harness.rules.profiles import DEFAULT_RULES, RulesName
 from harness.rules.protocols import UserPolicy, agent_turn_from_message
 from harness.sandbox import SandboxPool
-from harness.sandbox.spec import require_confinement
 from harness.schema import AgentSettings, Mode, ModelSettings, Scenario, TerminationReason
 from harness.scoring.reward import CompositeWeights
-from harness.toolspec import ToolDerivationError
-from harness.train.jailed_episode import UNKNOWN_SCENARIO, RolloutOutcome, void_outcome
+from harness.train.jailed_episode import RolloutOutcome, void_outcome
 from harness.train.rows import BAD_ROW, read_row, void_text
-from harness.validate import invalid_scenarios
 
 
 class InvalidScenario(ValueError):
@@ -86,17 +83,19 @@ class ToolEnv:
     ):
         if mode == "conv" and user is None:
             raise ValueError("conversational mode needs a simulated user policy")
-        self.profile = rules_profile(rules)
-        self.rules = self.profile.name
-        self.include_invalid = include_invalid
-        self.allow_weak_sandbox = allow_weak_sandbox
-        self._screened: dict[str, tuple[Scenario, str | None]] = {}
         self.library = library
         self.pool = pool
-        self.mode = mode
         self.user = user
-        self.max_steps = max_steps
-        self.weights = weights or CompositeWeights()
+        recipe = EpisodeRecipe(
+            mode=mode,
+            max_steps=max_steps,
+            reward_weights=weights or CompositeWeights(),
+            rules=rules_profile(rules),
+            screen=not include_invalid,
+            allow_weak_sandbox=allow_weak_sandbox,
+        )
+        self.factory = EpisodeFactory(recipe, library, pool)
+        self.rules = recipe.rules.name
         self.settings = AgentSettings(kind=policy_name, model=ModelSettings(model=policy_name))
         self._episode: Episode | None = None
         self._void: RolloutOutcome | None = None
@@ -112,34 +111,15 @@ class ToolEnv:
         row = read_row({"scenario_id": scenario.id, "seed": seed})
         if isinstance(row, str):
             return self._refuse(scenario.id, BAD_ROW, row)
-        await self._require_confinement()
-        environment = self.library.environments.get(scenario.environment_id)
-        if environment is None:
-            detail = f"environment {scenario.environment_id!r} is not in the library"
-            return self._refuse(scenario.id, UNKNOWN_SCENARIO, detail)
-        if not self.include_invalid:
-            problem = await self._screen(scenario)
-            if problem is not None:
-                raise InvalidScenario(f"scenario {scenario.id!r} is invalid: {problem}")
-        self._count += 1
-        config = EpisodeConfig(
-            mode=self.mode, max_steps=self.max_steps, seed=row.seed, reward_weights=self.weights, rules=self.profile
+        episode_id = f"{scenario.id}-{self._count + 1}"
+        episode = await self.factory.open(
+            scenario, seed=row.seed, episode_id=episode_id, agent_settings=self.settings, user=self.user
         )
-        try:
-            episode = Episode(
-                scenario,
-                environment,
-                pool=self.pool,
-                config=config,
-                episode_id=f"{scenario.id}-{self._count}",
-                agent_settings=self.settings,
-                user=self.user if self.user is None or isinstance(self.user, UserPolicy) else self.user(scenario),
-            )
-        except ToolDerivationError as exc:  # the environment's code declares no tool that can be read
-            return self._refuse(scenario.id, TerminationReason.ENVIRONMENT_ERROR.value, str(exc))
-        except Exception as exc:
-            detail = f"the episode could not be set up: {type(exc).__name__}: {exc}"
-            return self._refuse(scenario.id, TerminationReason.INFRA_ERROR.value, detail)
+        if isinstance(episode, Refusal):
+            if episode.reason == INVALID_SCENARIO:
+                raise InvalidScenario(f"scenario {scenario.id!r} is invalid: {episode.detail}")
+            return self._refuse(scenario.id, episode.reason, episode.detail)
+        self._count += 1
         self._episode = episode
         try:
             await episode.start()
@@ -206,19 +186,6 @@ class ToolEnv:
             "reward_breakdown": None,
         }
         return StepResult([], messages, 0.0, True, False, info)
-
-    async def _require_confinement(self) -> None:
-        """Hub code runs only with every confinement layer, unless ``allow_weak_sandbox``: :class:`WeakSandbox`
-        before any of it runs."""
-        await require_confinement(self.pool, self.library.code_origin, self.allow_weak_sandbox)
-
-    async def _screen(self, scenario: Scenario) -> str | None:
-        """The scenario's problems under the cheap validation, once per scenario object."""
-        cached = self._screened.get(scenario.id)
-        if cached is None or cached[0] is not scenario:
-            found = await invalid_scenarios(self.pool, self.library, [scenario])
-            cached = self._screened[scenario.id] = (scenario, found.get(scenario.id))
-        return cached[1]
 
     async def close(self) -> None:
         self._void = None

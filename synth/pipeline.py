@@ -73,7 +73,7 @@ async def synthesize_environments(
     own_client = client is None
     llm = client or LLMClient(
         cache_dir=config.out / "llm_cache" if config.cache_answers else None,
-        default_limits=EndpointLimits(concurrency=config.concurrency, rpm=config.rpm, tpm=None),
+        default_limits=EndpointLimits(concurrency=config.max_requests, rpm=config.rpm, tpm=None),
         timeout=config.timeout,
     )
     own_pool = pool is None and cluster is None

@@ -452,8 +452,8 @@ class ScenarioSynthesizer:
         self, environment: Environment, scenario: Scenario, attempt: int, usage: Usage
     ) -> Trajectory:
         from agents.factory import build_agent
-        from harness.episode.config import EpisodeConfig
-        from harness.episode.loop import run_episode
+        from harness.episode.factory import EpisodeFactory, EpisodeRecipe
+        from harness.library import Library
 
         assert self.config.solve_with is not None
         agent = build_agent(
@@ -462,13 +462,9 @@ class ScenarioSynthesizer:
             self.client,
             role="teacher",
         )
-        trajectory = await run_episode(
-            scenario,
-            environment,
-            pool=self.pool,
-            agent=agent,
-            config=EpisodeConfig(mode="nonconv", seed=attempt, trial=attempt),
-            episode_id=f"{scenario.id}-teacher-{attempt}",
+        factory = EpisodeFactory(EpisodeRecipe(), Library.of([environment], [scenario], source="synthesis"), self.pool)
+        trajectory = await factory.play(
+            scenario, agent, seed=attempt, trial=attempt, episode_id=f"{scenario.id}-teacher-{attempt}"
         )
         for spent in trajectory.usage.values():
             usage.add(spent)

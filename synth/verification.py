@@ -130,20 +130,17 @@ async def verify_by_rollouts(
     docstring. The returned scenario carries the solve rate (``difficulty``, a ``solve_rate:`` tag and
     ``provenance.details["rollouts"]``)."""
     from agents.factory import build_agent
-    from harness.episode.config import EpisodeConfig
-    from harness.episode.loop import run_episode
+    from harness.episode.factory import EpisodeFactory, EpisodeRecipe
+    from harness.library import Library
+
+    factory = EpisodeFactory(EpisodeRecipe(), Library.of([environment], [scenario], source="synthesis"), pool)
 
     async def rollout(number: int) -> Trajectory:
         # A seed per rollout: k distinct samples, and k distinct entries in the response cache (not one, k times).
         settings = solver.model_copy(update={"seed": (solver.seed or 0) + number})
         agent = build_agent("function_calling", settings, client, role=SOLVER_ROLE)
-        return await run_episode(
-            scenario,
-            environment,
-            pool=pool,
-            agent=agent,
-            config=EpisodeConfig(mode="nonconv", seed=number, trial=number),
-            episode_id=f"{scenario.id}-rollout-{number}",
+        return await factory.play(
+            scenario, agent, seed=number, trial=number, episode_id=f"{scenario.id}-rollout-{number}"
         )
 
     trajectories = await asyncio.gather(*(rollout(number) for number in range(rollouts)))

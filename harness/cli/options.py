@@ -13,6 +13,14 @@ AllowWeakSandbox = Annotated[bool, typer.Option(help=RunConfig.model_fields["all
 RayAddress = Annotated[str | None, typer.Option(help=RunConfig.model_fields["ray"].description)]
 SandboxWorkers = Annotated[int, typer.Option(help=RunConfig.model_fields["workers"].description)]
 ModelRpm = Annotated[int | None, typer.Option(help="Model requests per minute.")]
+SynthMaxRequests = Annotated[
+    int,
+    typer.Option(
+        min=1,
+        help="Model requests in flight per endpoint, whatever number of units --concurrency keeps in flight (each "
+        "may make several at once).",
+    ),
+]
 ModelTpm = Annotated[int | None, typer.Option(help="Model tokens per minute.")]
 RequestTimeout = Annotated[float, typer.Option(help="Seconds one model request may take.", min=0.001)]
 NoCache = Annotated[bool, typer.Option("--no-cache", help="Do not cache model answers under OUT.")]

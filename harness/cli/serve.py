@@ -345,6 +345,7 @@ async def _serve_openenv(
     idle_timeout_s: float | None,
     seed: int,
 ) -> None:
+    from harness.episode.factory import EpisodeRecipe
     from harness.train.jailed_episode import EpisodeSettings
     from harness.train.openenv_server import OpenEnvServer
 
@@ -353,8 +354,7 @@ async def _serve_openenv(
     settings = EpisodeSettings(
         library=library,
         environment_id=environment.id,
-        include_invalid=True,
-        allow_weak_sandbox=True,
+        recipe=EpisodeRecipe(screen=False, allow_weak_sandbox=True),
         scenarios={s.id: s for s in offered},
     )
     server = OpenEnvServer(

@@ -10,7 +10,15 @@ from rich.table import Table
 
 from harness.cli.aio import run_to_end
 from harness.cli.errors import EXIT_COST_LIMIT, RefusingCommand
-from harness.cli.options import EmbeddingModel, ModelRpm, NoCache, PriceModel, RequestTimeout, SandboxWorkers
+from harness.cli.options import (
+    EmbeddingModel,
+    ModelRpm,
+    NoCache,
+    PriceModel,
+    RequestTimeout,
+    SandboxWorkers,
+    SynthMaxRequests,
+)
 from harness.console import console, outside
 from harness.errors import BadInput
 
@@ -38,7 +46,8 @@ def envs_command(
     similarity: Annotated[float, typer.Option(help="Cosine similarity at which descriptions are merged.")] = 0.9,
     max_envs: Annotated[int | None, typer.Option(help="Build at most this many environments (themes).")] = None,
     max_tasks: Annotated[int | None, typer.Option(help="Read at most this many tasks.")] = None,
-    concurrency: Annotated[int, typer.Option(help="Model calls and environments in flight.")] = 8,
+    concurrency: Annotated[int, typer.Option(help="Environments built in flight.")] = 8,
+    max_requests: SynthMaxRequests = 8,
     rpm: ModelRpm = None,
     repairs: Annotated[int, typer.Option(help="Repair rounds for methods the checker failed.")] = 3,
     method_attempts: Annotated[int, typer.Option(help="Tries per method before modeling gives up.")] = 3,
@@ -83,6 +92,7 @@ def envs_command(
         max_envs=max_envs,
         max_tasks=max_tasks,
         concurrency=concurrency,
+        max_requests=max_requests,
         rpm=rpm,
         repairs=repairs,
         method_attempts=method_attempts,

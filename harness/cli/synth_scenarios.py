@@ -25,6 +25,7 @@ from harness.cli.options import (
     RequestTimeout,
     SandboxWorkers,
     SynthCostLimit,
+    SynthMaxRequests,
 )
 from harness.console import console, markup_text, outside
 from harness.errors import BadInput
@@ -51,13 +52,13 @@ EnvsOption = Annotated[
 
 
 def _client(
-    out: Path, concurrency: int, rpm: int | None, tpm: int | None, cache: bool, timeout: float = 120.0
+    out: Path, max_requests: int, rpm: int | None, tpm: int | None, cache: bool, timeout: float = 120.0
 ) -> LLMClient:
     from harness.llm import EndpointLimits, LLMClient
 
     return LLMClient(
         cache_dir=out / "llm_cache" if cache else None,
-        default_limits=EndpointLimits(concurrency=concurrency, rpm=rpm, tpm=tpm),
+        default_limits=EndpointLimits(concurrency=max_requests, rpm=rpm, tpm=tpm),
         timeout=timeout,
     )
 
@@ -164,7 +165,8 @@ def register(synth_app: typer.Typer) -> None:
         attempts: Annotated[int, typer.Option(help="Teacher attempts per scenario.")] = 3,
         probes: Annotated[int, typer.Option(help="Single calls probed per scenario (0: no probing).")] = 8,
         env: Annotated[list[str] | None, typer.Option(help="Only this environment id; repeatable.")] = None,
-        concurrency: Annotated[int, typer.Option(help="Scenarios and model calls in flight.")] = 4,
+        concurrency: Annotated[int, typer.Option(help="Scenarios in flight.")] = 4,
+        max_requests: SynthMaxRequests = 4,
         rpm: ModelRpm = None,
         tpm: ModelTpm = None,
         temperature: Annotated[float | None, typer.Option(help="Sampling temperature.")] = None,
@@ -203,7 +205,7 @@ def register(synth_app: typer.Typer) -> None:
         async def run() -> SynthesisReport:
             # over Ray, answers are not cached: executors cannot write into OUT, whose one writer is this process
             pool = None if cluster is not None else await full_pool(jail)
-            client = _client(out, concurrency, rpm, tpm, not no_cache and cluster is None, timeout)
+            client = _client(out, max_requests, rpm, tpm, not no_cache and cluster is None, timeout)
             try:
                 if cluster is not None:
                     work = synthesize_scenarios(environments, config, out, client=client, cluster=cluster)
@@ -310,7 +312,8 @@ def register(synth_app: typer.Typer) -> None:
         ] = None,
         rollouts: Annotated[int, typer.Option(help="Solver rollouts per scenario; the solve rate is recorded.")] = 3,
         env: Annotated[list[str] | None, typer.Option(help="Only this environment id; repeatable.")] = None,
-        concurrency: Annotated[int, typer.Option(help="Chains and model calls in flight.")] = 4,
+        concurrency: Annotated[int, typer.Option(help="Chains in flight.")] = 4,
+        max_requests: SynthMaxRequests = 4,
         rpm: ModelRpm = None,
         tpm: ModelTpm = None,
         temperature: Annotated[float | None, typer.Option(help="Sampling temperature.")] = None,
@@ -361,7 +364,7 @@ def register(synth_app: typer.Typer) -> None:
         async def run() -> SynthesisReport:
             # over Ray, answers are not cached: executors cannot write into OUT, whose one writer is this process
             pool = None if cluster is not None else await full_pool(jail)
-            client = _client(out, concurrency, rpm, tpm, not no_cache and cluster is None, timeout)
+            client = _client(out, max_requests, rpm, tpm, not no_cache and cluster is None, timeout)
             try:
                 if cluster is not None:
                     work = synthesize_queries(environments, tool_graph, config, out, client=client, cluster=cluster)

@@ -48,6 +48,11 @@ class Library:
     from_hub: bool = False
     """Downloaded from the Hub (a stranger's code): runs only under a full jail unless the user allows less."""
 
+    @classmethod
+    def of(cls, environments: Iterable[Environment], scenarios: Iterable[Scenario], *, source: str) -> Library:
+        """A library held in memory (environments this machine made, as synthesis does): its code is local."""
+        return cls({e.id: e for e in environments}, list(scenarios), DatasetRef(source=source))
+
     def scenarios_for(self, environment_id: str) -> list[Scenario]:
         return [s for s in self.scenarios if s.environment_id == environment_id]
 

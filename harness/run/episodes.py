@@ -8,13 +8,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from harness.episode.config import EpisodeConfig
-from harness.episode.loop import run_episode
+from harness.episode.factory import EpisodeFactory, EpisodeRecipe
 from harness.library import Library
 from harness.llm import LLMClient
 from harness.records.versions import record_versions
 from harness.registry import rules_profile
-from harness.rules.profiles import HARNESS_RULES, EpisodeRules
 from harness.rules.protocols import AgentPolicy, UserPolicy
 from harness.sandbox import SandboxPool
 from harness.schema import AgentSettings, RecordVersions, Scenario, Trajectory
@@ -32,16 +30,13 @@ class EpisodeContext:
     """What every episode of one run shares, wherever it runs."""
 
     config: RunConfig
-    library: Library
-    pool: SandboxPool
+    factory: EpisodeFactory
+    """Opens the run's episodes: its library, pool and recipe (the rules resolved once from ``config.rules``)."""
     client: LLMClient
     agent_factory: AgentFactory
     user_factory: UserFactory | None
-    run_id: str
     agent: AgentSettings
     user: AgentSettings
-    rules: EpisodeRules = HARNESS_RULES
-    """The run's profile, resolved once from ``config.rules``."""
     versions: dict[tuple[str, str], RecordVersions] = field(default_factory=dict, compare=False)
     """What graded each scenario's episodes, by (environment, scenario) id: hashed once per scenario, not per
     episode (the library does not change during a run)."""
@@ -51,8 +46,20 @@ class EpisodeContext:
         versions = self.versions.get(key)
         if versions is None:
             environment = self.library.environments.get(scenario.environment_id)
-            versions = self.versions[key] = record_versions(environment, scenario, self.rules.name)
+            versions = self.versions[key] = record_versions(environment, scenario, self.factory.recipe.rules.name)
         return versions.model_copy()  # each trajectory its own: one may be changed without the others
+
+    @property
+    def library(self) -> Library:
+        return self.factory.library
+
+    @property
+    def pool(self) -> SandboxPool:
+        return self.factory.pool
+
+    @property
+    def run_id(self) -> str:
+        return self.factory.recipe.run_id or ""
 
     @classmethod
     def of(
@@ -65,17 +72,22 @@ class EpisodeContext:
         user_factory: UserFactory | None,
         run_id: str,
     ) -> EpisodeContext:
+        # The run screened its scenarios and checked its pool's confinement before any episode (harness.run.driver).
+        recipe = EpisodeRecipe(
+            max_steps=config.max_steps,
+            run_id=run_id,
+            rules=rules_profile(config.rules),
+            screen=False,
+            allow_weak_sandbox=config.allow_weak_sandbox,
+        )
         return cls(
             config,
-            library,
-            pool,
+            EpisodeFactory(recipe, library, pool),
             client,
             agent_factory,
             user_factory,
-            run_id,
             agent=agent_settings(config),
             user=user_settings(config),
-            rules=rules_profile(config.rules),
         )
 
 
@@ -102,14 +114,7 @@ async def _episode(spec: EpisodeSpec, context: EpisodeContext) -> Trajectory:
         if spec.mode == "conv" and context.user_factory
         else None
     )
-    episode_config = EpisodeConfig(
-        mode=spec.mode,
-        max_steps=config.max_steps,
-        seed=spec.seed,
-        trial=spec.trial,
-        run_id=context.run_id,
-        rules=context.rules,
-    )
+    factory = context.factory
     if config.mcp is not None:
         from harness.mcp import run_mcp_episode
 
@@ -119,17 +124,16 @@ async def _episode(spec: EpisodeSpec, context: EpisodeContext) -> Trajectory:
             pool=context.pool,
             agent=policy,
             user=simulated_user,
-            config=episode_config,
+            config=factory.recipe.config(seed=spec.seed, trial=spec.trial, mode=spec.mode),
             episode_id=spec.episode_id,
             environment=context.library.environments.get(spec.scenario.environment_id),
         )
-    environment = context.library.environments[spec.scenario.environment_id]
-    return await run_episode(
+    return await factory.play(
         spec.scenario,
-        environment,
-        pool=context.pool,
-        agent=policy,
+        policy,
         user=simulated_user,
-        config=episode_config,
+        seed=spec.seed,
+        trial=spec.trial,
+        mode=spec.mode,
         episode_id=spec.episode_id,
     )

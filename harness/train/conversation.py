@@ -114,7 +114,8 @@ def conversation_settings(settings: EpisodeSettings, mode: Any, user: Any) -> Ep
         return "conversational mode needs a simulated user, and none is configured"
     if settings.mode == mode and settings.user is (user if mode == "conv" else None):
         return settings
-    return replace(settings, mode=mode, user=user if mode == "conv" else None)
+    recipe = settings.recipe.model_copy(update={"mode": mode})
+    return replace(settings, recipe=recipe, user=user if mode == "conv" else None)
 
 
 def policy_caused(outcome: RolloutOutcome) -> bool:

@@ -14,15 +14,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.episode.config import EpisodeConfig
+from harness.episode.factory import UNKNOWN_SCENARIO, EpisodeFactory, EpisodeRecipe, Refusal
 from harness.episode.loop import Episode
 from harness.library import Library
-from harness.registry import rules_profile
-from harness.rules.profiles import EpisodeRules, RulesName
-from harness.rules.protocols import UserPolicy, agent_turn_from_message
-from harness.sandbox import SandboxError, SandboxPool, WeakSandbox
+from harness.rules.profiles import EpisodeRules
+from harness.rules.protocols import agent_turn_from_message
+from harness.sandbox import SandboxPool
 from harness.sandbox.arguments import CallRejected, validate_call
-from harness.sandbox.spec import require_confinement
 from harness.schema import (
     AgentSettings,
     Mode,
@@ -32,16 +30,11 @@ from harness.schema import (
     TerminationReason,
     Trajectory,
 )
-from harness.scoring.reward import CompositeWeights
-from harness.toolspec import ToolDerivationError
 from harness.train.rows import BAD_ROW, read_row
-from harness.validate import invalid_scenarios
 
 logger = logging.getLogger(__name__)
 
-UNKNOWN_SCENARIO = "unknown_scenario"
 OTHER_ENVIRONMENT = "scenario_of_another_environment"
-INVALID_SCENARIO = "invalid_scenario"
 REJECTED_CALL = "rejected_tool_call"
 NOT_STARTED = "not_started"
 
@@ -83,29 +76,31 @@ def void_outcome(scenario_id: str | None, reason: str, detail: str) -> RolloutOu
 
 @dataclass
 class EpisodeSettings:
+    """What every rollout slot of one trainer shares: the library, the scenarios it may reset to, and the recipe
+    of its episodes (:class:`~harness.episode.factory.EpisodeRecipe`)."""
+
     library: Library
     environment_id: str | None
     """The environment every scenario must belong to (None: any environment of the library)."""
-    mode: Mode = "nonconv"
-    rules: RulesName = "harness"
-    include_invalid: bool = False
-    allow_weak_sandbox: bool = False
+    recipe: EpisodeRecipe = field(default_factory=EpisodeRecipe)
     user: Any = None
     """A :class:`UserPolicy`, or a function from the scenario to one (conversational mode)."""
-    max_steps: int | None = None
-    weights: CompositeWeights = field(default_factory=CompositeWeights)
     policy_name: str = "trainer"
     scenarios: dict[str, Scenario] = field(default_factory=dict)
-    screened: dict[str, str | None] = field(default_factory=dict)
+    screened: dict[str, tuple[Scenario, str | None]] = field(default_factory=dict)
     """The cheap validation's verdict per scenario id, shared by every rollout slot."""
-    profile: EpisodeRules = field(init=False)
-    """``rules`` resolved once: the profile every rollout is played under."""
 
     def __post_init__(self) -> None:
-        self.profile = rules_profile(self.rules)
-        self.rules = self.profile.name
         if not self.scenarios:
             self.scenarios = {s.id: s for s in self.library.scenarios}
+
+    @property
+    def mode(self) -> Mode:
+        return self.recipe.mode
+
+    @property
+    def profile(self) -> EpisodeRules:
+        return self.recipe.rules
 
 
 class JailedEpisode:
@@ -114,6 +109,7 @@ class JailedEpisode:
     def __init__(self, settings: EpisodeSettings, pool: SandboxPool) -> None:
         self.settings = settings
         self.pool = pool
+        self.factory = EpisodeFactory(settings.recipe, settings.library, pool, settings.screened)
         self.agent = AgentSettings(kind=settings.policy_name, model=ModelSettings(model=settings.policy_name))
         self.episode: Episode | None = None
         self.scenario: Scenario | None = None
@@ -155,42 +151,16 @@ class JailedEpisode:
         if settings.environment_id is not None and scenario.environment_id != settings.environment_id:
             detail = f"scenario {scenario.id!r} belongs to {scenario.environment_id!r}, not {settings.environment_id!r}"
             return self._refuse(scenario.id, OTHER_ENVIRONMENT, detail)
-        await require_confinement(self.pool, settings.library.code_origin, settings.allow_weak_sandbox)
-        if not settings.include_invalid:
-            try:
-                problem = await self._screen(scenario)
-            except WeakSandbox:
-                raise
-            except SandboxError as exc:
-                return self._refuse(scenario.id, TerminationReason.INFRA_ERROR.value, f"screening failed: {exc}")
-            if problem is not None:
-                return self._refuse(scenario.id, INVALID_SCENARIO, problem)
-        self._count += 1
-        config = EpisodeConfig(
-            mode=settings.mode,
-            max_steps=settings.max_steps,
+        episode = await self.factory.open(
+            scenario,
             seed=seed,
-            reward_weights=settings.weights,
-            rules=settings.profile,
+            episode_id=f"{scenario.id}-{self._count + 1}",
+            agent_settings=self.agent,
+            user=settings.user,
         )
-        user = settings.user
-        try:
-            if user is not None and not isinstance(user, UserPolicy):
-                user = user(scenario)
-            episode = Episode(
-                scenario,
-                environment,
-                pool=self.pool,
-                config=config,
-                episode_id=f"{scenario.id}-{self._count}",
-                agent_settings=self.agent,
-                user=user,
-            )
-        except ToolDerivationError as exc:  # the environment's code declares no tool that can be read
-            return self._refuse(scenario.id, TerminationReason.ENVIRONMENT_ERROR.value, str(exc))
-        except Exception as exc:
-            detail = f"the episode could not be set up: {type(exc).__name__}: {exc}"
-            return self._refuse(scenario.id, TerminationReason.INFRA_ERROR.value, detail)
+        if isinstance(episode, Refusal):
+            return self._refuse(scenario.id, episode.reason, episode.detail)
+        self._count += 1
         self.episode = episode
         try:
             await episode.start()
@@ -296,10 +266,3 @@ class JailedEpisode:
     def _ended_text(self) -> str:
         reason = self.outcome.reason if self.outcome is not None else NOT_STARTED
         return f"Error: the episode has ended ({reason}); no more tool calls run."
-
-    async def _screen(self, scenario: Scenario) -> str | None:
-        screened = self.settings.screened
-        if scenario.id not in screened:
-            found = await invalid_scenarios(self.pool, self.settings.library, [scenario])
-            screened[scenario.id] = found.get(scenario.id)
-        return screened[scenario.id]

@@ -13,7 +13,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from harness.episode.factory import EpisodeRecipe
 from harness.library import Library, load_library
+from harness.registry import rules_profile
 from harness.rules.profiles import DEFAULT_RULES, RulesName
 from harness.sandbox import SandboxLimits
 from harness.schema import Environment, Mode, ToolSpec
@@ -144,13 +146,15 @@ def environment_factory(
         settings = EpisodeSettings(
             library=library,
             environment_id=environment_id,
-            mode=mode,
-            rules=rules,
-            include_invalid=include_invalid,
-            allow_weak_sandbox=allow_weak_sandbox,
+            recipe=EpisodeRecipe(
+                mode=mode,
+                max_steps=max_steps,
+                reward_weights=weights or CompositeWeights(),
+                rules=rules_profile(rules),
+                screen=not include_invalid,
+                allow_weak_sandbox=allow_weak_sandbox,
+            ),
             user=user,
-            max_steps=max_steps,
-            weights=weights or CompositeWeights(),
         )
         factories[environment_id] = environment_class(library.environments[environment_id], jail, settings)
     if len(factories) == 1:

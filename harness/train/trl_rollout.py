@@ -16,7 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.episode.factory import EpisodeRecipe
 from harness.library import Library
+from harness.registry import rules_profile
 from harness.rules.profiles import DEFAULT_RULES, RulesName
 from harness.schema import Mode, Trajectory
 from harness.scoring.reward import CompositeWeights
@@ -178,13 +180,15 @@ def rollout_func(
     settings = EpisodeSettings(
         library=library,
         environment_id=None,
-        mode=mode,
-        rules=rules,
-        include_invalid=include_invalid,
-        allow_weak_sandbox=allow_weak_sandbox,
+        recipe=EpisodeRecipe(
+            mode=mode,
+            max_steps=max_steps,
+            reward_weights=weights or CompositeWeights(),
+            rules=rules_profile(rules),
+            screen=not include_invalid,
+            allow_weak_sandbox=allow_weak_sandbox,
+        ),
         user=user,
-        max_steps=max_steps,
-        weights=weights or CompositeWeights(),
     )
     jail = jail or JailThread(library.jail(allow_weak_sandbox=allow_weak_sandbox))
 

@@ -28,11 +28,11 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetr
 from verl.experimental.agent_loop.tool_parser import ToolParser
 from verl.utils.profiler import simple_timer
 
+from harness.episode.factory import EpisodeRecipe
 from harness.library import Library
 from harness.registry import rules_profile
 from harness.rules.profiles import DEFAULT_RULES, RulesName
 from harness.schema import Mode
-from harness.scoring.reward import CompositeWeights
 from harness.train.conversation import (
     BAD_MODE,
     MODES,
@@ -89,9 +89,7 @@ def shared_jail(envs: Library | str | None, rules: RulesName, include_invalid: b
             settings = EpisodeSettings(
                 library=library,
                 environment_id=None,
-                rules=rules,
-                include_invalid=include_invalid,
-                weights=CompositeWeights(),
+                recipe=EpisodeRecipe(rules=rules_profile(rules), screen=not include_invalid),
             )
             jail = JailThread(library.jail())
             _shared[key] = SharedJail(settings, jail)
