@@ -14,6 +14,8 @@ from rich.text import Text
 
 from harness.cli.errors import EXIT_COST_LIMIT, EXIT_FAILED, EXIT_OK, exit_status_for_signal
 from harness.console import markup_text, outside
+from harness.episode.config import DEFAULT_MAX_STEPS
+from harness.registry import rules_profile
 from harness.results.metrics import GroupSummary, cost_text
 from harness.run import RunConfig, RunOutcome, RunPlan, RunProgress
 
@@ -136,13 +138,22 @@ def _plural(count: int, word: str) -> str:
     return f"{count} {word}" if count == 1 else f"{count} {word}s"
 
 
+def default_step_limit(rules: str) -> str:
+    """The step limit a run without ``--max-steps`` has under ``rules``: the profile's own, else the modes'."""
+    profile = rules_profile(rules)
+    if profile.default_max_steps is not None:
+        unit = "messages" if profile.step_unit == "message" else "agent turns"
+        return f"{profile.default_max_steps} {unit} ({profile.name}'s default)"
+    return f"default ({DEFAULT_MAX_STEPS['nonconv']} nonconv, {DEFAULT_MAX_STEPS['conv']} conv)"
+
+
 def print_header(console: Console, config: RunConfig, plan: RunPlan) -> None:
     """What is about to run, before the first episode."""
     models = " · ".join(f"{markup_text(name)} → {markup_text(where)}" for name, where in plan.models.items())
     models = models or "none (this agent calls no model)"
     environments = markup_text(", ".join(plan.environments[:8]), multiline=False)
     environments += " …" if len(plan.environments) > 8 else ""
-    steps = str(plan.max_steps) if plan.max_steps else "default (30 nonconv, 40 conv)"
+    steps = str(plan.max_steps) if plan.max_steps else default_step_limit(plan.rules)
     console.print(
         f"[bold]harness run[/bold] · agent {markup_text(config.agent_kind)} · model {models}"
         + _origin(plan, "user_model", "user model"),

@@ -24,6 +24,7 @@ from harness.llm.aliases import AliasTable, ResolvedModel, deep_merge
 from harness.llm.cache import ResponseCache, cache_key
 from harness.llm.errors import EndpointUnreachable, LLMError, RetriesExhausted
 from harness.llm.limits import EndpointGate, EndpointLimits
+from harness.llm.local_provider import LOCAL_PROVIDER
 from harness.llm.litellm_setup import litellm_module
 from harness.llm.openai_http import DIRECT_PROVIDERS, direct_route_enabled, post_chat_completion
 from harness.llm.retry import RetryPolicy, RetryWait, TransientFailure, classify, exception_chain
@@ -44,6 +45,8 @@ UNPRICED_PROVIDERS = frozenset({"hosted_vllm"})
 """Providers litellm's cost map never prices: it has no entry of theirs, and its lookup only takes an entry of
 the model's own provider. Their models are unpriced unless their alias sets a price, known without importing
 litellm (two seconds of a run's start, when the model is otherwise reached without it)."""
+FREE_PROVIDERS = frozenset({LOCAL_PROVIDER})
+"""Providers whose models cost nothing unless their alias sets a price: the embedded model runs in this process."""
 
 
 class ChatResult(BaseModel):
@@ -405,6 +408,8 @@ class LLMClient:
         if resolved.usd_per_million_tokens is not None:
             prompt, completion = resolved.usd_per_million_tokens
             return prompt / 1e6, completion / 1e6
+        if resolved.provider in FREE_PROVIDERS:
+            return 0.0, 0.0
         if resolved.provider_model not in self._prices and resolved.provider in UNPRICED_PROVIDERS:
             self._prices[resolved.provider_model] = None
         if resolved.provider_model not in self._prices:

@@ -237,6 +237,7 @@ def test_a_tau2_library_runs_as_upstream_scores_it_without_a_flag(
     assert plain.code == 0, plain.stderr
     header = " ".join(plain.stdout.split())
     assert "modes conv (from the library)" in header and "rules tau2 (from the library)" in header
+    assert "step limit 200 messages (tau2's default)" in header
     config = orjson.loads((tmp_path / "plain" / "manifest.json").read_bytes())["config"]
     assert (config["rules"], config["mode"]) == ("tau2", "conv")
     (episode,) = results(tmp_path / "plain")
@@ -258,6 +259,7 @@ def test_a_tau2_library_runs_as_upstream_scores_it_without_a_flag(
     assert mine.code == 0, mine.stderr
     config = orjson.loads((tmp_path / "mine" / "manifest.json").read_bytes())["config"]
     assert (config["rules"], config["mode"]) == ("harness", "nonconv")
+    assert "step limit default (30 nonconv, 40 conv)" in " ".join(mine.stdout.split())
     assert "(from the library)" not in mine.stdout
 
 

@@ -103,6 +103,7 @@ async def test_parameters_tools_and_usage(model, client):
     assert result.message["tool_calls"][0]["function"]["name"] == "get_order"
     assert result.finish_reason == "tool_calls"
     assert (result.usage.prompt_tokens, result.usage.completion_tokens, result.usage.cost_usd) == (30, 9, 0.0)
+    assert result.usage.unpriced_requests == 0  # the embedded model is free, not of unknown price
     assert client.usage_by_role()["agent"].requests == 1
 
 
