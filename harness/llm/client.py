@@ -24,8 +24,8 @@ from harness.llm.aliases import AliasTable, ResolvedModel, deep_merge
 from harness.llm.cache import ResponseCache, cache_key
 from harness.llm.errors import EndpointUnreachable, LLMError, RetriesExhausted
 from harness.llm.limits import EndpointGate, EndpointLimits
-from harness.llm.local_provider import LOCAL_PROVIDER
 from harness.llm.litellm_setup import litellm_module
+from harness.llm.local_provider import LOCAL_PROVIDER
 from harness.llm.openai_http import DIRECT_PROVIDERS, direct_route_enabled, post_chat_completion
 from harness.llm.retry import RetryPolicy, RetryWait, TransientFailure, classify, exception_chain
 from harness.llm.transport import OPENAI_COMPATIBLE, OpenAIClientPool, api_key_for
