@@ -194,7 +194,7 @@ def capture_shared_state(extra_modules: list[types.ModuleType]) -> Callable[[lis
     context = decimal.getcontext().copy()
     recursion_limit = sys.getrecursionlimit()
     digits_limit = sys.get_int_max_str_digits()
-    alarm_handler = signal.getsignal(signal.SIGALRM)
+    alarm_handler = signal.getsignal(signal.SIGPROF)
 
     def restore(
         graveyard: list[Any],
@@ -228,7 +228,7 @@ def capture_shared_state(extra_modules: list[types.ModuleType]) -> Callable[[lis
         set_digits_limit: Callable[[int], None] = sys.set_int_max_str_digits,
         digits_limit: int = digits_limit,
         set_handler: Any = signal.signal,
-        alarm: int = signal.SIGALRM,
+        alarm: int = signal.SIGPROF,
         alarm_handler: Any = alarm_handler,
     ) -> None:
         if reply_path_only:

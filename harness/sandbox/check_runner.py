@@ -120,7 +120,7 @@ def _run_check(
             namespace["initial_state"] = orjson.loads(initial_json)
             value = guarded(clock, timeout, function, orjson.loads(final_json))
     except CallTimeout:
-        return {"passed": False, "value": None, "error": f"the check did not finish within {timeout:g} s"}, None
+        return {"passed": False, "value": None, "error": f"the check used up its CPU-time limit of {timeout:g} s"}, None
     except BaseException as exc:
         return {"passed": False, "value": None, "error": _name_and_text(exc)}, exc
     passed = value is True

@@ -32,7 +32,7 @@ import orjson
 
 from harness.jsonlimits import longest_string_bound
 from harness.sandbox.check_inputs import EpisodeInputs, check_request_parts
-from harness.sandbox.confirmation import CONFIRMATION_SEQUENCE, UNCONFINED_STATUS
+from harness.sandbox.confirmation import CONFIRMATION_SEQUENCE, CPU_EXHAUSTED_STATUS, UNCONFINED_STATUS
 from harness.sandbox.replies import KnownStates
 
 logger = logging.getLogger(__name__)
@@ -74,6 +74,8 @@ def describe_exit(status: int | None, *, confined: bool) -> tuple[str, str]:
         return "sandbox_error", f"{words}, before it had confirmed its confinement"
     if status is None:
         return "sandbox_error", "the sandbox process ended and its exit status is unknown"
+    if os.WIFEXITED(status) and os.WEXITSTATUS(status) == CPU_EXHAUSTED_STATUS:
+        return "resource_limit", "the code kept computing past its CPU-time limit and its process was ended"
     if os.WIFSIGNALED(status):
         number = os.WTERMSIG(status)
         try:
@@ -235,7 +237,10 @@ class Child:
             self._end(f"the sandbox process did not confirm its confinement within {budget:g} s and was stopped")
             return
         self.timed_out = True
-        self._end(f"the call did not finish within {budget:g} s and its sandbox process was stopped")
+        self._end(
+            f"the request did not finish within its wall-clock backstop of {budget:g} s, before its CPU-time limit "
+            "ran out (the machine is too loaded, or the code waits without computing); its sandbox process was stopped"
+        )
 
     def deliver(self, sequence: int, body: bytes) -> None:
         if sequence == CONFIRMATION_SEQUENCE:

@@ -15,6 +15,9 @@ CONFIRMATION_SEQUENCE = 0
 CONFINED = bytes(8)
 """The confirmation frame: a body length of 0 and ``CONFIRMATION_SEQUENCE``, both as 4-byte little-endian."""
 UNCONFINED_STATUS = 70
+CPU_EXHAUSTED_STATUS = 152
+"""The exit status of a child whose code kept computing past its CPU-time limit (it caught the timeout): 128 plus
+SIGXCPU, as a shell reports a process the CPU limit ended (the jail may not signal itself)."""
 """The exit status of a child whose confinement failed: it refused to run the code (``zygote._child``)."""
 
-__all__ = ["CONFINED", "CONFIRMATION_SEQUENCE", "UNCONFINED_STATUS"]
+__all__ = ["CONFINED", "CONFIRMATION_SEQUENCE", "CPU_EXHAUSTED_STATUS", "UNCONFINED_STATUS"]

@@ -7,8 +7,18 @@ from pydantic import BaseModel, Field
 
 
 class SandboxLimits(BaseModel):
-    call_timeout_s: float = Field(default=5.0, gt=0, description="Per tool call, and for loading a class.")
-    check_timeout_s: float = Field(default=5.0, gt=0, description="Per check function.")
+    call_timeout_s: float = Field(
+        default=5.0, gt=0, description="CPU seconds per tool call, and for loading a class (the process's own time)."
+    )
+    check_timeout_s: float = Field(default=5.0, gt=0, description="CPU seconds per check function.")
+    wall_clock_factor: float = Field(
+        default=10.0,
+        ge=1,
+        description="The wall-clock backstop: a load, a call or a check batch may take this many times its CPU-time "
+        "limit, plus kill_grace_s, before its process is killed. Its expiry says the machine was too loaded (or the "
+        "code waited without computing), not that the code ran too long: an infrastructure error, re-run by "
+        "--retry-errors.",
+    )
     memory_mb: int = Field(default=1024, ge=0, description="Address-space cap of each sandbox process; 0 for none.")
     max_result_bytes: int = Field(default=1_000_000, gt=0, description="Bytes of one tool call's result as JSON.")
     max_state_bytes: int = Field(default=64_000_000, gt=0, description="Bytes of an environment's state as JSON.")

@@ -149,6 +149,9 @@ class EnvSession:
             try:
                 await self._replay(child)
             except ChildLost as lost:
+                if lost.timed_out:
+                    child.close()
+                    raise SandboxError(f"environment {self.environment.id!r} did not load: {lost.reason}") from lost
                 if self._starts == 1 and _ended_by_itself(lost.kind, lost.timed_out):
                     child.close()  # the first load (nothing to replay yet) ended the process: the code did that
                     raise EnvironmentLoadError(
@@ -199,6 +202,11 @@ class EnvSession:
         async with self._lock:
             await self._ensure()
 
+    @property
+    def process_id(self) -> int | None:
+        """The pid of the process serving the session, as this process sees it; None before it starts."""
+        return self._child.pid if self._child is not None and self._child.alive else None
+
     async def call(self, call: ToolCall) -> tuple[Observation, list[DiffEntry]]:
         """Run one tool call. Every failure of the call itself comes back as an error observation."""
         if self._closed:
@@ -222,8 +230,13 @@ class EnvSession:
                 except ChildLost as lost:
                     if lost.before_send:
                         continue
+                    if lost.timed_out:  # the machine's doing, not the code's: the episode is an infrastructure error
+                        error = f"the call of {call.name!r}: {lost.reason}"
+                        return Observation(
+                            tool_call_id=call.id, name=call.name, kind=ObservationKind.SANDBOX_ERROR, error=error
+                        ), []
                     kind = OBSERVATION_KINDS.get(lost.kind, ObservationKind.SANDBOX_ERROR)
-                    error = lost.reason if lost.timed_out else f"the call ended its sandbox process: {lost.reason}"
+                    error = f"the call ended its sandbox process: {lost.reason}"
                     ended = _ended_by_itself(lost.kind, lost.timed_out)
                     observation = Observation(
                         tool_call_id=call.id, name=call.name, kind=kind, error=error, process_ended=ended
@@ -287,10 +300,12 @@ def source_key(code: str) -> str:
 
 
 def _ended_by_itself(kind: str, timed_out: bool) -> bool:
-    """Whether a lost process ended by its own code's doing (a crash, an exit, a stop or a run past its budget, a
-    protocol violation, after it confirmed its confinement), rather than from outside the environment's reach
-    (``sandbox_error``: a SIGKILL the harness did not send, an ending before the confirmation, an unknown exit)."""
-    return timed_out or kind != "sandbox_error"
+    """Whether a lost process ended by its own code's doing (a crash, an exit, a stop, a run past its CPU-time
+    limit, a protocol violation, after it confirmed its confinement), rather than from outside the environment's
+    reach (``sandbox_error``: a SIGKILL the harness did not send, an ending before the confirmation, an unknown
+    exit; ``timed_out``: the wall-clock backstop, which a loaded machine reaches before the code's CPU time runs
+    out)."""
+    return not timed_out and kind != "sandbox_error"
 
 
 class SandboxPool:
@@ -375,7 +390,8 @@ class SandboxPool:
         return 2 * self.limits.max_state_bytes + self.limits.max_result_bytes + (1 << 20)
 
     def _budget(self, timeout: float) -> float:
-        return timeout + self.limits.kill_grace_s
+        """The wall-clock backstop of work whose CPU-time limit is ``timeout`` (the child enforces that one)."""
+        return timeout * self.limits.wall_clock_factor + self.limits.kill_grace_s
 
     @property
     def missing_layers(self) -> list[dict[str, Any]]:
@@ -560,13 +576,16 @@ class SandboxPool:
         if whole_first:
             try:
                 return (await self._checks_request(await self._spawn("checks"), checks, [inputs]))[0]
-            except ChildLost:
-                pass
+            except ChildLost as lost:
+                if lost.timed_out:
+                    raise SandboxError(f"a check process: {lost.reason}") from lost
         answers: list[dict[str, Any]] = []
         for check in checks:
             try:
                 answers.extend((await self._checks_request(await self._spawn("checks"), [check], [inputs]))[0])
             except ChildLost as lost:
+                if lost.timed_out:  # a loaded machine, not a failed check: the episode is re-run, never scored 0
+                    raise SandboxError(f"a check process: {lost.reason}") from lost
                 answers.append({"passed": False, "value": None, "error": lost.reason})
         return answers
 

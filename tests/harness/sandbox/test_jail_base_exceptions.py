@@ -133,7 +133,7 @@ async def test_the_call_timer_is_still_a_timeout() -> None:
         observation, _ = await session.call(ToolCall(id="c", name="spin", arguments={}))
         await session.close()
     assert observation.kind is ObservationKind.TIMEOUT, observation
-    assert observation.error == "the tool did not finish within 0.5 s" and not observation.process_ended
+    assert observation.error == "the tool used up its CPU-time limit of 0.5 s" and not observation.process_ended
 
 
 def test_harness_run_through_harness_serve_blames_the_environment_too(library: Path, tmp_path: Path) -> None:

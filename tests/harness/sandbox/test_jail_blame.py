@@ -181,7 +181,7 @@ HOSTILE = {
     "refused": ("Refused", REFUSED, "fails the static checks"),
     "exits": ("ExitsOnCall", EXITS, "exited with status 3"),
     "kills-itself": ("KillsItself", CRASHES, "SIGSEGV"),
-    "spins": ("Spins", SPINS, "did not finish within"),
+    "spins": ("Spins", SPINS, "kept computing past its CPU-time limit"),
     "unconfined-on-call": ("UnconfinedOnCall", UNCONFINED_ON_CALL, "exited with status 70"),
     "unconfined-on-load": (
         "UnconfinedOnLoad",

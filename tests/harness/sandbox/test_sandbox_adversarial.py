@@ -123,8 +123,8 @@ def call(name: str, **arguments) -> ToolCall:
 @pytest.mark.parametrize(
     ("tool", "expected_kinds", "message_part"),
     [
-        ("spin", {ObservationKind.TIMEOUT}, "within 2 s"),
-        ("obstinate_spin", {ObservationKind.TIMEOUT}, "sandbox process was stopped"),
+        ("spin", {ObservationKind.TIMEOUT}, "CPU-time limit of 2 s"),
+        ("obstinate_spin", {ObservationKind.RESOURCE_LIMIT}, "kept computing past its CPU-time limit"),
         ("memory_bomb", {ObservationKind.RESOURCE_LIMIT}, "memory"),
         ("recurse", {ObservationKind.TOOL_EXCEPTION}, "RecursionError"),
         ("write_file", {ObservationKind.TOOL_EXCEPTION, ObservationKind.FORBIDDEN}, "open"),
