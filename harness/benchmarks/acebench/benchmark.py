@@ -55,12 +55,13 @@ async def import_category(options: dict[str, Any]) -> ImportResult:
         return ImportResult(notes=notes, refusal=f"{len(result.bad_records)} bad record(s); --skip-bad-records")
     notes = [ImportNote(label="skipped", text=problem) for problem in result.bad_records]
     notes += [ImportNote(label="gold does not reach the expected state", text=problem) for problem in result.unsolvable]
+    notes += [ImportNote(label="no gold (the oracle cannot play it)", text=p) for p in result.without_gold]
     if not result.scenarios:
         return ImportResult(notes=notes, refusal="no task could be imported")
     summary = (
         f"ACEBench agent {category} ({language}): {len(result.scenarios)} tasks → {options['out']} "
         f"({len(result.unsolvable)} whose gold does not reach upstream's expected state, "
-        f"{len(result.bad_records)} bad records skipped)"
+        f"{len(result.without_gold)} whose milestones do not parse, {len(result.bad_records)} bad records skipped)"
     )
     return ImportResult(environments=result.environments, scenarios=result.scenarios, notes=notes, summary=[summary])
 
@@ -78,10 +79,18 @@ async def export_results(options: dict[str, Any]) -> ExportResult:
         records = load_library(options["library"] or stored.manifest.dataset.source)
         jail = records.jail(allow_weak_sandbox=options["allow_weak_sandbox"], workers=1)
         async with jail.pool() as pool:
-            written = [f.path for f in await export_run(stored.results, records, pool, options["out"])]
+            written = await export_run(stored.results, records, pool, options["out"])
     except (FileNotFoundError, ValueError, AceBenchExportError) as error:
         raise BadInput(f"cannot export {run_dir}: {error}") from error
-    return ExportResult(lines=[f"Wrote {path}" for path in written])
+    lines = []
+    for exported in written:
+        lines.append(f"Wrote {exported.path} ({exported.entries} tasks)")
+        if exported.missing:
+            lines.append(
+                f"  {exported.missing} of its {exported.entries} tasks have no episode in the run: written as empty "
+                "results, which upstream's evaluator scores 0"
+            )
+    return ExportResult(lines=lines)
 
 
 def recommend(environments: Sequence[Environment]) -> RunSettings:

@@ -7,6 +7,11 @@ one JSON object per line, ``{"id": "agent_<category>_<n>", "result": [...], "pro
 (:func:`~harness.benchmarks.acebench.evaluation.render_calls`); ``result`` is the saved attributes of every
 involved class after the episode, which the export gets by replaying the episode's calls in the jail on the
 scenario's initial state (the scenario classes are deterministic), empty when upstream would have recorded none.
+
+Upstream's evaluator reads one line per task of the category (``eval_main.py`` refuses a file of another length),
+so every task the library holds for a category the run touched is written, in upstream's order: a task the run has
+no episode of gets ``"result": []`` and ``"process": []``, which upstream scores as a task that did nothing. A
+library that does not hold every task of the category (one imported with ``--skip-bad-records``) is refused.
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ class AceBenchExportError(ValueError):
 class ExportedFile:
     path: Path
     entries: int
+    missing: int = 0
+    """Tasks the run has no episode of, written as empty results."""
 
 
 def model_folder(models: Iterable[str]) -> str:
@@ -88,6 +95,31 @@ class Entry:
     position: int
 
 
+def category_tasks(library: Library, language: str, category: str) -> list[tuple[int, str]]:
+    """The (number, upstream id) of every task the library holds for the category, in upstream's order; raises
+    :class:`AceBenchExportError` when the library lacks some of the category's tasks."""
+    tasks: dict[int, str] = {}
+    expected: set[int] = set()
+    for scenario in library.scenarios:
+        details = scenario.provenance.details
+        if scenario.provenance.source != "acebench" or (details.get("language"), details.get("category")) != (
+            language,
+            category,
+        ):
+            continue
+        number = str(scenario.provenance.upstream_id).rsplit("_", 1)[-1]
+        if number.isdigit():
+            tasks[int(number)] = str(scenario.provenance.upstream_id)
+        if isinstance(details.get("category_tasks"), int):
+            expected.add(details["category_tasks"])
+    if expected and len(tasks) != max(expected):
+        raise AceBenchExportError(
+            f"the library holds {len(tasks)} of the {max(expected)} tasks of {category} ({language}) and upstream's "
+            "evaluator reads them all: import the category again without --skip-bad-records"
+        )
+    return sorted(tasks.items())
+
+
 def plan_entries(results: StoredResults, library: Library) -> tuple[list[Entry], set[str]]:
     """The first trials' entries in the run's order, and the run's models (its records read once); raises
     :class:`AceBenchExportError` for an episode that is not of an imported ACEBench scenario."""
@@ -126,6 +158,7 @@ async def export_run(results: StoredResults, library: Library, pool: SandboxPool
     groups: dict[tuple[str, str], list[Entry]] = {}
     for entry in entries:
         groups.setdefault((entry.language, entry.category), []).append(entry)
+    tasks = {key: category_tasks(library, *key) for key in groups}  # refused before anything is written
     folder = model_folder(models)
     target = OutputFolder(out)
     written = []
@@ -139,17 +172,21 @@ async def export_run(results: StoredResults, library: Library, pool: SandboxPool
                 f"data_agent_{safe_file_name(category)}_result.json",
             )
             handle = files.enter_context(target.writer(parts))
-            count = 0
-            for entry in sorted(members, key=lambda entry: entry.number):
-                trajectory = read(entry.position)
+            count = missing = 0
+            by_number = {member.number: member for member in members}
+            for number, upstream_id in tasks[(language, category)]:
+                episode = by_number.get(number)
+                trajectory = read(episode.position) if episode is not None else None
                 if trajectory is None:
-                    continue
-                scenario = scenarios[trajectory.scenario_id]
-                environment = library.environments[scenario.environment_id]
-                result = await final_result(pool, environment, scenario, trajectory)
-                process = transcript_process([dict(m) for m in trajectory.messages])
-                line = {"id": entry.upstream_id, "result": result, "process": process}
+                    line: dict[str, Any] = {"id": upstream_id, "result": [], "process": []}
+                    missing += 1
+                else:
+                    scenario = scenarios[trajectory.scenario_id]
+                    environment = library.environments[scenario.environment_id]
+                    result = await final_result(pool, environment, scenario, trajectory)
+                    process = transcript_process([dict(m) for m in trajectory.messages])
+                    line = {"id": upstream_id, "result": result, "process": process}
                 handle.write((json.dumps(line, ensure_ascii=False) + "\n").encode("utf-8"))
                 count += 1
-            written.append(ExportedFile(path=target.path(*parts), entries=count))
+            written.append(ExportedFile(path=target.path(*parts), entries=count, missing=missing))
     return written

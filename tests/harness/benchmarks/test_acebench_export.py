@@ -5,6 +5,7 @@ from upstream's rules and independent of the harness's checks): its accuracies e
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -86,7 +87,7 @@ def test_an_export_reads_back_with_acebenchs_accuracies(
     exported = harness(["export", "acebench", str(run), "--out", str(out)])
     assert exported.code == 0, exported.stderr
     path = out / "result_all/result_en/mock-agent/data_agent_multi_step_result.json"
-    assert exported.stdout.strip() == f"Wrote {path}"
+    assert exported.stdout.strip() == f"Wrote {path} (3 tasks)"
     entries = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
     assert [e["id"] for e in entries] == ["agent_multi_step_0", "agent_multi_step_1", "agent_multi_step_2"]
     assert [e["process"] for e in entries] == [
@@ -108,3 +109,25 @@ def test_an_export_reads_back_with_acebenchs_accuracies(
     assert [r["state_reward"] for r in ours] == [1.0 if ok else 0.0 for ok in correct]
     assert [r["process_accuracy"] for r in ours] == processes == [0.0, 1.0, 1.0]
     assert round(sum(correct) / len(correct), 3) == round(sum(r["state_reward"] for r in ours) / 3, 3) == 0.667
+
+
+def test_a_library_without_every_task_of_the_category_is_not_exported(
+    acebench_checkout: Path,  # noqa: F811
+    server: MockOpenAIServer,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    checkout = tmp_path / "ACEBench"
+    shutil.copytree(acebench_checkout, checkout)
+    with (checkout / "data_all" / "data_en" / "data_agent_multi_step.json").open("a") as data:
+        data.write("not a record\n")
+    library = tmp_path / "lib"
+    command = ["import", "acebench", "--source", str(checkout), "--category", "multi_step", "--out", str(library)]
+    imported = harness([*command, "--skip-bad-records"])
+    assert imported.code == 0, imported.stderr
+    run = tmp_path / "run"
+    assert run_acebench(library, run, server, "--limit", "1").code == 0
+    out = tmp_path / "export"
+    exported = harness(["export", "acebench", str(run), "--out", str(out)])
+    assert exported.code == 2
+    assert "the library holds 3 of the 4 tasks of multi_step (en)" in exported.stderr
+    assert not out.exists() or not any(out.rglob("*.json"))

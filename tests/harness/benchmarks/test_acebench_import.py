@@ -4,6 +4,7 @@ tagged, tools are upstream's function docs in order, another layout or a missing
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -51,53 +52,51 @@ def scenario(library: Path, scenario_id: str) -> Scenario:
     return next(s for s in load_library(library).scenarios if s.id == scenario_id)
 
 
-def test_a_bad_milestone_fails_the_import_and_writes_nothing(acebench_checkout: Path, tmp_path: Path) -> None:
+def test_a_bad_record_fails_the_import_and_writes_nothing(acebench_checkout: Path, tmp_path: Path) -> None:
+    checkout = tmp_path / "ACEBench"
+    shutil.copytree(acebench_checkout, checkout)
+    with (checkout / "data_all" / "data_en" / "data_agent_multi_turn.json").open("a") as data:
+        data.write('{"id": "agent_multi_turn_4", "question": "no initial_config"}\n')
     out = tmp_path / "lib"
-    finished = harness(
-        ["import", "acebench", "--source", str(acebench_checkout), "--category", "multi_turn", "--out", str(out)]
-    )
+    finished = harness(["import", "acebench", "--source", str(checkout), "--category", "multi_turn", "--out", str(out)])
     assert finished.code == 1 and not out.exists()
-    assert finished.stderr_lines[0].startswith("bad record agent_multi_turn_2: a milestone does not parse:")
-    assert "Bob's list" in finished.stderr_lines[0]
+    assert finished.stderr_lines[0] == "bad record agent_multi_turn_4: has no 'initial_config'"
     assert finished.stderr_lines[-1] == "nothing written: 1 bad record(s); --skip-bad-records"
     assert len(finished.stderr_lines) == 2
 
 
-def test_skipping_bad_records_imports_the_rest_and_reports_the_gold_that_misses(
+def test_every_task_is_imported_and_those_without_a_gold_or_whose_gold_misses_are_reported(
     acebench_checkout: Path, tmp_path: Path
 ) -> None:
     out = tmp_path / "lib"
     finished = harness(
-        [
-            "import",
-            "acebench",
-            "--source",
-            str(acebench_checkout),
-            "--category",
-            "multi_turn",
-            "--out",
-            str(out),
-            "--skip-bad-records",
-        ]
+        ["import", "acebench", "--source", str(acebench_checkout), "--category", "multi_turn", "--out", str(out)]
     )
     assert finished.code == 0, finished.stderr
     assert finished.stderr_lines == [
-        finished.stderr_lines[0],
         "gold does not reach the expected state agent_multi_turn_3: its gold does not reach upstream's ground truth",
+        finished.stderr_lines[1],
     ]
-    assert finished.stderr_lines[0].startswith("skipped agent_multi_turn_2: a milestone does not parse")
-    assert "3 tasks" in finished.stdout and "1 whose gold does not reach" in finished.stdout
+    assert finished.stderr_lines[1].startswith(
+        "no gold (the oracle cannot play it) agent_multi_turn_2: a milestone does not parse"
+    )
+    assert "Bob's list" in finished.stderr_lines[1]
+    assert "4 tasks" in finished.stdout and "1 whose gold does not reach" in finished.stdout
+    assert "1 whose milestones do not parse" in finished.stdout
     library = load_library(out)
-    assert [s.provenance.upstream_id for s in library.scenarios] == [
-        "agent_multi_turn_0",
-        "agent_multi_turn_1",
-        "agent_multi_turn_3",
-    ]
+    assert [s.provenance.upstream_id for s in library.scenarios] == [f"agent_multi_turn_{n}" for n in range(4)]
+    assert {s.provenance.details["category_tasks"] for s in library.scenarios} == {4}
+    without_gold = scenario(out, "acebench-multi-turn-en-2")
+    assert without_gold.reference_actions == [] and "acebench-unparsed-milestone" in without_gold.tags
+    assert "gold-unsolvable" not in without_gold.tags
+    assert without_gold.provenance.details["milestone_problem"].startswith("a milestone does not parse")
+    assert [c.id for c in without_gold.checks] == [c.id for c in scenario(out, "acebench-multi-turn-en-0").checks]
     unsolvable = scenario(out, "acebench-multi-turn-en-3")
     assert "gold-unsolvable" in unsolvable.tags
     assert unsolvable.provenance.details["gold_reaches_ground_truth"] is False
     solvable = scenario(out, "acebench-multi-turn-en-0")
     assert solvable.provenance.details["gold_reaches_ground_truth"] is True
+    assert solvable.provenance.details["milestone_problem"] is None
     assert [(a.name, a.arguments) for a in solvable.reference_actions] == [
         ("turn_on_wifi", {}),
         ("add_note", {"title": "shopping", "text": "Buy milk"}),

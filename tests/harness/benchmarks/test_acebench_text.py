@@ -232,8 +232,11 @@ def test_multi_step_text_calls_score_as_acebench_and_export_as_written(
         exported = harness(["export", "acebench", str(run), "--out", str(out)])
         assert exported.code == 0, exported.stderr
         path = out / "result_all/result_en/text-agent/data_agent_multi_step_result.json"
-        (entry,) = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+        # Upstream's evaluator reads every task of the category: the two the run did not play are empty results.
+        entry, *unplayed = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
         assert entry["id"] == "agent_multi_step_0" and entry["process"] == expected_process
+        assert unplayed == [{"id": f"agent_multi_step_{n}", "result": [], "process": []} for n in (1, 2)], unplayed
+        assert "2 of its 3 tasks have no episode in the run" in exported.stdout
         answer_file = acebench_checkout / "data_all/data_en/possible_answer/data_agent_multi_step.json"
         answer = orjson.loads(answer_file.read_bytes().splitlines()[0])
         assert end_to_end(entry["result"], answer["ground_truth"]) is correct
