@@ -36,8 +36,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.episode.factory import INVALID_SCENARIO, EpisodeFactory, EpisodeRecipe, Refusal
 from harness.episode.loop import Episode
+from harness.episode_factory import INVALID_SCENARIO, EpisodeFactory, EpisodeRecipe, Refusal
 from harness.library import Library
 from harness.registry import rules_profile
 from harness.rules.profiles import DEFAULT_RULES, RulesName

@@ -452,7 +452,7 @@ class ScenarioSynthesizer:
         self, environment: Environment, scenario: Scenario, attempt: int, usage: Usage
     ) -> Trajectory:
         from agents.factory import build_agent
-        from harness.episode.factory import EpisodeFactory, EpisodeRecipe
+        from harness.episode_factory import EpisodeFactory, EpisodeRecipe
         from harness.library import Library
 
         assert self.config.solve_with is not None

@@ -130,7 +130,7 @@ async def verify_by_rollouts(
     docstring. The returned scenario carries the solve rate (``difficulty``, a ``solve_rate:`` tag and
     ``provenance.details["rollouts"]``)."""
     from agents.factory import build_agent
-    from harness.episode.factory import EpisodeFactory, EpisodeRecipe
+    from harness.episode_factory import EpisodeFactory, EpisodeRecipe
     from harness.library import Library
 
     factory = EpisodeFactory(EpisodeRecipe(), Library.of([environment], [scenario], source="synthesis"), pool)

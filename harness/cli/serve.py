@@ -345,7 +345,7 @@ async def _serve_openenv(
     idle_timeout_s: float | None,
     seed: int,
 ) -> None:
-    from harness.episode.factory import EpisodeRecipe
+    from harness.episode_factory import EpisodeRecipe
     from harness.train.jailed_episode import EpisodeSettings
     from harness.train.openenv_server import OpenEnvServer
 

@@ -558,7 +558,7 @@ async def run_episode(
     episode_id: str,
 ) -> Trajectory:
     """Run one episode to its end and return its trajectory: the primitive under
-    :meth:`harness.episode.factory.EpisodeFactory.play`, for a caller that holds the environment and the whole
+    :meth:`harness.episode_factory.EpisodeFactory.play`, for a caller that holds the environment and the whole
     configuration (no trust rule, no screening). Per-episode failures never raise: they end the
     trajectory with a termination reason (``environment_error`` episodes are scored as the rules say,
     ``infra_error`` episodes are not scored and can be re-run)."""

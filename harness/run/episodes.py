@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from harness.episode.factory import EpisodeFactory, EpisodeRecipe
+from harness.episode_factory import EpisodeFactory, EpisodeRecipe
 from harness.library import Library
 from harness.llm import LLMClient
 from harness.records.versions import record_versions

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.episode.factory import UNKNOWN_SCENARIO, EpisodeFactory, EpisodeRecipe, Refusal
 from harness.episode.loop import Episode
+from harness.episode_factory import UNKNOWN_SCENARIO, EpisodeFactory, EpisodeRecipe, Refusal
 from harness.library import Library
 from harness.rules.profiles import EpisodeRules
 from harness.rules.protocols import agent_turn_from_message
@@ -77,7 +77,7 @@ def void_outcome(scenario_id: str | None, reason: str, detail: str) -> RolloutOu
 @dataclass
 class EpisodeSettings:
     """What every rollout slot of one trainer shares: the library, the scenarios it may reset to, and the recipe
-    of its episodes (:class:`~harness.episode.factory.EpisodeRecipe`)."""
+    of its episodes (:class:`~harness.episode_factory.EpisodeRecipe`)."""
 
     library: Library
     environment_id: str | None

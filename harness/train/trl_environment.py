@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness.episode.factory import EpisodeRecipe
+from harness.episode_factory import EpisodeRecipe
 from harness.library import Library, load_library
 from harness.registry import rules_profile
 from harness.rules.profiles import DEFAULT_RULES, RulesName

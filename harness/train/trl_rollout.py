@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.episode.factory import EpisodeRecipe
+from harness.episode_factory import EpisodeRecipe
 from harness.library import Library
 from harness.registry import rules_profile
 from harness.rules.profiles import DEFAULT_RULES, RulesName

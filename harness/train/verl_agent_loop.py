@@ -28,7 +28,7 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetr
 from verl.experimental.agent_loop.tool_parser import ToolParser
 from verl.utils.profiler import simple_timer
 
-from harness.episode.factory import EpisodeRecipe
+from harness.episode_factory import EpisodeRecipe
 from harness.library import Library
 from harness.registry import rules_profile
 from harness.rules.profiles import DEFAULT_RULES, RulesName

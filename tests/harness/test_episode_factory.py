@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from agents.oracle import OracleAgent
-from harness.episode.factory import INVALID_SCENARIO, UNKNOWN_SCENARIO, EpisodeFactory, EpisodeRecipe, Refusal
 from harness.episode.loop import Episode
+from harness.episode_factory import INVALID_SCENARIO, UNKNOWN_SCENARIO, EpisodeFactory, EpisodeRecipe, Refusal
 from harness.library import load_library
 from harness.records.library import Library
 from harness.registry import rules_profile
