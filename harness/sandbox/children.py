@@ -3,10 +3,10 @@
 ``Zygote`` starts ``python -m harness.sandbox.zygote`` with an empty environment and asks it for children over a
 SOCK_SEQPACKET control socket, handing it one end of a fresh socketpair per child. ``Child`` talks to one child
 over the other end: orjson frames headed by their length and a sequence number, one request at a time, each under
-a wall-clock budget after which the child is killed. The child echoes the request's sequence number in its answer,
-so anything that is not the answer to the pending request (a forged or oversized frame, a stale or extra answer,
-bytes out of turn, invalid JSON) is recognised whenever it arrives and ends that child; it can never reach another
-child's answers.
+a wall-clock backstop after which the child is killed (the child limits its own CPU time). The child echoes the
+request's sequence number in its answer, so anything that is not the answer to the pending request (a forged or
+oversized frame, a stale or extra answer, bytes out of turn, invalid JSON) is recognised whenever it arrives and
+ends that child; it can never reach another child's answers.
 
 Every wait on the zygote has a deadline: a zygote that does not answer a fork request in time (stopped, hung or
 dead) is killed, the children it held die with it (they live in its PID namespace), and what happened is the

@@ -1,10 +1,9 @@
-"""Environment loads that run out of time among others get one more try alone.
+"""Environment loads that run out of time get one more try alone.
 
-Many sessions opened at once on few cores (an import replaying every gold, a run's screening, a busy machine)
-can push a large environment's load past its budget although it loads in a fraction of it. The pool then tries
-that load once more, alone: new loads wait until it ends, and it starts once the loads in flight have ended. An
-environment whose load runs out of time alone too is slow by itself (or hostile): it is not tried alone again, so
-it costs one extra budget per pool, not one per session.
+A load's limit is CPU time, so loads opened together do not push each other past it; a load whose own CPU timer
+ran out is still tried once more, alone: new loads wait until it ends, and it starts once the loads in flight have
+ended. An environment whose load runs out of time alone too is slow by itself (or hostile): it is not tried alone
+again, so it costs one extra budget per pool, not one per session.
 """
 
 from __future__ import annotations

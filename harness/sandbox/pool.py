@@ -1,7 +1,7 @@
 """The sandbox's async API: environment sessions and check runs, each in a confined child process of its own.
 
 A session's state lives in the one child that serves it (see ``harness.sandbox.zygote`` and ``docs/sandbox.md``).
-Each session keeps a log of the calls it made; if its child dies (a wall-clock timeout, a crash, a kill from
+Each session keeps a log of the calls it made; if its child dies (its CPU-time limit, a crash, a kill from
 outside), the next use forks a fresh child that replays the log, which gives the same state because clocks and
 random generators are seeded per session. Only the call that broke the child fails, with an observation that
 says what happened. Checks run in a separate child that never ran environment code.
@@ -71,8 +71,8 @@ class SandboxError(RuntimeError):
 
 class EnvironmentLoadError(ValueError):
     """The environment code is refused by the static checks, or its class cannot be built from the state (its
-    constructor raises, loops past its budget or ends its process). ``timed_out``: the load ran past its
-    wall-clock budget, which a busy machine can cause as well as the code."""
+    constructor raises, loops past its CPU-time limit or ends its process). ``timed_out``: the load used up its
+    CPU-time limit (the child's own timer)."""
 
     def __init__(self, message: str, *, timed_out: bool = False):
         super().__init__(message)
@@ -192,7 +192,7 @@ class EnvSession:
         if response.get("ok") is not True:
             raise EnvironmentLoadError(
                 f"environment {self.environment.id!r} could not be instantiated: {error_text(response.get('error'))}",
-                timed_out=response.get("kind") == "timeout",  # the child's own wall-clock alarm
+                timed_out=response.get("kind") == "timeout",  # the child's own CPU timer
             )
         self.pool._remember_bytecode(code_key, response.get("bytecode"), len(self.environment.code))
         for name, arguments in self._log:

@@ -236,7 +236,7 @@ def diff_snapshots(before: dict[str, bytes], after: dict[str, bytes]) -> list[di
 
 
 class Settings:
-    """Limits a child enforces on itself (the harness enforces its own on top: wall-clock kills, frame sizes)."""
+    """Limits a child enforces on itself (the harness enforces its own on top: the wall-clock backstop, frame sizes)."""
 
     def __init__(self, call_timeout: float, max_result_bytes: int, max_state_bytes: int):
         self.call_timeout = call_timeout
