@@ -24,7 +24,8 @@ from harness.episode.tool_messages import tool_message
 from harness.library import Library
 from harness.registry import released_sources
 from harness.rules.protocols import openai_tool_call
-from harness.sandbox.pool import EnvironmentFailed, EnvironmentLoadError, SandboxError, SandboxPool
+from harness.sandbox.errors import EnvironmentFailed, EnvironmentLoadError, SandboxError
+from harness.sandbox.pool import SandboxPool
 from harness.schema import CheckResult, Environment, ReferenceAction, Scenario, Step, ToolCall, UserReferenceAction
 from harness.scoring.checks import check_transcript, checks_at_reset, prepared_checks, reward_from_results
 from harness.states.encodings import READ_ONLY_STATES

@@ -76,7 +76,7 @@ def error_lines(error: BaseException) -> tuple[list[str], int]:
         name = error.filename if error.filename is not None else ""
         reason = error.strerror or type(error).__name__
         return [f"{name}: {reason.lower()}" if name else str(error)], EXIT_BAD_INPUT
-    from harness.sandbox.pool import SandboxError
+    from harness.sandbox.errors import SandboxError
 
     if isinstance(error, Unavailable | SandboxError):
         return str(error).splitlines() or [type(error).__name__], EXIT_FAILED

@@ -9,24 +9,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from harness.sandbox.errors import EnvironmentFailed as EnvironmentFailed
+    from harness.sandbox.errors import EnvironmentLoadError as EnvironmentLoadError
+    from harness.sandbox.errors import SandboxError as SandboxError
+    from harness.sandbox.errors import WeakSandbox as WeakSandbox
     from harness.sandbox.limits import SandboxLimits as SandboxLimits
-    from harness.sandbox.pool import (
-        EnvironmentFailed as EnvironmentFailed,
-    )
-    from harness.sandbox.pool import (
-        EnvironmentLoadError as EnvironmentLoadError,
-    )
     from harness.sandbox.pool import (
         EnvSession as EnvSession,
     )
     from harness.sandbox.pool import (
-        SandboxError as SandboxError,
-    )
-    from harness.sandbox.pool import (
         SandboxPool as SandboxPool,
-    )
-    from harness.sandbox.pool import (
-        WeakSandbox as WeakSandbox,
     )
     from harness.sandbox.spec import CodeOrigin as CodeOrigin
     from harness.sandbox.spec import JailSpec as JailSpec
@@ -37,12 +29,12 @@ if TYPE_CHECKING:
 
 _EXPORTS = {
     "EnvSession": "harness.sandbox.pool",
-    "EnvironmentFailed": "harness.sandbox.pool",
-    "EnvironmentLoadError": "harness.sandbox.pool",
-    "SandboxError": "harness.sandbox.pool",
+    "EnvironmentFailed": "harness.sandbox.errors",
+    "EnvironmentLoadError": "harness.sandbox.errors",
+    "SandboxError": "harness.sandbox.errors",
     "SandboxLimits": "harness.sandbox.limits",
     "SandboxPool": "harness.sandbox.pool",
-    "WeakSandbox": "harness.sandbox.pool",
+    "WeakSandbox": "harness.sandbox.errors",
     "CodeOrigin": "harness.sandbox.spec",
     "JailSpec": "harness.sandbox.spec",
     "requires_full_confinement": "harness.sandbox.spec",

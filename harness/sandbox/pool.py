@@ -23,7 +23,6 @@ from typing import Any
 
 import orjson
 
-from harness.errors import BadInput
 from harness.sandbox.arguments import CallRejected, check_arguments, validate_call
 from harness.sandbox.check_batches import (
     SCENARIO_OF_CHECKS,
@@ -35,6 +34,13 @@ from harness.sandbox.check_inputs import EpisodeInputs
 from harness.sandbox.children import Child, ChildLost, Zygote, ZygoteFailed
 from harness.sandbox.code_handover import CodeHandover
 from harness.sandbox.confine import DISABLE_VARIABLE, disabled_layers, seccomp_filter
+from harness.sandbox.errors import (
+    EnvironmentFailed,
+    EnvironmentLoadError,
+    SandboxError,
+    WeakSandbox,
+    weak_sandbox_message,
+)
 from harness.sandbox.limits import SandboxLimits
 from harness.sandbox.load_gate import LoadGate
 from harness.sandbox.replies import (
@@ -63,40 +69,6 @@ from harness.schema import (
 from harness.states.encodings import READ_ONLY_STATES
 
 logger = logging.getLogger(__name__)
-
-
-class SandboxError(RuntimeError):
-    """The sandbox itself failed (not the environment): the episode should end as an infrastructure error."""
-
-
-class EnvironmentLoadError(ValueError):
-    """The environment code is refused by the static checks, or its class cannot be built from the state (its
-    constructor raises, loops past its CPU-time limit or ends its process). ``timed_out``: the load used up its
-    CPU-time limit (the child's own timer)."""
-
-    def __init__(self, message: str, *, timed_out: bool = False):
-        super().__init__(message)
-        self.timed_out = timed_out
-
-
-class EnvironmentFailed(SandboxError):
-    """The environment's own process failed its session: it kept dying, stopping or exiting on its own, or broke
-    the channel's protocol. The environment is at fault, not the sandbox."""
-
-
-class WeakSandbox(BadInput, SandboxError):
-    """A confinement layer is missing and the code to run is not from a trusted local folder (bad input: the
-    user must opt in with --allow-weak-sandbox)."""
-
-
-def weak_sandbox_message(missing: list[dict[str, Any]]) -> str:
-    """Why code that is not the user's own is refused on this machine."""
-    names = ", ".join(f"{layer['name']} ({layer['detail']})" for layer in missing)
-    return (
-        f"confinement layers missing on this machine: {names}; refusing to run code that is not from a local "
-        "folder (a Hub dataset, an imported source) (pass --allow-weak-sandbox to run it anyway; `harness doctor` "
-        "explains each layer)"
-    )
 
 
 _BYTECODE_CACHE_SIZE = 512
@@ -614,12 +586,8 @@ class SandboxPool:
 
 __all__ = [
     "EnvSession",
-    "EnvironmentFailed",
-    "EnvironmentLoadError",
-    "SandboxError",
     "SandboxLimits",
     "SandboxPool",
     "StaticCheckError",
-    "WeakSandbox",
     "check_code",
 ]

@@ -96,7 +96,7 @@ async def require_confinement(pool: SandboxPool, origin: CodeOrigin, allow_weak_
     before any code of ``origin`` runs in it when a confinement layer is missing and the rule asks for all."""
     if not requires_full_confinement(origin, allow_weak_sandbox):
         return
-    from harness.sandbox.pool import WeakSandbox, weak_sandbox_message
+    from harness.sandbox.errors import WeakSandbox, weak_sandbox_message
 
     await pool.start()
     if pool.missing_layers:
