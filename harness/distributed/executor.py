@@ -66,6 +66,7 @@ class EpisodeExecutor(FleetExecutor):
         self.library = library
         self.plan: ExecutorPlan = config.job
         self.scenarios: dict[tuple[str, str], Scenario] = {(s.environment_id, s.id): s for s in library.scenarios}
+        self.contexts: dict[str, EpisodeContext] = {}
 
     async def prepare(self, pool: SandboxPool) -> int:
         return adopt_reset_results(pool, self.library.scenarios, self.plan.reset_results)
@@ -78,8 +79,10 @@ class EpisodeExecutor(FleetExecutor):
         plan = self.plan
         scenario = self.scenarios[(ticket.environment_id, ticket.scenario_id)]
         spec = EpisodeSpec(ticket.episode_id, scenario, ticket.mode, ticket.trial, ticket.seed)
-        context = EpisodeContext.of(
-            plan.config, self.library, self.pool, self.client, plan.agent_factory, plan.user_factory, ticket.run_id
-        )
+        context = self.contexts.get(ticket.run_id)
+        if context is None:  # one per run: its recipe built once, each scenario's versions hashed once
+            context = self.contexts[ticket.run_id] = EpisodeContext.of(
+                plan.config, self.library, self.pool, self.client, plan.agent_factory, plan.user_factory, ticket.run_id
+            )
         trajectory = await run_one_episode(spec, context)
         return trajectory.model_dump_json().encode()

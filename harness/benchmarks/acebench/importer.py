@@ -288,7 +288,6 @@ async def import_acebench(release: AceBenchRelease, pool: SandboxPool, *, concur
                         "language": language,
                         "ground_truth": ground_truth,
                         "mile_stone": milestones,
-                        "number": int(suffix) if suffix.isdigit() else None,
                         "category_tasks": len(release.records),
                         "milestone_problem": milestone_problem,
                         # What the text setting's agent is prompted with (--agent acebench-text).
