@@ -1,4 +1,4 @@
-"""Re-score a stored run with a library's current checks, without calling any model.
+"""Re-score a stored run with a library's current checks, without calling any model but a judge asked for.
 
 Each episode's final state is rebuilt by replaying its recorded tool calls in the jail, from the scenario's initial
 state, with the session the run used (the same rules, the same seed); every replayed result must equal the recorded
@@ -6,6 +6,10 @@ one. The library's checks then run on that state through the same verdict a run 
 (:func:`harness.episode.verdict.episode_verdict`). An episode whose environment failed (``environment_error``) is
 scored by the rules alone (as a failure, or not at all), as a run scores it, when the environment's code is the
 version that failed.
+
+A scenario's LLM-judged checks are decided by the episode's stored judge replies, read again by the benchmark's
+parse function (a replay: no request), or, given a judge (``--judge-model``), by asking it anew
+(:mod:`harness.episode.judging`).
 
 Only verdicts recomputed here reach the new folder. An episode that cannot be re-scored is listed with its reason
 and left out of the new results and summary (never counted with its old verdict): its record contradicts itself
@@ -30,6 +34,7 @@ import orjson
 from pydantic import BaseModel, Field
 
 from harness.episode.dispatch import open_tool_session
+from harness.episode.judging import Judge, JudgeNotRecorded, judged_trajectory
 from harness.episode.tool_messages import pass_through_tools
 from harness.episode.verdict import EndedEpisode, episode_verdict
 from harness.errors import BadInput
@@ -81,6 +86,10 @@ class NotRescoredCause(StrEnum):
     REPLAY_DIFFERS = "replay_differs"
     JAIL = "jail"
     """The jail could not replay it."""
+    JUDGE_NOT_RECORDED = "judge_not_recorded"
+    """A judged check asks what its record holds no judge's reply to (and no judge was given to ask)."""
+    JUDGE_FAILED = "judge_failed"
+    """The judge given gave no verdict (no reply, or one the benchmark's evaluator cannot read)."""
 
 
 class EpisodeRefused(Exception):
@@ -110,6 +119,10 @@ class RescoreReport(BaseModel):
         default=0, description="Of those, environment failures scored by the rules alone (no checks run)."
     )
     changed: int = Field(default=0, description="Re-scored episodes whose check results or reward changed.")
+    judged: int = Field(default=0, description="Re-scored episodes whose judged checks the judge given decided anew.")
+    judge_replayed: int = Field(
+        default=0, description="Re-scored episodes whose judged checks were decided by their stored judge replies."
+    )
     not_rescored: list[NotRescored] = Field(
         default_factory=list, description="Episodes left out of the new folder, each with its reason."
     )
@@ -132,6 +145,8 @@ class RescorePlan:
     seed: int
     out: Path
     scenarios: dict[tuple[str, str], Scenario] = field(default_factory=dict)
+    judge: Judge | None = None
+    """The judge that decides judged checks anew (``--judge-model``); None replays the stored replies."""
 
 
 def plan_rescore(run_dir: Path, library: Library, out: Path) -> RescorePlan:
@@ -323,7 +338,25 @@ async def rescore_episode(pool: SandboxPool, plan: RescorePlan, trajectory: Traj
     except SandboxError as exc:
         raise EpisodeRefused(NotRescoredCause.JAIL, f"the jail could not replay it: {exc}") from None
     update.update({"check_results": check_results, "reward": reward})
-    return "replayed", trajectory.model_copy(update=update)
+    rescored = trajectory.model_copy(update=update)
+    if scenario.judged_checks:
+        rescored = await judge_again(plan, rescored, scenario, environment)
+    return "replayed", rescored
+
+
+async def judge_again(
+    plan: RescorePlan, rescored: Trajectory, scenario: Scenario, environment: Environment
+) -> Trajectory:
+    """The re-scored episode with its judged checks decided by the plan's judge, or by its stored replies."""
+    try:
+        judged = await judged_trajectory(
+            rescored, scenario, environment, plan.rules, plan.judge, seed=episode_seed(rescored, plan.seed)
+        )
+    except JudgeNotRecorded as exc:
+        raise EpisodeRefused(NotRescoredCause.JUDGE_NOT_RECORDED, str(exc)) from None
+    if judged.infra_error:
+        raise EpisodeRefused(NotRescoredCause.JUDGE_FAILED, f"the judge gave no verdict: {judged.termination_detail}")
+    return judged
 
 
 def plan_run_id(plan: RescorePlan) -> str:
@@ -356,8 +389,17 @@ async def rescore_run(plan: RescorePlan, pool: SandboxPool, *, concurrency: int 
         revision=plan.library.source.revision,
         fingerprint=plan.library.source.fingerprint,
     )
+    pinned: dict[str, Any] = {}
+    if plan.judge is not None:
+        judge_model = plan.judge.settings.model
+        pinned["config"] = {**plan.manifest.config, "judge_model": judge_model, "judge": plan.judge.pinned()}
+        pinned["model_resolution"] = {
+            **plan.manifest.model_resolution,
+            judge_model: plan.judge.client.resolve(judge_model).model_dump(mode="json"),
+        }
     manifest = plan.manifest.model_copy(
         update={
+            **pinned,
             "run_id": plan_run_id(plan),
             "dataset": library_ref,
             "checks_version": library_checks_hash(plan.library.scenarios),
@@ -392,6 +434,10 @@ async def rescore_run(plan: RescorePlan, pool: SandboxPool, *, concurrency: int 
         report.rescored += 1
         report.by_rules += outcome == "rules"
         report.changed += verdict_of(rescored) != verdict_of(trajectory)
+        if rescored.judge is not None and rescored.judge is not trajectory.judge:
+            replayed = all(exchange.replayed for exchange in rescored.judge.exchanges)
+            report.judge_replayed += replayed
+            report.judged += not replayed
         summary.count(rescored)
         return rescored
 

@@ -32,6 +32,7 @@ from harness.results.store import StoredResults
 from harness.results.tally import SummaryTally
 from harness.schema import DiffEntry, Scenario, Trajectory
 from leaderboards.aggregate import LeaderboardTable, dataset_label
+from leaderboards.judge_view import judge_views
 from leaderboards.page import fmt_cost, fmt_float, fmt_percent, fmt_tokens, to_json_text
 from leaderboards.verdicts import closed_gates
 
@@ -354,6 +355,7 @@ def trajectory_view(trajectory: Trajectory, scenario: Scenario | None = None) ->
     if trajectory.check_results:
         checks_of_scenario = scenario.checks if scenario else []
         statements = {check.id: check.statement for check in checks_of_scenario}
+        statements.update({check.id: check.description for check in scenario.judged_checks} if scenario else {})
         checks = Table(title="Checks")
         for name in ("check", "what it verifies", "result", "held at reset", "returned / error"):
             checks.add_column(name)
@@ -374,6 +376,9 @@ def trajectory_view(trajectory: Trajectory, scenario: Scenario | None = None) ->
                 plain(result.error or result.value or "", limit=300),
             )
         views.append(checks)
+
+    if trajectory.judge is not None:
+        views.extend(judge_views(trajectory.judge, scenario))
 
     steps = {step.call.id: step for step in trajectory.steps}
     role_styles = {"system": "dim", "user": "cyan", "assistant": "green", "tool": "magenta"}

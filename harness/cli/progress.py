@@ -222,6 +222,12 @@ def print_summary(console: Console, outcome: RunOutcome, baselines: dict[str, Ru
         console.print(f"[dim]{BASELINE_LEGEND}[/dim]", highlight=False, soft_wrap=True)
     terminations = ", ".join(f"{k} {v}" for k, v in sorted(summary.overall.terminations.items()))
     console.print(f"terminations: {markup_text(terminations or '–')}", highlight=False)
+    if summary.overall.judge_requests:
+        console.print(
+            f"judge: {summary.overall.judge_requests} requests, cost $ {summary.overall.judge_cost_usd:.4f} (of the "
+            "run's cost above)",
+            highlight=False,
+        )
     for environment, cause, count in outcome.environment_causes[:ENVIRONMENT_CAUSES_SHOWN]:
         console.print(
             f"[yellow]environment failure ×{count} ({markup_text(environment, multiline=False)}):[/yellow] "

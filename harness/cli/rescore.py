@@ -1,4 +1,5 @@
-"""``harness rescore``: a stored run re-scored with a library's current checks, no model called."""
+"""``harness rescore``: a stored run re-scored with a library's current checks, no model called (but the judge of
+judged checks, when ``--judge-model`` asks for one)."""
 
 from __future__ import annotations
 
@@ -22,14 +23,25 @@ def rescore(
     workers: SandboxWorkers = 0,
     concurrency: Annotated[int, typer.Option(min=1, help="Episodes replayed at once.")] = 16,
     allow_weak_sandbox: AllowWeakSandbox = False,
+    judge_model: Annotated[
+        str | None,
+        typer.Option(
+            "--judge-model",
+            help="Judge the scenarios' LLM-judged checks anew with this model (an alias). Default: replay the "
+            "judge's replies stored with each episode, with no request.",
+        ),
+    ] = None,
 ) -> None:
     """Re-score RUN_DIR's episodes with the checks of --envs: each final state is rebuilt by replaying the recorded
     tool calls in the jail. Only recomputed verdicts reach --out: an episode that cannot be re-scored (a record that
     contradicts itself, an environment or scenario the library lacks or changed, a replay that differs, no final
     state) is listed with its reason and left out of the new results and summary. Exit 0 when every episode was
-    re-scored, 1 when some were not (the new folder holds the others), 2 when nothing could start."""
+    re-scored, 1 when some were not (the new folder holds the others), 2 when nothing could start. LLM-judged checks
+    replay the stored judge replies unless --judge-model names a judge to ask again."""
+    from harness.episode.judging import Judge
     from harness.errors import BadInput
     from harness.library import load_library
+    from harness.llm import LLMClient
     from harness.rescore import NotRescoredCause, RescoreReport, discard_output, plan_rescore, rescore_run
 
     try:
@@ -41,8 +53,15 @@ def rescore(
     plan = plan_rescore(run_dir, library, out)
 
     async def run() -> RescoreReport:
-        async with library.jail(allow_weak_sandbox=allow_weak_sandbox, workers=workers).pool() as pool:
-            return await rescore_run(plan, pool, concurrency=concurrency)
+        client = LLMClient() if judge_model is not None else None
+        try:
+            if client is not None and judge_model is not None:
+                plan.judge = Judge.of(client, judge_model, plan.seed)
+            async with library.jail(allow_weak_sandbox=allow_weak_sandbox, workers=workers).pool() as pool:
+                return await rescore_run(plan, pool, concurrency=concurrency)
+        finally:
+            if client is not None:
+                await client.aclose()
 
     try:
         report = run_to_end(run())
@@ -64,6 +83,14 @@ def rescore(
         ),
         soft_wrap=True,
     )
+    if report.judged or report.judge_replayed:
+        console.print(
+            outside(
+                f"Judged checks: {report.judged} episodes judged anew by {judge_model}, {report.judge_replayed} "
+                "decided by their stored judge replies (replayed, no request)"
+            ),
+            soft_wrap=True,
+        )
     if not report.complete:
         raise typer.Exit(1)
 

@@ -71,16 +71,22 @@ async def episode_verdict(
         transcript=check_transcript(ended.messages) + ended.user_calls,
         rules=ended.rules,
     )
+    return check_results, rules_reward(reward, check_results, ended, final_state)
+
+
+def rules_reward(
+    reward: RewardBreakdown, results: list[CheckResult], ended: EndedEpisode, final_state: dict[str, Any] | None
+) -> RewardBreakdown:
+    """The reward the rules make of the check-based breakdown: one check's verdict, EnvFactory's composite,
+    all-or-nothing, or the pass rate."""
     if ended.rules.reward_check is not None:
-        reward = reward_of_check(reward, check_results, ended.rules)
-    elif ended.rules.composite_reward:
-        reward = composite(scenario, ended.calls, reward, final_state, ended.weights)
-    elif ended.rules.all_or_nothing_reward:
+        return reward_of_check(reward, results, ended.rules)
+    if ended.rules.composite_reward:
+        return composite(ended.scenario, ended.calls, reward, final_state, ended.weights)
+    if ended.rules.all_or_nothing_reward:
         whole = 1.0 if reward.success else 0.0
-        reward = reward.model_copy(update={"state_reward": whole, "composite": whole})
-    else:
-        reward = reward.model_copy(update={"composite": reward.state_reward})
-    return check_results, reward
+        return reward.model_copy(update={"state_reward": whole, "composite": whole})
+    return reward.model_copy(update={"composite": reward.state_reward})
 
 
 def reward_of_check(reward: RewardBreakdown, results: list[CheckResult], rules: EpisodeRules) -> RewardBreakdown:

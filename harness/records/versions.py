@@ -24,7 +24,7 @@ HASH_DIGITS = 16
 _Key = TypeVar("_Key", str, tuple[str, str, str])
 
 # What a scenario hash leaves out: the checks (hashed on their own), and what never reaches an episode.
-SCENARIO_EXCLUDED = frozenset({"checks", "provenance", "tags", "difficulty", "schema_version"})
+SCENARIO_EXCLUDED = frozenset({"checks", "judged_checks", "provenance", "tags", "difficulty", "schema_version"})
 
 
 def content_hash(value: object) -> str:
@@ -51,8 +51,11 @@ def scenario_hash(scenario: Scenario) -> str:
 
 
 def checks_hash(scenario: Scenario) -> str:
-    """What decides a verdict: each check's id, source and gate, in order."""
-    return content_hash([[check.id, check.source, check.gate] for check in scenario.checks])
+    """What decides a verdict: each check's id, source and gate, in order, then each LLM-judged check whole (a
+    scenario without judged checks hashes as before they existed)."""
+    checks: list[object] = [[check.id, check.source, check.gate] for check in scenario.checks]
+    checks += [judged.model_dump(mode="json") for judged in scenario.judged_checks]
+    return content_hash(checks)
 
 
 def library_checks_hash(scenarios: Iterable[Scenario]) -> str:

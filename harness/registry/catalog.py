@@ -63,6 +63,7 @@ def _clashes(benchmark: Benchmark, taken: dict[str, str]) -> list[str]:
     names = [("benchmark", benchmark.name)]
     names += [("rules profile", profile.name) for profile in benchmark.profiles]
     names += [("agent kind", kind.name) for kind in benchmark.agent_kinds]
+    names += [("judge kind", kind.name) for kind in benchmark.judge_kinds]
     for what, name in names:
         if what != "benchmark" and NAME_PATTERN.fullmatch(name) is None:
             found.append(f"its {what} {name!r} is not a lowercase name of letters, digits and '-'")
@@ -92,6 +93,7 @@ def read_catalog(found: Iterable[EntryPoint]) -> Catalog:
         taken[f"benchmark:{benchmark.name}"] = benchmark.name
         taken.update({f"rules profile:{p.name}": benchmark.name for p in benchmark.profiles})
         taken.update({f"agent kind:{k.name}": benchmark.name for k in benchmark.agent_kinds})
+        taken.update({f"judge kind:{k.name}": benchmark.name for k in benchmark.judge_kinds})
     return Catalog(tuple(sorted(benchmarks, key=lambda b: (b.rank, b.name))), tuple(problems))
 
 

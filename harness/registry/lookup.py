@@ -4,7 +4,7 @@ modules, the agent kinds. Each answer is read from the records of :func:`~harnes
 from __future__ import annotations
 
 from harness.registry.catalog import catalog
-from harness.registry.records import AgentKind, Benchmark, RewardComponent
+from harness.registry.records import AgentKind, Benchmark, JudgeKind, RewardComponent
 from harness.rules.profiles import DEFAULT_RULES, HARNESS_RULES, EpisodeRules, UnknownRules
 
 
@@ -61,6 +61,11 @@ def profile_owner(rules: EpisodeRules) -> Benchmark | None:
 def agent_kinds() -> tuple[AgentKind, ...]:
     """The agents the installed benchmarks bring."""
     return tuple(kind for owner in benchmarks() for kind in owner.agent_kinds)
+
+
+def judge_kind(name: str) -> JudgeKind | None:
+    """The judge kind an installed benchmark declares under ``name`` (None: none does)."""
+    return next((kind for owner in benchmarks() for kind in owner.judge_kinds if kind.name == name), None)
 
 
 def agent_kind_mismatch(rules: EpisodeRules, agent_kind: str, model_free: bool) -> str | None:

@@ -180,6 +180,27 @@ class AgentKind(BaseModel):
         return factory
 
 
+class JudgeKind(BaseModel):
+    """A kind of LLM-judged check a benchmark brings (``JudgedCheck.kind``). The engine imports ``functions`` when
+    it first judges such a check: an object with ``request(check, transcript)``, the messages the judge is sent, and
+    ``parse(check, reply)``, the verdicts the benchmark's evaluator reads from the reply (both pure; see
+    :class:`harness.scoring.judged.JudgeFunctions`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    functions: str = Field(description="module:attribute of the object whose request and parse the engine calls.")
+    help: str = Field(description="What the judge is asked, in a few words.")
+
+    @field_validator("functions")
+    @classmethod
+    def _import_path(cls, functions: str) -> str:
+        module, _, attribute = functions.partition(":")
+        if not attribute or not all(part.isidentifier() for part in [*module.split("."), *attribute.split(".")]):
+            raise ValueError(f"judge functions {functions!r} are not module:attribute")
+        return functions
+
+
 @runtime_checkable
 class TurnScorer(Protocol):
     """Scores a scripted conversation turn by turn (when its scenario has no checks): the check results, one per
@@ -219,6 +240,9 @@ class Benchmark(BaseModel):
     )
     profiles: tuple[EpisodeRules, ...] = Field(default=(), description="The episode rules it brings (--rules).")
     agent_kinds: tuple[AgentKind, ...] = Field(default=(), description="The agents it brings (--agent).")
+    judge_kinds: tuple[JudgeKind, ...] = Field(
+        default=(), description="The kinds of LLM-judged checks its scenarios may hold (JudgedCheck.kind)."
+    )
     jail_modules: frozenset[str] = Field(
         default=frozenset(),
         description="Third-party modules its environments' code may import in the jail, when installed (names only: "

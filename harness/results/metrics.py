@@ -126,6 +126,10 @@ class GroupSummary(BaseModel):
     unpriced_requests: int = Field(
         default=0, description="Requests to models with no known price: their cost is unknown and not in the totals."
     )
+    judge_requests: int = Field(default=0, description="Requests to the LLM judge of judged checks (role judge).")
+    judge_cost_usd: float = Field(
+        default=0.0, description="Money the LLM judge cost (role judge), part of total_cost_usd, reported apart."
+    )
     terminations: dict[str, int] = Field(default_factory=dict)
 
     @property

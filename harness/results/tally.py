@@ -64,6 +64,8 @@ class GroupTally:
         self.cost = ExactSum()
         self.ran_cost = ExactSum()
         self.unpriced_requests = 0
+        self.judge_requests = 0
+        self.judge_cost = ExactSum()
         self.terminations: Counter[str] = Counter()
         self.tasks: dict[TaskKey, list[int]] = {}
         """Per task (environment, scenario, mode): [scored trials, successes]."""
@@ -78,6 +80,10 @@ class GroupTally:
         tokens = episode_tokens(trajectory)
         self.total_tokens += times * tokens
         self.unpriced_requests += times * sum(usage.unpriced_requests for usage in trajectory.usage.values())
+        judge = trajectory.usage.get("judge")
+        if judge is not None:
+            self.judge_requests += times * judge.requests
+            self.judge_cost.add(judge.cost_usd, times)
         self.versions.count(trajectory, times)
         if trajectory.infra_error or trajectory.environment_error:
             self.failed += times
@@ -175,6 +181,8 @@ class GroupTally:
             total_cost_usd=self.cost.value,
             mean_cost_usd=_mean(self.ran_cost, ran),
             unpriced_requests=self.unpriced_requests,
+            judge_requests=self.judge_requests,
+            judge_cost_usd=self.judge_cost.value,
             terminations={
                 reason.value: self.terminations[reason.value]
                 for reason in TerminationReason

@@ -23,6 +23,7 @@ RESULT_SETTINGS = (
     "agent_kind",
     "mode",
     "user_model",
+    "judge_model",
     "temperature",
     "max_tokens",
     "seed",
@@ -99,6 +100,10 @@ class RunConfig(BaseModel):
         "only conversations, else nonconv).",
     )
     user_model: str | None = Field(default=None, description="Simulated user's model (default: --model).")
+    judge_model: str | None = Field(
+        default=None,
+        description="The LLM judge of scenarios' judged checks (a model alias; needed when they have any).",
+    )
     trials: int = Field(default=1, ge=1, description="Trials per scenario and mode (for pass^k).")
     env: list[str] = Field(default_factory=list, description="Only this environment id; repeatable.")
     scenario: list[str] = Field(default_factory=list, description="Only this scenario id; repeatable.")

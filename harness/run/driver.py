@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.collector import tuned_for_throughput
+from harness.episode.judging import judged_check_problems
 from harness.library import Library
 from harness.llm import EndpointLimits, EndpointUnreachable, LLMClient, RequestRejected
 from harness.results.metrics import RESULTS_FILE, write_summary
@@ -194,6 +195,9 @@ async def checked_plan(
     if not specs:
         raise nothing_to_run(library, config)
     await check_served_environments(config, scenarios)
+    judged = judged_check_problems([spec.scenario for spec in specs], config.judge_model)
+    if judged:
+        raise RunRefused(*judged)
     if any(spec.mode == "conv" for spec in specs) and user_factory is None:
         raise RunRefused("conversational mode needs a simulated user (user_factory)")
     return specs

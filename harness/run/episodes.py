@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from harness.episode.judging import Judge, judged_trajectory
 from harness.episode_factory import EpisodeFactory, EpisodeRecipe
 from harness.library import Library
 from harness.llm import LLMClient
@@ -37,6 +38,8 @@ class EpisodeContext:
     user_factory: UserFactory | None
     agent: AgentSettings
     user: AgentSettings
+    judge: Judge | None = None
+    """The judge of the scenarios' judged checks (``--judge-model``), asked after each episode in this process."""
     versions: dict[tuple[str, str], RecordVersions] = field(default_factory=dict, compare=False)
     """What graded each scenario's episodes, by (environment, scenario) id: hashed once per scenario, not per
     episode (the library does not change during a run)."""
@@ -88,6 +91,7 @@ class EpisodeContext:
             user_factory,
             agent=agent_settings(config),
             user=user_settings(config),
+            judge=Judge.of(client, config.judge_model, config.seed) if config.judge_model else None,
         )
 
 
@@ -103,6 +107,17 @@ async def run_one_episode(
     next episode starts while this one waits for its batch."""
     with context.pool.scores_expected(batch_key(spec.scenario), on_scoring):
         trajectory = await _episode(spec, context)
+    if spec.scenario.judged_checks:
+        recipe = context.factory.recipe
+        trajectory = await judged_trajectory(
+            trajectory,
+            spec.scenario,
+            context.library.environments[spec.scenario.environment_id],
+            recipe.rules,
+            context.judge,
+            weights=recipe.reward_weights,
+            seed=spec.seed,
+        )
     return trajectory.model_copy(update={"versions": context.versions_of(spec.scenario)})
 
 

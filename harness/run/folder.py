@@ -11,6 +11,7 @@ from typing import Any
 import orjson
 
 from harness import __version__
+from harness.episode.judging import Judge
 from harness.files import UnsafeFile
 from harness.library import Library
 from harness.llm import LLMClient
@@ -62,7 +63,11 @@ def build_manifest(
     invalid: dict[str, str] | None = None,
 ) -> RunManifest:
     resolution: dict[str, Any] = {}
-    for model in {config.model, config.user_model or config.model}:
+    for model in {
+        config.model,
+        config.user_model or config.model,
+        *([config.judge_model] if config.judge_model else []),
+    }:
         try:
             resolution[model] = client.resolve(model).model_dump(mode="json")
         except Exception as exc:
@@ -79,6 +84,8 @@ def build_manifest(
             "mcp": config.public_mcp,
             "environment_domains": {env_id: env.domain for env_id, env in library.environments.items() if env.domain},
             "invalid_scenarios": dict(sorted((invalid or {}).items())),
+            # The judge of judged checks, pinned with its parameters (its resolution is in model_resolution).
+            "judge": Judge.of(client, config.judge_model, config.seed).pinned() if config.judge_model else None,
         },
         model_resolution=resolution,
         episodes_planned=planned,

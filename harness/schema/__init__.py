@@ -5,6 +5,7 @@ Each top-level record carries ``schema_version``. JSON round trips are lossless:
 environment state are plain JSON values (dicts, lists, strings, numbers, booleans, null).
 """
 
+from harness.schema.judged import JUDGE_RECORD_VERSION, JudgeExchange, JudgeRecord, JudgeVerdict
 from harness.schema.library import (
     PREVIOUS_SCHEMA_VERSIONS,
     SCHEMA_VERSION,
@@ -12,6 +13,7 @@ from harness.schema.library import (
     Environment,
     FunctionSpec,
     JSONValue,
+    JudgedCheck,
     Provenance,
     Record,
     ReferenceAction,
@@ -54,6 +56,7 @@ from harness.schema.run import (
 )
 
 __all__ = [
+    "JUDGE_RECORD_VERSION",
     "PREVIOUS_SCHEMA_VERSIONS",
     "RECORD_TYPES",
     "RETRYABLE_KINDS",
@@ -71,6 +74,10 @@ __all__ = [
     "FailureParty",
     "FunctionSpec",
     "JSONValue",
+    "JudgeExchange",
+    "JudgeRecord",
+    "JudgeVerdict",
+    "JudgedCheck",
     "Mode",
     "ModelSettings",
     "Observation",

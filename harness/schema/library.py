@@ -177,6 +177,25 @@ class Check(Record):
         return f"{self.description} {gate_sentence(self.gate)}" if self.description else gate_sentence(self.gate)
 
 
+class JudgedCheck(Record):
+    """One check of a scenario that an LLM judge decides, after the episode, in the harness process.
+
+    ``kind`` names the judge kind a benchmark package registers (``Benchmark.judge_kinds``): its functions build
+    the request from ``asked`` and ``prompts`` and read the reply into verdicts. ``asked`` holds what the judge is
+    asked (the kind's own fields, validated by the kind); ``prompts`` the texts the package read from the
+    benchmark's source at import. The check holds when every verdict read from the reply holds."""
+
+    id: str
+    kind: str
+    description: str = ""
+    asked: dict[str, JSONValue] = Field(
+        default_factory=dict, description="What the judge is asked (the kind's fields)."
+    )
+    prompts: dict[str, str] = Field(
+        default_factory=dict, description="The prompt texts of the benchmark, read from its source at import."
+    )
+
+
 class UserProfile(Record):
     """What the simulated user is in conversational mode."""
 
@@ -247,13 +266,20 @@ class Scenario(Record):
         description="The simulated user's calls of the reference solution (dual control), each placed among the "
         "agent's; what the oracle's user plays.",
     )
+    judged_checks: list[JudgedCheck] = Field(
+        default_factory=list,
+        description="Checks an LLM judge decides after the episode (`harness run --judge-model`); their verdicts "
+        "join the checks' results.",
+    )
 
     @model_serializer(mode="wrap")
     def _omit_absent_user_actions(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # Scenarios without the user's reference calls dump exactly as before the field existed.
+        # Scenarios without the user's reference calls or judged checks dump exactly as before those fields existed.
         data: dict[str, Any] = handler(self)
         if not data.get("user_reference_actions", ...):
             data.pop("user_reference_actions", None)
+        if not data.get("judged_checks", ...):
+            data.pop("judged_checks", None)
         return data
 
     @model_validator(mode="before")
@@ -266,6 +292,10 @@ class Scenario(Record):
     @model_validator(mode="after")
     def _gates_name_other_checks(self) -> Scenario:
         ids = {check.id for check in self.checks}
+        for judged in self.judged_checks:
+            if judged.id in ids:
+                raise ValueError(f"judged check {judged.id!r} has the id of another check")
+            ids.add(judged.id)
         for check in self.checks:
             if check.gate is not None and (check.gate == check.id or check.gate not in ids):
                 raise ValueError(f"check {check.id!r} is gated on {check.gate!r}, which is not another of its checks")

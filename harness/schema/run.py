@@ -14,6 +14,7 @@ from pydantic import (
     model_validator,
 )
 
+from harness.schema.judged import JudgeRecord
 from harness.schema.library import SCHEMA_VERSION, Environment, JSONValue, Record, Scenario, ToolSpec, utc_now
 
 
@@ -150,6 +151,9 @@ class FailureParty(StrEnum):
     """The agent's model could not be reached or failed."""
     USER_SIMULATOR = "user_simulator"
     """The simulated user failed: its model could not be reached or failed, or its policy raised."""
+    JUDGE = "judge"
+    """The LLM judge of the scenario's judged checks: its model gave no reply, or a reply the benchmark's evaluator
+    cannot read (as the benchmark's rule says)."""
     HARNESS = "harness"
     """The harness itself: the sandbox could not start, a zygote was lost, a process was killed from outside the
     environment's reach (the kernel's OOM killer, an operator), or a bug."""
@@ -169,6 +173,9 @@ class FailureKind(StrEnum):
     refused again until the setup changes."""
     MODEL_HANDLER = "model_handler"
     """An in-process model raised."""
+    JUDGE_REPLY = "judge_reply"
+    """The judge replied with text the benchmark's evaluator cannot read, and the benchmark's rule is that the
+    episode then has no score: asking again would likely get the same reply."""
     SANDBOX = "sandbox"
     """The jail could not serve the episode: a zygote lost or replaced, a process killed from outside."""
     HARNESS = "harness"
@@ -320,6 +327,11 @@ class Trajectory(Record):
         default_factory=list,
         description="The simulated user's own tool calls (dual control), never shown to the agent; absent otherwise.",
     )
+    judge: JudgeRecord | None = Field(
+        default=None,
+        description="What the LLM judge of the scenario's judged checks was asked and answered (a versioned "
+        "layout); absent for scenarios without judged checks.",
+    )
 
     @model_serializer(mode="wrap")
     def _omit_absent_tokens(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
@@ -330,6 +342,8 @@ class Trajectory(Record):
             del data["policy_tokens"]
         if not data.get("user_steps", ...):
             data.pop("user_steps", None)
+        if data.get("judge", ...) is None:
+            data.pop("judge", None)
         return data
 
     @property
