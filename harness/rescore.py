@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import orjson
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
 
 from harness.episode.dispatch import open_tool_session
 from harness.episode.judging import Judge, JudgeNotRecorded, judged_trajectory
@@ -126,6 +126,15 @@ class RescoreReport(BaseModel):
     not_rescored: list[NotRescored] = Field(
         default_factory=list, description="Episodes left out of the new folder, each with its reason."
     )
+
+    @model_serializer(mode="wrap")
+    def _omit_an_absent_judge(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Reports of runs without judged checks read exactly as before the judge's counts existed.
+        data: dict[str, Any] = handler(self)
+        if not data.get("judged") and not data.get("judge_replayed"):
+            data.pop("judged", None)
+            data.pop("judge_replayed", None)
+        return data
 
     @property
     def complete(self) -> bool:

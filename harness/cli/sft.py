@@ -28,6 +28,7 @@ SFT_FLAGS = ConfigFlags(
         "trials",
         "agent_kind",
         "user_model",
+        "judge_model",
         "env",
         "scenario",
         "limit",

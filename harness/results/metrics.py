@@ -23,8 +23,9 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, ValidationError, model_serializer
 
 from harness.errors import BadInput
 from harness.files import RUN_FOLDER_BUDGET, ReadBudget
@@ -131,6 +132,15 @@ class GroupSummary(BaseModel):
         default=0.0, description="Money the LLM judge cost (role judge), part of total_cost_usd, reported apart."
     )
     terminations: dict[str, int] = Field(default_factory=dict)
+
+    @model_serializer(mode="wrap")
+    def _omit_an_absent_judge(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Summaries of runs without a judge read exactly as before the judge's fields existed.
+        data: dict[str, Any] = handler(self)
+        if not data.get("judge_requests") and not data.get("judge_cost_usd"):
+            data.pop("judge_requests", None)
+            data.pop("judge_cost_usd", None)
+        return data
 
     @property
     def label(self) -> str:

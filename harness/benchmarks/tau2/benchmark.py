@@ -19,6 +19,7 @@ from harness.registry import (
     ImportCommand,
     ImportNote,
     ImportResult,
+    JudgeKind,
     RunSettings,
     SourceRefused,
 )
@@ -100,6 +101,13 @@ BENCHMARK = Benchmark(
     title="τ²-bench",
     rank=20,
     profiles=(TAU2_RULES,),
+    judge_kinds=(
+        JudgeKind(
+            name="tau2-nl-assertions",
+            functions="harness.benchmarks.tau2.nl_assertions:NL_ASSERTIONS_JUDGE",
+            help="Whether the conversation meets each of the task's natural-language assertions (NL_ASSERTION).",
+        ),
+    ),
     jail_modules=JAIL_MODULES,
     importer=ImportCommand(
         help="Import a τ²-bench domain: its tools (telecom: the user's too), and one scenario per task with one check "

@@ -29,6 +29,7 @@ from harness.benchmarks.tau2.code import (
     DomainCode,
     build_domain_code,
 )
+from harness.benchmarks.tau2.nl_assertions import JUDGED_BASIS, judged_checks, judged_prompts
 from harness.benchmarks.tau2.source import DOMAINS, SOURCE_LICENSE_NOTE, Tau2Source, Tau2SourceError
 from harness.episode.dispatch import DispatchSession, open_tool_session
 from harness.sandbox import SandboxPool
@@ -69,6 +70,8 @@ class Tau2Release:
     db: Any
     policy: str
     code: DomainCode
+    nl_prompts: dict[str, str] | None = None
+    """Upstream's NL-assertion judge texts, read when some task's basis counts NL assertions."""
 
 
 @dataclass
@@ -250,6 +253,7 @@ def read_tau2(source: Tau2Source, domain: str, split: str) -> Tau2Release:
         db=source.read_json(f"{folder}/db.json"),
         policy=source.read_text(f"{folder}/policy.md"),
         code=build_domain_code(source, domain),
+        nl_prompts=judged_prompts(source, tasks),
     )
 
 
@@ -266,7 +270,7 @@ async def import_tau2(release: Tau2Release, pool: SandboxPool, *, concurrency: i
         ]
         task_id = str(task["id"])
         basis = list(criteria.get("reward_basis") or DEFAULT_REWARD_BASIS)
-        unsupported = sorted(set(basis) - set(DEFAULT_REWARD_BASIS))
+        unsupported = sorted(set(basis) - set(DEFAULT_REWARD_BASIS) - {JUDGED_BASIS})
         if unsupported:
             raise Tau2ImportError(f"task {task_id}: reward basis {unsupported} is not imported yet")
         communicate = [str(info) for info in criteria.get("communicate_info") or []]
@@ -278,6 +282,7 @@ async def import_tau2(release: Tau2Release, pool: SandboxPool, *, concurrency: i
                 task=user_instructions(task),
                 reference_actions=actions,
                 reference_reply=" ".join(communicate) or None,
+                judged_checks=judged_checks(task, release.nl_prompts),
                 tags=["tau2", domain, split],
                 provenance=Provenance(
                     source="tau2",
