@@ -51,6 +51,10 @@ def rescore(
     except (OSError, ValueError) as error:
         raise BadInput(f"cannot load {envs}: {error}") from error
     plan = plan_rescore(run_dir, library, out)
+    if judge_model is not None:
+        problem = LLMClient().route_problem(judge_model)
+        if problem is not None:
+            raise BadInput(f"--judge-model: {problem}")
 
     async def run() -> RescoreReport:
         client = LLMClient() if judge_model is not None else None

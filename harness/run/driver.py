@@ -404,7 +404,9 @@ def check_agent(config: RunConfig, scenario: Scenario, client: LLMClient, agent_
 
 async def check_models(config: RunConfig, client: LLMClient) -> None:
     """Every model the run calls has a route and answers one probe per endpoint."""
-    problems = [p for p in (client.route_problem(m) for m in models_in_use(config)) if p is not None]
+    # The judge is routed here but not probed: a judge that is down makes infrastructure errors, re-run later.
+    routed = [*models_in_use(config), *([config.judge_model] if config.judge_model else [])]
+    problems = [p for p in (client.route_problem(m) for m in routed) if p is not None]
     if problems:
         raise RunRefused(*problems)
     probed: set[str] = set()

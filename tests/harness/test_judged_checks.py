@@ -258,11 +258,31 @@ def test_rescore_with_another_judge_asks_it(setup, judged_run, tmp_path):
     assert manifest["model_resolution"]["other-judge"]["provider_model"] == "hosted_vllm/judge2"
 
 
-def test_a_library_with_judged_checks_needs_a_judge(setup, tmp_path):
+def test_a_library_with_judged_checks_needs_a_judge_it_can_route_and_kinds_that_are_declared(setup, tmp_path):
+    asked_before = len(setup.server.chat_requests())
     finished = run(setup, tmp_path / "run", judge=None)
     assert finished.code == 2
     assert "give --judge-model MODEL" in finished.stderr
     assert not (tmp_path / "run" / "results.jsonl").exists()
+    finished = run(setup, tmp_path / "run", judge="no-such-judge")
+    assert finished.code == 2 and "'no-such-judge' is neither a model alias" in finished.stderr
+    library = write_library(tmp_path)
+    path = library / "scenarios" / "banking.jsonl"
+    path.write_text(path.read_text().replace(KIND, "nobody-declares"))
+    finished = run(setup, tmp_path / "run", library=library)
+    assert finished.code == 2
+    assert "judge kind 'nobody-declares' is not declared by any installed benchmark" in finished.stderr
+    assert "Traceback" not in finished.stderr
+    assert not (tmp_path / "run" / "results.jsonl").exists()
+    assert len(setup.server.chat_requests()) == asked_before  # nothing ran
+
+
+def test_rescore_refuses_a_judge_it_cannot_route(setup, judged_run, tmp_path):
+    out, _, _ = judged_run
+    args = ["rescore", str(out), "--envs", str(setup.library), "--out", str(tmp_path / "x"), "--judge-model", "nope"]
+    finished = harness(args, env=setup.env)
+    assert finished.code == 2 and "--judge-model: model 'nope' is neither" in finished.stderr
+    assert not (tmp_path / "x").exists()
 
 
 def test_a_judge_that_is_down_is_an_infra_error_that_retry_errors_runs_again(setup, tmp_path):
