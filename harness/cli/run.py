@@ -39,7 +39,11 @@ def run(**values: Any) -> None:
     check_choices(
         mode=settings["mode"],
         agent=settings["agent_kind"],
-        models={"--model": settings["model"], "--user-model": settings["user_model"]},
+        models={
+            "--model": settings["model"],
+            "--user-model": settings["user_model"],
+            "--judge-model": settings["judge_model"],
+        },
     )
     check_rules(settings["rules"])
     demo = (
