@@ -56,6 +56,9 @@ class Column:
     description: str
     compute: Callable[[Any], Any] | None = None
     """For derived columns: computed from the record for filtering, ignored when rows become records."""
+    absent_when_null: bool = False
+    """A null cell is a field the record left out (its default applies): a column added after records were
+    published without it, or one most records do not have."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,10 @@ class Projection:
 
 def _scalar(name: str, description: str, codec: Codec = STRING) -> Column:
     return Column(name, codec, description)
+
+
+def _optional_json(name: str, description: str) -> Column:
+    return Column(name, JSON, description + " As JSON text, or null when the record has none.", absent_when_null=True)
 
 
 # ------------------------------------------------------------------------------------------ shared shapes
@@ -201,6 +208,7 @@ ENVIRONMENT = Projection(
             "call_dispatcher",
             "Method that receives every tool call unvalidated as (name, arguments), or null (a benchmark's classes).",
         ),
+        _optional_json("user_tools", "Tools the simulated user calls under dual control (same shape as `tools`)."),
     ),
 )
 
@@ -251,6 +259,12 @@ SCENARIO = Projection(
             "user is simulated.",
         ),
         _scalar("max_steps_per_turn", "Tool-calling agent turns allowed per user turn, or null.", INT),
+        _optional_json(
+            "user_reference_actions", "Reference calls of the simulated user's own tools under dual control."
+        ),
+        _optional_json(
+            "judged_checks", "Checks an LLM judge decides: list of {id, kind, description, asked, prompts}."
+        ),
     ),
 )
 
@@ -360,6 +374,8 @@ TRAJECTORY = Projection(
             "Timings: {started_at, ended_at, wall_seconds, model_seconds, tool_seconds, scoring_seconds}.",
         ),
         Column("errors", ListOf(STRING), "Errors recorded during the episode."),
+        _optional_json("user_steps", "The simulated user's own tool calls under dual control (same shape as `steps`)."),
+        _optional_json("judge", "What an LLM judge was asked and answered for the judged checks, with its verdicts."),
         Column("agent_model", STRING, "Derived: the agent's model string.", lambda t: t.agent.model.model),
         Column("success", BOOL, "Derived: `reward.success`.", _reward_value("success")),
         Column("state_reward", FLOAT, "Derived: `reward.state_reward`.", _reward_value("state_reward")),

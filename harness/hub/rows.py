@@ -91,6 +91,8 @@ def _from_row(row: dict[str, Any], projection: Projection) -> Any:
     for column in projection.stored:
         if column.name in row:
             value = row[column.name]
+            if value is None and column.absent_when_null:
+                continue
             if isinstance(value, str) and isinstance(column.codec, Struct | ListOf | KeyedList | OpenStruct):
                 value = loads(value)  # a nested value someone stored as JSON text
                 data[column.name] = value
@@ -98,6 +100,8 @@ def _from_row(row: dict[str, Any], projection: Projection) -> Any:
                 data[column.name] = column.codec.decode(value)
         elif column.name + JSON_SUFFIX in row:  # layout 1
             value = row[column.name + JSON_SUFFIX]
+            if value is None and column.absent_when_null:
+                continue
             data[column.name] = loads(value) if value is not None else None
     if projection.model is None:
         if projection.drop_nulls:

@@ -320,3 +320,47 @@ def test_a_library_republished_from_a_card_keeps_its_license_unless_told(tmp_pat
 
     seed = build_from_source("environments", SEED_LIBRARY, tmp_path / "seed", "acme/seed")
     assert seed.card.license == "apache-2.0"  # no card to take it from
+
+
+def test_dual_control_and_judged_fields_survive_a_published_library_and_run(tmp_path):
+    """A τ² telecom-like library (the user's own tools and reference calls) with a judged check, and a run with the
+    user's tool calls and the judge's exchange, read back equal: no field of these records is left out."""
+    from harness.schema import JudgedCheck, JudgeExchange, JudgeRecord, JudgeVerdict, UserReferenceAction
+
+    base = make_environment(0)
+    environment = base.model_copy(update={"user_tools": list(base.tools[:1])})
+    scenario = make_scenario(0).model_copy(
+        update={
+            "user_reference_actions": [
+                UserReferenceAction(name=base.tools[0].function.name, arguments={}, after_agent_actions=1)
+            ],
+            "judged_checks": [
+                JudgedCheck(id="said_sorry", kind="nl", description="The agent apologised.", asked={"items": ["a"]})
+            ],
+        }
+    )
+    plain = make_scenario(1)
+    build_library([environment], [scenario, plain], tmp_path / "lib", "acme/library")
+    environments, scenarios, _ = load_records_folder(tmp_path / "lib")
+    assert environments == [environment] and scenarios == [scenario, plain]
+    rows = hf_datasets.load_dataset(str(tmp_path / "lib"), "scenarios", split="train").to_list()
+    assert rows_to_records(rows, "scenario") == [scenario, plain]
+
+    first = make_trajectory(1)
+    judge = JudgeRecord(
+        judge_model="judge-model",
+        settings={"temperature": 0.0},
+        exchanges=[
+            JudgeExchange(
+                check_id="said_sorry",
+                kind="nl",
+                request=[{"role": "user", "content": "Did the agent apologise?"}],
+                reply='{"met": true}',
+                verdicts=[JudgeVerdict(item="a", holds=True)],
+            )
+        ],
+    )
+    judged = first.model_copy(update={"user_steps": list(first.steps[:1]), "judge": judge})
+    trajectories = [judged, make_trajectory(2)]
+    build_trajectories(trajectories, make_manifest(), tmp_path / "runs", "acme/runs")
+    assert read_records_folder(tmp_path / "runs").configs["trajectories"] == trajectories
