@@ -67,7 +67,7 @@ def evaluate(run_dir: Path, library: Library, version: str, release: str, work: 
     env = {**os.environ, "BFCL_PROJECT_ROOT": str(work), "OPENAI_API_KEY": "not-used"}
     command = [str(venv.python), "-m", "bfcl_eval", "evaluate", "--model", EVALUATED_AS, "--test-category"]
     categories = [name.split("_", 2)[2] for name in report.files]
-    subprocess.run([*command, *categories], cwd=work, env=env, check=True, capture_output=True)
+    subprocess.run([*command, ",".join(categories)], cwd=work, env=env, check=True, capture_output=True)
     seconds = time.perf_counter() - started
     upstream_id = {s.id: str(s.provenance.upstream_id) for s in library.scenarios}
     ours = {upstream_id[t.scenario_id]: bool(t.reward and t.reward.success) for t in run.results}

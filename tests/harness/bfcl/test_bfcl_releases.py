@@ -26,6 +26,7 @@ from tests.harness.bfcl.test_bfcl_scoring import Plan, PlannedAgent, ground_trut
 from tests.support.bfcl_fixtures import BFCL_V3_VERSION, BFCL_VERSION
 from tests.support.bfcl_venv import bfcl_venv
 from tests.support.cli_process import harness_cli
+from tests.support.hostile_sources import assert_refused, linked_copy, unpack
 
 CATEGORIES = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context")
 EVALUATED_AS = "gpt-4o-2024-11-20-FC"
@@ -105,11 +106,11 @@ async def test_each_release_runs_its_own_classes_and_is_scored_by_them(v3: Libra
     older = await play(v3, "v3_multi_turn_base_106", market_closing)
     newer = await play(v4, "multi_turn_base_106", market_closing)
     # v3's TicketAPI answers {"username": ...}, v4's {"login_status": ...}.
-    assert results_of(older)["ticket_get_login_status"] == '{"username": false}'
-    assert results_of(newer)["ticket_get_login_status"] == '{"login_status": false}'
+    assert results_of(older)["ticket_get_login_status"] == {"username": True}
+    assert results_of(newer)["ticket_get_login_status"] == {"login_status": True}
     # v3's TradingBot closes the market at 8 PM (its strptime with %I and %p runs in the jail); v4's has no such
     # method, so the call fails there and changes nothing.
-    assert results_of(older)["update_market_status"] == '{"status": "Closed"}'
+    assert results_of(older)["update_market_status"] == {"status": "Closed"}
     assert (
         results_of(newer)["update_market_status"]
         == "Error during execution: name 'update_market_status' is not defined"
@@ -141,8 +142,8 @@ async def test_a_library_with_both_releases_keeps_their_code_apart(v3: Library, 
             assert ("def update_market_status" in environment.code) is (release == "v3"), scenario.id
     older = await play(library, "v3_multi_turn_base_106", market_closing)
     newer = await play(library, "multi_turn_base_106", market_closing)
-    assert results_of(older)["ticket_get_login_status"] == '{"username": false}'
-    assert results_of(newer)["ticket_get_login_status"] == '{"login_status": false}'
+    assert results_of(older)["ticket_get_login_status"] == {"username": True}
+    assert results_of(newer)["ticket_get_login_status"] == {"login_status": True}
 
 
 # ------------------------------------------------------------------ the ground truth, and `bfcl evaluate` of v3
@@ -180,7 +181,7 @@ def bfcl_evaluate(export: Path, work: Path, categories: list[str]) -> dict[str, 
     # The handler builds an OpenAI client it never uses here; the client wants some key to be set.
     env = {**os.environ, "BFCL_PROJECT_ROOT": str(work), "OPENAI_API_KEY": "not-used"}
     completed = subprocess.run(
-        [str(venv.python), "-m", "bfcl_eval", "evaluate", "--model", EVALUATED_AS, "--test-category", *categories],
+        [str(venv.python), "-m", "bfcl_eval", "evaluate", "--model", EVALUATED_AS, "--test-category", ",".join(categories)],
         cwd=work, env=env, capture_output=True, text=True, timeout=1200, check=False,
     )  # fmt: skip
     assert completed.returncode == 0, completed.stderr[-2000:]
@@ -273,3 +274,51 @@ async def test_perturbed_v3_runs_score_as_bfcl_evaluate_scores_them(bfcl_v3_whee
     assert exported.returncode == 0, exported.stderr
     categories = ["multi_turn_base", "multi_turn_miss_param"]
     assert bfcl_evaluate(export, tmp_path / "bfcl", categories) == ours
+
+
+# ------------------------------------------------------------------------------------------- bad sources
+
+
+@pytest.fixture(scope="module")
+def v3_unpacked(bfcl_v3_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return unpack(bfcl_v3_wheel, tmp_path_factory.mktemp("bfcl-v3-unpacked"))
+
+
+def import_base(source: Path, destination: Path) -> tuple[int, str, str]:
+    result = harness_cli(
+        "import", "bfcl", "--source", str(source), "--category", "base", "--out", str(destination / "lib")
+    )
+    return result.returncode, result.stdout, result.stderr
+
+
+def test_a_copy_with_both_releases_data_is_refused(v3_unpacked: Path, tmp_path: Path) -> None:
+    copy = linked_copy(v3_unpacked, tmp_path / "bfcl")
+    data = copy / "bfcl_eval" / "data"
+    (data / "BFCL_v4_multi_turn_base.json").write_bytes((data / "BFCL_v3_multi_turn_base.json").read_bytes())
+    assert_refused(
+        *import_base(copy, tmp_path / "dest"),
+        tmp_path / "dest",
+        "holds both of data/BFCL_v3_multi_turn_*.json or data/BFCL_v4_multi_turn_*.json",
+    )
+
+
+def test_a_copy_with_neither_releases_data_is_refused(v3_unpacked: Path, tmp_path: Path) -> None:
+    copy = linked_copy(v3_unpacked, tmp_path / "bfcl")
+    for file in (copy / "bfcl_eval" / "data").glob("BFCL_v3_multi_turn_*.json"):
+        file.rename(file.with_name(file.name.replace("BFCL_v3", "BFCL_v9")))
+    assert_refused(*import_base(copy, tmp_path / "dest"), tmp_path / "dest", "holds neither of")
+
+
+def test_a_release_with_another_multi_turn_checker_is_refused(v3_unpacked: Path, tmp_path: Path) -> None:
+    # The harness's checker transcribes one file; a release that changed it would be scored by rules it lacks.
+    copy = linked_copy(v3_unpacked, tmp_path / "bfcl")
+    checker = copy / "bfcl_eval" / "eval_checker" / "multi_turn_eval" / "multi_turn_checker.py"
+    text = checker.read_text()
+    checker.unlink()  # a hard link: the file it was copied from stays as it is
+    checker.write_text(text.replace("def state_checker(", "def state_checker_changed("))
+    assert_refused(
+        *import_base(copy, tmp_path / "dest"),
+        tmp_path / "dest",
+        "multi_turn_checker.py (sha256 ",
+        "is not a checker the harness scores as",
+    )
