@@ -123,9 +123,9 @@ class _Importer:
             self.miss_func_notice: str = str(source.constant("DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC")[0])
             self.step_limit: int = int(source.constant("MAXIMUM_STEP_LIMIT")[0])
             self.type_mapping: dict[str, str] = dict(source.constant("GORILLA_TO_OPENAPI")[0])
-        except (AttributeError, TypeError, ValueError) as exc:
-            if isinstance(exc, BfclSourceError | UnsafeFile):
-                raise
+        except (BfclSourceError, UnsafeFile):
+            raise
+        except (AttributeError, TypeError, ValueError) as exc:  # a constant of another shape than a release's
             raise BfclSourceError(f"{source.path}: a constant the importer reads has another shape: {exc}") from exc
         self.modules: dict[str, ClassModule] = {}
         self.docs: dict[str, list[dict[str, Any]]] = {}
