@@ -4,7 +4,8 @@ record in memory: ``show`` (at 200 and 80 columns, of one model and of two, one 
 several sets split, a run and its re-scoring), the SFT export and the summaries, on stored runs with a retried
 episode, failures of each kind, a damaged line and a torn last line (``tests/support/held_outputs.py``). The
 expected digests were made by the last checkout that held the records, except ``export acebench``'s printed text,
-which has since gained each file's count of tasks (its files are unchanged)."""
+which has since gained each file's count of tasks, and ``export bfcl``'s, whose lines now name each file's BFCL
+release (their files are unchanged)."""
 
 from __future__ import annotations
 

@@ -31,3 +31,23 @@ def bfcl_library(bfcl_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     result = harness_cli("import", "bfcl", "--source", str(bfcl_wheel), "--category", "all", "--out", str(out))
     assert result.returncode == 0, result.stderr
     return out
+
+
+BFCL_V3_VERSION = "2025.6.16"
+"""The last bfcl-eval release with BFCL v3 data (``BFCL_v3_multi_turn_*``), the one the papers report."""
+
+
+@pytest.fixture(scope="session")
+def bfcl_v3_wheel() -> Path:
+    return released_wheel(
+        f"bfcl-eval=={BFCL_V3_VERSION}", f"bfcl_eval-{BFCL_V3_VERSION}-py3-none-any.whl", wheel_cache()
+    )
+
+
+@pytest.fixture(scope="session")
+def bfcl_v3_import(bfcl_v3_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """The v3 library imported with the real CLI (every category, the ground truth replayed), and its stdout."""
+    out = tmp_path_factory.mktemp("bfcl-v3") / "library"
+    result = harness_cli("import", "bfcl", "--source", str(bfcl_v3_wheel), "--category", "all", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    return out, result.stdout + result.stderr

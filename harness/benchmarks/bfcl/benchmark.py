@@ -72,6 +72,7 @@ async def import_release(options: dict[str, Any]) -> ImportResult:
         raise SourceRefused(str(exc)) from exc
     except OSError as exc:
         raise SourceRefused(str(exc), FAILED) from exc
+    notes.extend(ImportNote(label="warning", text=line) for line in result.unpassable)
     for env_id, modules in sorted(unavailable.items()):
         scenarios = sum(1 for s in result.scenarios if s.environment_id == env_id)
         text = (
@@ -85,7 +86,11 @@ async def import_release(options: dict[str, Any]) -> ImportResult:
         environments=result.environments,
         scenarios=result.scenarios,
         notes=notes,
-        table=SummaryTable(title=f"BFCL {result.version} → {out}", columns=("category", "entries"), rows=tuple(rows)),
+        table=SummaryTable(
+            title=f"BFCL {result.release} (bfcl-eval {result.version}) → {out}",
+            columns=("category", "entries"),
+            rows=tuple(rows),
+        ),
         summary=[f"Imported in {time.perf_counter() - started:.1f} s"],
     )
 
@@ -125,13 +130,15 @@ BENCHMARK = Benchmark(
     rank=50,
     jail_modules=frozenset({"mpmath"}),
     importer=ImportCommand(
-        help="Import BFCL's multi-turn categories: environments, scenarios with scripted turns, ground truth per turn.",
+        help="Import BFCL's multi-turn categories (a v3 or v4 release): environments, scenarios with scripted turns, "
+        "ground truth per turn.",
         options=(
             CliOption(
                 name="source",
                 type="path",
                 required=True,
-                help="The bfcl-eval wheel (pip download bfcl-eval --no-deps) or its folder.",
+                help="The bfcl-eval wheel (pip download bfcl-eval==VERSION --no-deps) or its folder: 2025.6.16 and "
+                "earlier ship BFCL v3, later releases v4; the import records which.",
             ),
             NEW_LIBRARY,
             CliOption(
@@ -167,7 +174,8 @@ BENCHMARK = Benchmark(
                 name="out",
                 type="path",
                 required=True,
-                help="A .json file (one category) or a folder (BFCL_v4_<category>_result.json files).",
+                help="A .json file (one release and category) or a folder (BFCL_<release>_<category>_result.json "
+                "files, named for the release each scenario was imported from).",
             ),
             CliOption(name="envs", type="text", help="The library the run used (default: the run's manifest)."),
             CliOption(

@@ -1,4 +1,7 @@
-"""Scoring a scripted-turn episode as BFCL's multi-turn checker (bfcl-eval 2026.3.23) scores it.
+"""Scoring a scripted-turn episode as BFCL's multi-turn checker scores it: ``multi_turn_checker.py``, the same file
+in the v3 (bfcl-eval 2025.6.16) and v4 (2026.3.23) releases; an import refuses a release whose checker is another
+(:data:`MULTI_TURN_CHECKERS`). What differs between the releases is the classes it re-executes, and each
+scenario's judge runs its own release's classes (its environment's code).
 
 Like BFCL's checker, it re-executes: the agent's calls turn by turn on one instance, the ground truth on another,
 both from the initial state. For each turn whose ground truth has calls:
@@ -25,8 +28,10 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from hashlib import sha256
 from typing import Any
 
+from harness.benchmarks.bfcl.source import MULTI_TURN_CHECKER, BfclSource, BfclSourceError
 from harness.episode.dispatch import DispatchSession
 from harness.episode.turns import calls_by_turn
 from harness.rules.protocols import ToolSession
@@ -45,6 +50,28 @@ from harness.schema import (
 )
 
 ERROR_PREFIX = "Error during execution: "
+
+GROUND_TRUTH_TURNS = "ground_truth_turns"
+"""A scenario's provenance detail, present when BFCL's ground truth has another number of turns than the entry
+has questions: BFCL's checker then fails the entry whatever the model does (its turn counts never match)."""
+
+MULTI_TURN_CHECKERS: dict[str, tuple[str, ...]] = {
+    "b3b787515eda3bf0e365e39634a8fc7f831763f010f716d35d86f96fd5aab1b5": ("2025.6.16", "2026.3.23"),
+}
+"""sha256 of a release's ``multi_turn_checker.py`` → the bfcl-eval releases known to ship it: the checkers
+:func:`score_turns` scores as."""
+
+
+def checker_digest(source: BfclSource) -> str:
+    """The sha256 of the release's multi-turn checker; a checker this module does not score as is refused."""
+    digest = sha256(source.read_text(MULTI_TURN_CHECKER).encode()).hexdigest()
+    if digest not in MULTI_TURN_CHECKERS:
+        known = ", ".join(version for versions in MULTI_TURN_CHECKERS.values() for version in versions)
+        raise BfclSourceError(
+            f"{source.where(MULTI_TURN_CHECKER)} (sha256 {digest[:12]}) is not a checker the harness scores as "
+            f"(it scores as the one of bfcl-eval {known})"
+        )
+    return digest
 
 
 async def result_text(session: ToolSession, call: ToolCall) -> str:
@@ -169,6 +196,12 @@ class StateJudge:
         await self.session.close()
 
 
+def ground_truth_turns(scenario: Scenario) -> int:
+    """How many turns BFCL's ground truth has (the scenario's turns unless its import recorded another count)."""
+    recorded = scenario.provenance.details.get(GROUND_TRUTH_TURNS)
+    return recorded if isinstance(recorded, int) and recorded >= 0 else len(scenario.turns)
+
+
 def missing_results(truth: list[str], model: list[str]) -> list[str]:
     """Ground-truth results not found among the model's (each model result matches at most one)."""
     available = Counter(model)
@@ -198,7 +231,15 @@ async def score_turns(
         results = await _judge(scenario, steps_by_turn, judge)
     finally:
         await judge.close()
-    finished = termination is TerminationReason.USER_STOP and len(steps_by_turn) == len(scenario.turns)
+    expected = ground_truth_turns(scenario)
+    for index in range(len(scenario.turns), expected):
+        value = f"BFCL's ground truth has {expected} turns for the entry's {len(scenario.turns)} questions"
+        results.append(CheckResult(check_id=f"turn_{index}", passed=False, value=value))
+    finished = (
+        termination is TerminationReason.USER_STOP
+        and len(steps_by_turn) == len(scenario.turns)
+        and len(scenario.turns) == expected
+    )
     passed = sum(result.passed for result in results)
     total = len(results)
     reward = RewardBreakdown(

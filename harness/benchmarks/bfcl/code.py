@@ -77,6 +77,8 @@ _STRPTIME_DIRECTIVES = {
     "m": r"(?P<m>1[0-2]|0[1-9]|[1-9])",
     "d": r"(?P<d>3[01]|[12]\d|0[1-9]|[1-9]| [1-9])",
     "H": r"(?P<H>2[0-3]|[0-1]\d|\d)",
+    "I": r"(?P<I>1[0-2]|0[1-9]|[1-9])",
+    "p": r"(?P<p>am|pm)",
     "M": r"(?P<M>[0-5]\d|\d)",
     "S": r"(?P<S>6[0-1]|[0-5]\d|\d)",
 }
@@ -104,11 +106,19 @@ def _bfcl_strptime(cls, data_string, format):
     if len(data_string) != found.end():
         raise ValueError(f"unconverted data remains: {{data_string[found.end():]}}")
     values = found.groupdict()
+    hour = int(values.get('H') or 0)
+    if values.get('I'):
+        hour = int(values['I'])
+        meridiem = (values.get('p') or '').lower()
+        if meridiem in ('', 'am') and hour == 12:
+            hour = 0
+        elif meridiem == 'pm' and hour != 12:
+            hour += 12
     return cls(
         int(values.get('Y') or 1900),
         int(values.get('m') or 1),
         int(values.get('d') or 1),
-        int(values.get('H') or 0),
+        hour,
         int(values.get('M') or 0),
         int(values.get('S') or 0),
     )

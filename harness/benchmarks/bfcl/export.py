@@ -3,7 +3,9 @@
 BFCL's function-calling handlers write one JSON line per entry: ``{"id": ..., "result": turns}``, where each turn
 is the list of the model's responses in it (one per model query): the tool calls as ``[{name: arguments_json}]``,
 or the text when it made none. An episode cut short (BFCL's force-quit) has fewer turns than the entry, which
-BFCL's checker fails, as ours does.
+BFCL's checker fails, as ours does. Each file is named for the release its scenarios were imported from
+(``BFCL_v3_multi_turn_base_result.json``: the name ``bfcl evaluate`` of that release looks for) and its rows carry
+BFCL's own entry ids.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 import orjson
 
+from harness.benchmarks.bfcl.source import CURRENT_RELEASE, RELEASES
 from harness.errors import BadInput
 from harness.files.outputs import OutputFolder, output_file_writer, safe_file_name
 from harness.library import Library
@@ -25,7 +28,7 @@ from harness.schema import Scenario, TerminationReason, Trajectory
 @dataclass
 class BfclExport:
     files: dict[str, Path] = field(default_factory=dict)
-    """Category → the file written."""
+    """``BFCL_<release>_<category>`` → the file written."""
     entries: dict[str, int] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)
     """One line per episode left out (infrastructure errors, scenarios that are not BFCL's)."""
@@ -58,19 +61,31 @@ def _call(call: Any) -> dict[str, Any]:
     return {function["name"]: function.get("arguments") or "{}"}
 
 
+def release_of(scenario: Scenario) -> str:
+    """The BFCL release a scenario was imported from (v3 or v4; the current one when its record names none)."""
+    release = scenario.provenance.details.get("bfcl_release")
+    return release if release in RELEASES else CURRENT_RELEASE
+
+
+def entry_id(scenario: Scenario) -> str:
+    """BFCL's own id of the entry (a v3 scenario's id carries the release's prefix; BFCL's files do not)."""
+    return scenario.provenance.upstream_id or scenario.id
+
+
 def _entry_order(entry_id: str) -> tuple[str, int]:
     match = re.match(r"^(.*)_(\d+)$", entry_id)
     return (match.group(1), int(match.group(2))) if match else (entry_id, -1)
 
 
 def export_run(results: StoredResults, library: Library, out: Path, *, trial: int = 0) -> BfclExport:
-    """Write ``trial``'s BFCL episodes: to ``out`` when they are all of one category and ``out`` ends in
-    ``.json``, otherwise into the folder ``out`` as ``BFCL_v4_<category>_result.json`` (BFCL's file names). Every
+    """Write ``trial``'s BFCL episodes: to ``out`` when they are all of one release and category and ``out`` ends
+    in ``.json``, otherwise into the folder ``out`` as ``BFCL_<release>_<category>_result.json`` (BFCL's file
+    names). Every
     episode is read and checked first (a recorded call in another shape refuses the run before anything is
     written); then each file's entries are read again and written one at a time, in BFCL's order."""
     scenarios = {scenario.id: scenario for scenario in library.scenarios}
     rows: dict[str, list[tuple[tuple[str, int], int]]] = {}
-    """Category → (entry order, position) of its episodes."""
+    """``BFCL_<release>_<category>`` → (entry order, position) of its episodes."""
     report = BfclExport()
     for position, trajectory in results.read(range(len(results))):
         if trajectory.trial != trial:
@@ -84,15 +99,16 @@ def export_run(results: StoredResults, library: Library, out: Path, *, trial: in
             continue
         turn_responses(trajectory, scenario)  # refuses a call in another shape before anything is written
         category = str(scenario.provenance.details.get("category"))
-        rows.setdefault(category, []).append((_entry_order(scenario.id), position))
+        prefix = f"BFCL_{release_of(scenario)}_{safe_file_name(category)}"
+        rows.setdefault(prefix, []).append((_entry_order(entry_id(scenario)), position))
     single = out.suffix == ".json" and len(rows) == 1
     if not single:
         out.mkdir(parents=True, exist_ok=True)
     folder = OutputFolder(out)
     with results.reader() as read:
-        for category, items in rows.items():
+        for prefix, items in rows.items():
             items.sort(key=lambda item: item[0])
-            name = f"BFCL_v4_{safe_file_name(category)}_result.json"
+            name = f"{prefix}_result.json"
             entries = 0
             with output_file_writer(out) if single else folder.writer(name) as handle:
                 for _, position in items:
@@ -100,9 +116,9 @@ def export_run(results: StoredResults, library: Library, out: Path, *, trial: in
                     if stored is None:
                         continue
                     scenario = scenarios[stored.scenario_id]
-                    row = {"id": scenario.id, "result": turn_responses(stored, scenario)}
+                    row = {"id": entry_id(scenario), "result": turn_responses(stored, scenario)}
                     handle.write(orjson.dumps(row) + b"\n")
                     entries += 1
-            report.files[category] = out if single else folder.path(name)
-            report.entries[category] = entries
+            report.files[prefix] = out if single else folder.path(name)
+            report.entries[prefix] = entries
     return report

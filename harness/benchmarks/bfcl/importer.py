@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.benchmarks.bfcl.checker import ERROR_PREFIX, result_text
+from harness.benchmarks.bfcl.checker import ERROR_PREFIX, GROUND_TRUTH_TURNS, checker_digest, result_text
 from harness.benchmarks.bfcl.code import (
     DISPATCHER,
     ClassModule,
@@ -24,7 +24,7 @@ from harness.benchmarks.bfcl.code import (
     composed_class_name,
     parse_call,
 )
-from harness.benchmarks.bfcl.source import CATEGORIES, BfclSource, BfclSourceError
+from harness.benchmarks.bfcl.source import CATEGORIES, CURRENT_RELEASE, BfclSource, BfclSourceError
 from harness.episode.dispatch import open_tool_session
 from harness.files import UnsafeFile, require_module_name, require_relative
 from harness.library import write_new_library
@@ -43,9 +43,6 @@ from harness.schema import (
 
 logger = logging.getLogger(__name__)
 
-BACKEND_CONFIG = "constants/executable_backend_config.py"
-PROMPTS = "constants/default_prompts.py"
-TYPE_MAPPINGS = "constants/type_mappings.py"
 FUNC_DOC_FOLDER = "data/multi_turn_func_doc"
 LONG_CONTEXT_CATEGORY = "multi_turn_long_context"
 
@@ -63,6 +60,10 @@ class BfclImport:
     required_modules: dict[str, list[str]] = field(default_factory=dict)
     """Per environment id: modules beyond the standard library that its classes import."""
     version: str = "unknown"
+    release: str = CURRENT_RELEASE
+    """The BFCL data release the copy holds (v3 or v4)."""
+    unpassable: list[str] = field(default_factory=list)
+    """One line per entry whose turn count differs from its ground truth's (BFCL fails it always)."""
 
 
 def resolve_categories(requested: list[str]) -> list[str]:
@@ -86,34 +87,46 @@ def snake(name: str) -> str:
     return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name).lower()
 
 
-def environment_id(class_names: list[str]) -> str:
-    return "bfcl-" + "-".join(snake(name).replace("_", "") for name in class_names)
+def environment_id(class_names: list[str], release: str = CURRENT_RELEASE) -> str:
+    """``bfcl-<classes>`` for the current release, ``bfcl-v3-<classes>`` for an earlier one: the two releases'
+    classes differ, so a library holding both keeps each release's code apart."""
+    prefix = "bfcl-" if release == CURRENT_RELEASE else f"bfcl-{release}-"
+    return prefix + "-".join(snake(name).replace("_", "") for name in class_names)
+
+
+def scenario_id(entry_id: str, release: str = CURRENT_RELEASE) -> str:
+    """BFCL's entry id for the current release (``multi_turn_base_40``), prefixed with an earlier release's name
+    (``v3_multi_turn_base_40``) so that both releases' entries can share a library and a run."""
+    return entry_id if release == CURRENT_RELEASE else f"{release}_{entry_id}"
 
 
 class _Importer:
     def __init__(self, source: BfclSource):
         self.source = source
-        backend = source.constants(BACKEND_CONFIG)
-        named_by = source.where(BACKEND_CONFIG)
+        self.release = source.release
+        self.checker = checker_digest(source)
         try:
             # Module paths and file names the release names itself: each must be a file inside the release.
+            classes, named_by = source.constant("CLASS_FILE_PATH_MAPPING")
             self.module_of: dict[str, str] = {
                 name: require_module_name(
                     str(path).rsplit(".", 1)[-1], f"{named_by}: CLASS_FILE_PATH_MAPPING[{name!r}]"
                 )
-                for name, path in backend["CLASS_FILE_PATH_MAPPING"].items()
+                for name, path in classes.items()
             }
+            docs, named_by = source.constant("MULTI_TURN_FUNC_DOC_FILE_MAPPING")
             self.doc_file_of: dict[str, str] = {
                 name: _doc_file(file, f"{named_by}: MULTI_TURN_FUNC_DOC_FILE_MAPPING[{name!r}]")
-                for name, file in backend["MULTI_TURN_FUNC_DOC_FILE_MAPPING"].items()
+                for name, file in docs.items()
             }
-            self.stateless: set[str] = set(backend["STATELESS_CLASSES"])
-            prompts = source.constants(PROMPTS)
-            self.miss_func_notice: str = prompts["DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC"]
-            self.step_limit: int = int(prompts["MAXIMUM_STEP_LIMIT"])
-            self.type_mapping: dict[str, str] = source.constants(TYPE_MAPPINGS)["GORILLA_TO_OPENAPI"]
-        except KeyError as exc:
-            raise BfclSourceError(f"{source.path}: its constants lack {exc}; is it bfcl-eval 2026.3.23?") from exc
+            self.stateless: set[str] = set(source.constant("STATELESS_CLASSES")[0])
+            self.miss_func_notice: str = str(source.constant("DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC")[0])
+            self.step_limit: int = int(source.constant("MAXIMUM_STEP_LIMIT")[0])
+            self.type_mapping: dict[str, str] = dict(source.constant("GORILLA_TO_OPENAPI")[0])
+        except (BfclSourceError, UnsafeFile):
+            raise
+        except (AttributeError, TypeError, ValueError) as exc:  # a constant of another shape than a release's
+            raise BfclSourceError(f"{source.path}: a constant the importer reads has another shape: {exc}") from exc
         self.modules: dict[str, ClassModule] = {}
         self.docs: dict[str, list[dict[str, Any]]] = {}
         self.environments: dict[str, Environment] = {}
@@ -133,7 +146,7 @@ class _Importer:
 
     def environment(self, class_names: list[str]) -> Environment:
         ordered = sorted(class_names)
-        env_id = environment_id(ordered)
+        env_id = environment_id(ordered, self.release)
         if env_id in self.environments:
             return self.environments[env_id]
         if not is_safe_id(env_id):
@@ -144,8 +157,8 @@ class _Importer:
         environment = Environment(
             id=env_id,
             name=" + ".join(ordered),
-            domain="bfcl",
-            summary=f"BFCL multi-turn API classes: {', '.join(ordered)}.",
+            domain=f"bfcl-{self.release}",
+            summary=f"BFCL {self.release} multi-turn API classes: {', '.join(ordered)}.",
             introduction=f"You can use the tools of these systems: {', '.join(ordered)}.",
             tools=tools,
             class_name=composed_class_name(ordered),
@@ -156,6 +169,8 @@ class _Importer:
                 upstream_id=",".join(ordered),
                 details={
                     "bfcl_version": self.source.version,
+                    "bfcl_release": self.release,
+                    "checker_sha256": self.checker,
                     "classes": ordered,
                     "required_modules": required,
                     "source_license": self.source.license,
@@ -177,11 +192,13 @@ class _Importer:
             methods.update(self.module(name).methods)
         questions: list[list[dict[str, Any]]] = entry["question"]
         ground_truth: list[list[str]] = answer["ground_truth"]
-        if len(questions) != len(ground_truth):
-            raise BfclImportError(f"{entry_id}: {len(questions)} turns but {len(ground_truth)} ground-truth turns")
         missed: dict[str, list[str]] = entry.get("missed_function") or {}
         turns: list[ScriptedTurn] = []
-        for index, (messages, calls) in enumerate(zip(questions, ground_truth, strict=True)):
+        # BFCL asks one turn per question and compares the count of turns answered with the ground truth's; an
+        # entry whose counts differ (v3's multi_turn_base_154: 5 questions, 6 ground-truth turns) fails in BFCL
+        # whatever the model does. It keeps its questions as turns and records the ground truth's count.
+        padded = [*ground_truth, *([[]] * (len(questions) - len(ground_truth)))]
+        for index, (messages, calls) in enumerate(zip(questions, padded[: len(questions)], strict=True)):
             added = list(missed.get(str(index), []))
             if added:
                 if messages:
@@ -205,7 +222,7 @@ class _Importer:
             raise BfclImportError(f"{entry_id}: withheld functions {sorted(unknown)} are not tools of its classes")
         config = entry.get("initial_config") or {}
         return Scenario(
-            id=entry_id,
+            id=scenario_id(entry_id, self.release),
             environment_id=environment.id,
             initial_state={
                 "initial_config": {name: config[name] for name in classes if name in config},
@@ -215,15 +232,18 @@ class _Importer:
             turns=turns,
             reference_actions=[action for turn in turns for action in turn.reference_actions],
             max_steps_per_turn=self.step_limit,
-            tags=["bfcl", category],
+            tags=["bfcl", f"bfcl-{self.release}", category],
             provenance=Provenance(
                 source="bfcl",
                 upstream_id=entry_id,
                 details={
                     "bfcl_version": self.source.version,
+                    "bfcl_release": self.release,
+                    "checker_sha256": self.checker,
                     "category": category,
                     "involved_classes": classes,
                     "path": entry.get("path", []),
+                    **({} if len(ground_truth) == len(questions) else {GROUND_TRUTH_TURNS: len(ground_truth)}),
                 },
             ),
         )
@@ -284,10 +304,10 @@ def import_bfcl(source: Path, categories: list[str]) -> BfclImport:
     bfcl = BfclSource(source)
     try:
         importer = _Importer(bfcl)
-        result = BfclImport(version=bfcl.version)
+        result = BfclImport(version=bfcl.version, release=bfcl.release)
         for category in chosen:
-            data_file = f"data/BFCL_v4_{category}.json"
-            answer_file = f"data/possible_answer/BFCL_v4_{category}.json"
+            data_file = bfcl.data_file(category)
+            answer_file = bfcl.answer_file(category)
             for relative in (data_file, answer_file):
                 if not bfcl.exists(relative):
                     raise BfclSourceError(f"{source} has no bfcl_eval/{relative}: category {category} is missing")
@@ -301,6 +321,12 @@ def import_bfcl(source: Path, categories: list[str]) -> BfclImport:
                 except KeyError as exc:
                     raise BfclImportError(f"{entry.get('id', '?')}: the entry lacks {exc}") from exc
             result.counts[category] = len(entries)
+        result.unpassable = [
+            f"{s.id}: {len(s.turns)} questions but {s.provenance.details[GROUND_TRUTH_TURNS]} ground-truth turns: "
+            "BFCL's checker fails it whatever the model does, and so does the harness's"
+            for s in result.scenarios
+            if GROUND_TRUTH_TURNS in s.provenance.details
+        ]
         result.environments = list(importer.environments.values())
         result.required_modules = dict(importer.required)
         return result

@@ -33,6 +33,22 @@ CATEGORIES: tuple[str, ...] = (
     "multi_turn_long_context",
 )
 CLASS_SOURCE_FOLDER = "eval_checker/multi_turn_eval/func_source_code"
+MULTI_TURN_CHECKER = "eval_checker/multi_turn_eval/multi_turn_checker.py"
+RELEASES: tuple[str, ...] = ("v3", "v4")
+"""BFCL's data releases, as its data files name them (``data/BFCL_v3_multi_turn_base.json``): ``bfcl-eval`` up to
+mid-2025 (e.g. 2025.6.16) ships v3, later ones v4."""
+CURRENT_RELEASE = "v4"
+"""The release a record that names none came from (imports before v3 was taken were all v4)."""
+CONSTANT_FILES: tuple[str, ...] = (
+    "constants/executable_backend_config.py",
+    "eval_checker/multi_turn_eval/multi_turn_utils.py",
+    "constants/category_mapping.py",
+    "constants/default_prompts.py",
+    "constants/type_mappings.py",
+)
+"""Where the releases define the constants the importer reads: v4 gathers the executor's in
+``executable_backend_config.py``; v3 keeps the class files and stateless classes in ``multi_turn_utils.py`` and the
+function-doc files in ``category_mapping.py``."""
 
 
 class BfclSourceError(ValueError):
@@ -57,6 +73,7 @@ class BfclSource:
             # The release's declared license as a Hub license id, so that a published import keeps it.
             declared = metadata_field(metadata, "License-Expression") or metadata_field(metadata, "License")
             self.license = hub_license_id(declared)
+            self.release = self._read_release()
         except BaseException:
             self.tree.close()
             raise
@@ -123,6 +140,38 @@ class BfclSource:
                 except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
                     continue
         return values
+
+    def data_file(self, category: str) -> str:
+        """The release's data file of ``category`` (``data/BFCL_v3_multi_turn_base.json``)."""
+        return f"data/BFCL_{self.release}_{category}.json"
+
+    def answer_file(self, category: str) -> str:
+        return f"data/possible_answer/BFCL_{self.release}_{category}.json"
+
+    def _read_release(self) -> str:
+        """v3 or v4, from the names of the multi-turn data files the copy holds."""
+        found = [
+            release
+            for release in RELEASES
+            if any(self.package.exists(f"data/BFCL_{release}_{category}.json") for category in CATEGORIES)
+        ]
+        if len(found) != 1:
+            expected = " or ".join(f"data/BFCL_{release}_multi_turn_*.json" for release in RELEASES)
+            held = "both" if found else "neither"
+            raise BfclSourceError(f"{self.path} holds {held} of {expected}: it is not one BFCL release")
+        return found[0]
+
+    def constant(self, name: str) -> tuple[Any, str]:
+        """A top-level literal constant of the release, from the first of :data:`CONSTANT_FILES` that defines it,
+        and how a message names that file."""
+        for relative in CONSTANT_FILES:
+            if self.exists(relative):
+                values = self.constants(relative)
+                if name in values:
+                    return values[name], self.where(relative)
+        raise BfclSourceError(
+            f"{self.path}: no constant {name} in {', '.join(CONSTANT_FILES)}; is it a bfcl-eval release?"
+        )
 
     def _read_version(self, metadata: str | None) -> str:
         if self.tree.is_archive:

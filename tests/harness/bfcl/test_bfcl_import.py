@@ -196,6 +196,15 @@ def test_records_cross_the_hub_projection_unchanged(bfcl_library: Path) -> None:
         ("2024-01-05 10:20:30", "%Y-%m-%d %H:%M:%S"),
         ("2024-01-05  1:2:3", "%Y-%m-%d %H:%M:%S"),
         ("2024-01-05 24:00:00", "%Y-%m-%d %H:%M:%S"),
+        # v3's TradingBot.update_market_status parses "%I:%M %p" (12-hour clock and AM/PM).
+        ("10:30 AM", "%I:%M %p"),
+        ("12:05 am", "%I:%M %p"),
+        ("12:00 PM", "%I:%M %p"),
+        ("8:00 pm", "%I:%M %p"),
+        ("08:00PM", "%I:%M %p"),
+        ("13:00 PM", "%I:%M %p"),
+        ("10:30", "%I:%M %p"),
+        ("10:30 XM", "%I:%M %p"),
     ],
 )
 def test_the_strptime_stand_in_matches_cpython(text: str, fmt: str) -> None:
