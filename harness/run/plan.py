@@ -211,17 +211,20 @@ def rules_mismatch(config: RunConfig, library: Library, scenarios: list[Scenario
     )
 
 
-def prompt_problem(profile: EpisodeRules, mode: Mode, library: Library, scenarios: list[Scenario]) -> str | None:
+def prompt_problem(
+    profile: EpisodeRules, mode: str | None, library: Library, scenarios: list[Scenario]
+) -> str | None:
     """Why the rules' own prompts cannot be built for some scenario (a profile whose prompts are read from the
     benchmark's source refuses a scenario imported before they were stored), None when they all can."""
     if profile.prompts.agent is None and profile.prompts.user is None:
         return None
+    agent_mode: Mode = "conv" if mode == "conv" else "nonconv"
     for scenario in scenarios:
         environment = library.environments.get(scenario.environment_id)
         try:
             if environment is not None and profile.prompts.agent is not None:
-                rules_agent_system_prompt(environment, mode, profile, scenario=scenario)
-            if mode == "conv" and profile.prompts.user is not None:
+                rules_agent_system_prompt(environment, agent_mode, profile, scenario=scenario)
+            if mode in ("conv", "both") and profile.prompts.user is not None:
                 rules_user_system_prompt(scenario, profile)
         except ValueError as exc:
             return str(exc)

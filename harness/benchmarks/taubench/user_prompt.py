@@ -95,7 +95,7 @@ def read_user_prompt(module: ast.Module, where: str, class_name: str = LLM_USER_
     body = [s for s in method.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
     if len(body) != 2 or not isinstance(body[0], ast.Assign) or not isinstance(body[1], ast.Return):
         raise _refuse(at, "its body is not one assignment then a return")
-    assign, returned = body
+    assign, returned = body[0], body[1]
     if len(assign.targets) != 1 or not isinstance(assign.targets[0], ast.Name):
         raise _refuse(at, "its assignment is not to one name")
     display = assign.targets[0].id
