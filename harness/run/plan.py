@@ -211,9 +211,7 @@ def rules_mismatch(config: RunConfig, library: Library, scenarios: list[Scenario
     )
 
 
-def prompt_problem(
-    profile: EpisodeRules, mode: str | None, library: Library, scenarios: list[Scenario]
-) -> str | None:
+def prompt_problem(profile: EpisodeRules, mode: str | None, library: Library, scenarios: list[Scenario]) -> str | None:
     """Why the rules' own prompts cannot be built for some scenario (a profile whose prompts are read from the
     benchmark's source refuses a scenario imported before they were stored), None when they all can."""
     if profile.prompts.agent is None and profile.prompts.user is None:
