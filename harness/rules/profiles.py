@@ -171,7 +171,7 @@ class EpisodeRules(BaseModel):
     )
     user_own_role: Literal["assistant", "system"] = Field(
         default="assistant",
-        description="The role the simulated user's own earlier messages have in what it is sent (ACEBench's user "
+        description="The role the simulated user's own earlier messages have in what it is sent (a benchmark's user "
         "sees its own lines as system messages).",
     )
     user_reply_marker: str | None = Field(
