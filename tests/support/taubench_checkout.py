@@ -281,7 +281,16 @@ How to play:
 - One short line per message.
 - Say only what the current step needs; never invent an order number you were not given.
 - Write '###STOP###' alone once the errand is done."""
+
+    def reset(self, instruction: Optional[str] = None) -> str:
+        self.messages = [
+            {"role": "system", "content": self.build_system_prompt(instruction=instruction)},
+            {"role": "user", "content": "Welcome to the shop, what can I do for you?"},
+        ]
+        return ""
 '''
+USER_OPENING = "Welcome to the shop, what can I do for you?"
+"""The fixture simulator's first line to answer (the literal user message of ``reset``)."""
 USER_PROMPT_HEAD = "You play a shopper chatting with a shop's assistant."
 USER_PROMPT_TAIL = (
     "\nHow to play:\n- One short line per message.\n"

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from harness.files import literal_message_contents
+
 if TYPE_CHECKING:
     from harness.benchmarks.acebench.source import AceBenchSource
 
@@ -61,29 +63,6 @@ def _is_language_test(test: ast.expr, language: str) -> bool:
     )
 
 
-def _user_contents(statements: list[ast.stmt]) -> list[str]:
-    """The ``content`` of every ``{"role": "user", "content": "<text>"}`` literal in ``statements``."""
-    found: list[str] = []
-    for statement in statements:
-        for node in ast.walk(statement):
-            if not isinstance(node, ast.Dict):
-                continue
-            fields = {
-                key.value: value
-                for key, value in zip(node.keys, node.values, strict=True)
-                if isinstance(key, ast.Constant) and isinstance(key.value, str)
-            }
-            role, content = fields.get("role"), fields.get("content")
-            if (
-                isinstance(role, ast.Constant)
-                and role.value == "user"
-                and isinstance(content, ast.Constant)
-                and isinstance(content.value, str)
-            ):
-                found.append(content.value)
-    return found
-
-
 def read_opening(module: ast.Module, language: str, where: str) -> str:
     """The ``user`` line ``APIUSER.get_init_prompt`` puts after the system prompt for ``language``."""
     at = f"{where}:{USER_CLASS}.{OPENING_METHOD}"
@@ -102,7 +81,7 @@ def read_opening(module: ast.Module, language: str, where: str) -> str:
     branches = [
         node for node in ast.walk(method) if isinstance(node, ast.If) and _is_language_test(node.test, language)
     ]
-    contents = [text for branch in branches for text in _user_contents(branch.body)]
+    contents = [text for branch in branches for text in literal_message_contents(branch.body, "user")]
     if len(contents) != 1:
         raise UserPromptShapeError(
             f"{at}: expected one literal user message in the `self.language == {language!r}` branch, "

@@ -68,3 +68,8 @@ def user_system_prompt(scenario: Scenario, rules: EpisodeRules) -> str:
 def react_user_system_prompt(scenario: Scenario, rules: EpisodeRules) -> str:
     """EnvScaler's preset: a thought, then the reply after ``User Response:`` (EnvScaler's own prompt)."""
     return user_prompt_for(scenario.task, react=True)
+
+
+def user_opening(scenario: Scenario, rules: EpisodeRules) -> str:
+    """The line upstream's simulator answers first (``LLMUserSimulationEnv.reset``), as the scenario was imported."""
+    return stored_user_prompt(scenario.provenance.details, scenario.id).opening

@@ -14,11 +14,14 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from harness.files import literal_message_contents
+
 USER_MODULE = "user.py"
 """The module of ``tau_bench/envs`` that holds the user simulators."""
 LLM_USER_CLASS = "LLMUserSimulationEnv"
 """The user simulator of upstream's default ``--user-strategy llm``."""
 PROMPT_METHOD = "build_system_prompt"
+OPENING_METHOD = "reset"
 DETAILS_KEY = "taubench_user_prompt"
 """Where a scenario's provenance details keep the template."""
 
@@ -41,6 +44,9 @@ class UserPromptTemplate(BaseModel):
     after: str
     absent: str
     tail: str
+    opening: str
+    """The line the simulator answers first, never shown to the agent (the literal ``user`` message of
+    ``reset``)."""
 
     def render(self, instruction: str | None) -> str:
         """The system prompt upstream's simulator builds for ``instruction``."""
@@ -74,20 +80,29 @@ def _texts(node: ast.expr, parameter: str, where: str) -> tuple[str, str]:
     return before, after
 
 
-def _method(module: ast.Module, class_name: str, where: str) -> ast.FunctionDef:
+def _method(module: ast.Module, class_name: str, name: str, where: str) -> ast.FunctionDef:
     for node in module.body:
         if isinstance(node, ast.ClassDef) and node.name == class_name:
             for item in node.body:
-                if isinstance(item, ast.FunctionDef) and item.name == PROMPT_METHOD:
+                if isinstance(item, ast.FunctionDef) and item.name == name:
                     return item
-            raise _refuse(where, f"{class_name} has no {PROMPT_METHOD}")
+            raise _refuse(where, f"{class_name} has no {name}")
     raise _refuse(where, f"defines no class {class_name}")
+
+
+def read_opening(module: ast.Module, where: str, class_name: str = LLM_USER_CLASS) -> str:
+    """The one literal ``user`` message of ``class_name.reset`` (what the simulator answers first)."""
+    found = literal_message_contents(_method(module, class_name, OPENING_METHOD, where).body, "user")
+    if len(found) != 1:
+        at = f"{where}:{class_name}.{OPENING_METHOD}"
+        raise _refuse(at, f"expected one literal user message, found {len(found)}")
+    return found[0]
 
 
 def read_user_prompt(module: ast.Module, where: str, class_name: str = LLM_USER_CLASS) -> UserPromptTemplate:
     """The template of ``class_name.build_system_prompt`` in the parsed ``tau_bench/envs/user.py``."""
     at = f"{where}:{class_name}.{PROMPT_METHOD}"
-    method = _method(module, class_name, where)
+    method = _method(module, class_name, PROMPT_METHOD, where)
     parameters = [a.arg for a in method.args.args if a.arg != "self"]
     if len(parameters) != 1:
         raise _refuse(at, "it does not take exactly one parameter besides self")
@@ -146,6 +161,7 @@ def read_user_prompt(module: ast.Module, where: str, class_name: str = LLM_USER_
         after=after,
         absent=absent,
         tail=tail,
+        opening=read_opening(module, where, class_name),
     )
 
 

@@ -13,14 +13,20 @@ from pathlib import Path
 import orjson
 import pytest
 
-from harness.benchmarks.taubench.rules import TAUBENCH_USER_OPENING
 from harness.benchmarks.taubench.user_prompt import DETAILS_KEY, UserPromptTemplate
 from harness.library import load_library
 from tests.doubles.mock_openai import MockOpenAIServer, ReplayPolicy, SimulatedUserPolicy
 from tests.harness.benchmarks.test_taubench_import import shop_library, taubench_checkout  # noqa: F401  (fixtures)
 from tests.harness.benchmarks.test_taubench_rules import run_taubench
 from tests.support.cli_process import harness_cli
-from tests.support.taubench_checkout import INSTRUCTIONS, TOOL_INFOS, USER_PROMPT_HEAD, USER_PROMPT_TAIL, WIKI
+from tests.support.taubench_checkout import (
+    INSTRUCTIONS,
+    TOOL_INFOS,
+    USER_OPENING,
+    USER_PROMPT_HEAD,
+    USER_PROMPT_TAIL,
+    WIKI,
+)
 from tests.support.taubench_checkout import user_prompt as expected_user_prompt
 
 OPENING = "Hi, what would three lamps cost?"
@@ -49,6 +55,7 @@ def test_the_import_reads_the_user_prompt_from_the_checkouts_syntax_tree(shop_li
         assert template.source == "tau_bench/envs/user.py:LLMUserSimulationEnv.build_system_prompt"
         assert (template.head, template.before, template.after) == (USER_PROMPT_HEAD, "\n\nYour errand: ", "\n")
         assert (template.absent, template.tail) == ("\n(no errand today)", USER_PROMPT_TAIL)
+        assert template.opening == USER_OPENING
         # Rendered as upstream's method renders it, compared with the text written out by hand.
         assert template.render(scenario.task) == expected_user_prompt(scenario.task)
 
@@ -62,6 +69,8 @@ def test_the_import_reads_the_user_prompt_from_the_checkouts_syntax_tree(shop_li
         ("if instruction is not None", "if instruction"),
         # The method renamed: no build_system_prompt left.
         ("def build_system_prompt", "def build_prompt"),
+        # No literal opening line in reset.
+        ('"content": "Welcome to the shop, what can I do for you?"', '"content": instruction'),
     ],
 )
 def test_a_prompt_method_shaped_otherwise_is_refused_with_one_line(
@@ -98,7 +107,7 @@ def test_the_run_sends_upstreams_prompts_byte_for_byte(
     first = user_requests[0]["messages"]
     assert first == [
         {"role": "system", "content": expected_user_prompt(instruction)},
-        {"role": "user", "content": TAUBENCH_USER_OPENING},
+        {"role": "user", "content": USER_OPENING},
     ]
     later = user_requests[1]["messages"]
     assert later[:3] == [*first, {"role": "assistant", "content": OPENING}]
