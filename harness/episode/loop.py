@@ -216,7 +216,7 @@ class Episode:
             self.messages.append({"role": "user", "content": self.scenario.task})
             return False
         user_version = self.user.settings.system_prompt_version
-        greeting, opening = conversation_opening(self.rules, user_version)
+        greeting, opening = conversation_opening(self.rules, user_version, self.scenario)
         if greeting is not None:
             self.messages.append({"role": "assistant", "content": greeting})
         user_prompt = rules_user_system_prompt(self.scenario, self.rules, user_version)
@@ -536,7 +536,7 @@ class Episode:
             self.end(*reached)
             return
         self.usage["user"].add(reply.usage)
-        self.user_view.append({"role": "assistant", "content": reply.text})
+        self.user_view.append({"role": self.rules.user_own_role, "content": reply.text})
         self.messages.append({"role": "user", "content": self.answers.user_message(reply)})
         stop_token = self.ending.user_stop(reply)
         if stop_token is not None:

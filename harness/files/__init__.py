@@ -16,7 +16,7 @@ from harness.files.budget import (
     decode_json,
 )
 from harness.files.git import checkout_commit, require_commit, require_ref
-from harness.files.python import module_file, parse_python, require_module_name
+from harness.files.python import literal_message_contents, module_file, parse_python, require_module_name
 from harness.files.tree import (
     FILE,
     FOLDER,
@@ -52,6 +52,7 @@ __all__ = [
     "decode_json",
     "decode_lines",
     "dist_info_metadata",
+    "literal_message_contents",
     "metadata_field",
     "module_file",
     "parse_python",

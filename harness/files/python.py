@@ -34,3 +34,27 @@ def require_module_name(name: str, named_by: str) -> str:
 def module_file(name: str, named_by: str) -> str:
     """The relative file of dotted module ``name`` (``pkg/module.py``), once it is checked to be one."""
     return require_module_name(name, named_by).replace(".", "/") + ".py"
+
+
+def literal_message_contents(statements: list[ast.stmt], role: str) -> list[str]:
+    """The ``content`` of every ``{"role": <role>, "content": "<text>"}`` dict literal in ``statements`` (how a
+    benchmark's code writes a fixed chat message), in source order."""
+    found: list[str] = []
+    for statement in statements:
+        for node in ast.walk(statement):
+            if not isinstance(node, ast.Dict):
+                continue
+            fields = {
+                key.value: value
+                for key, value in zip(node.keys, node.values, strict=True)
+                if isinstance(key, ast.Constant) and isinstance(key.value, str)
+            }
+            said, content = fields.get("role"), fields.get("content")
+            if (
+                isinstance(said, ast.Constant)
+                and said.value == role
+                and isinstance(content, ast.Constant)
+                and isinstance(content.value, str)
+            ):
+                found.append(content.value)
+    return found

@@ -33,6 +33,9 @@ AgentPrompt = Callable[[Environment, Mode, "Scenario | None", "EpisodeRules"], s
 the profile itself."""
 UserPrompt = Callable[[Scenario, "EpisodeRules"], str]
 """The simulated user's system prompt of a profile, from the scenario it plays and the profile itself."""
+UserOpening = Callable[[Scenario, "EpisodeRules"], str]
+"""The line the simulated user answers first, per scenario (a benchmark whose opening depends on the task's
+language)."""
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,8 @@ class RulesPrompts:
 
     agent: AgentPrompt | None = None
     user: UserPrompt | None = None
+    opening: UserOpening | None = None
+    """The user's opening line per scenario; None: ``EpisodeRules.user_opening`` (or the greeting)."""
 
 
 class EpisodeRules(BaseModel):
@@ -163,6 +168,11 @@ class EpisodeRules(BaseModel):
         default=None,
         description="The line the simulated user answers when it opens the conversation, which the agent never "
         "sees; None: the agent greeting, else the project's greeting.",
+    )
+    user_own_role: Literal["assistant", "system"] = Field(
+        default="assistant",
+        description="The role the simulated user's own earlier messages have in what it is sent (a benchmark's user "
+        "sees its own lines as system messages).",
     )
     user_reply_marker: str | None = Field(
         default=None,

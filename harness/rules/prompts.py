@@ -185,12 +185,16 @@ def rules_user_system_prompt(scenario: Scenario, rules: EpisodeRules, version: s
     return user_system_prompt(scenario.user_profile or default_user_profile(scenario.task), version)
 
 
-def conversation_opening(rules: EpisodeRules, version: str = DEFAULT_PROMPT_VERSION) -> tuple[str | None, str]:
+def conversation_opening(
+    rules: EpisodeRules, version: str = DEFAULT_PROMPT_VERSION, scenario: Scenario | None = None
+) -> tuple[str | None, str]:
     """How a conversation opens under ``rules``: the agent's fixed greeting when the rules have one (recorded as
     its first message, and what the simulated user answers), else the line the user answers without the agent
-    seeing it (the rules' own, or the project's greeting)."""
+    seeing it (the rules' own for the scenario, the rules' fixed one, or the project's greeting)."""
     if rules.agent_greeting is not None:
         return rules.agent_greeting, rules.agent_greeting
+    if rules.prompts.opening is not None and scenario is not None:
+        return None, rules.prompts.opening(scenario, rules)
     if rules.user_opening is not None:
         return None, rules.user_opening
     return None, user_greeting(version)

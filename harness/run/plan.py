@@ -19,7 +19,8 @@ from harness.registry import (
     profile_owner,
     rules_profile,
 )
-from harness.rules.profiles import DEFAULT_RULES, UnknownRules
+from harness.rules.profiles import DEFAULT_RULES, EpisodeRules, UnknownRules
+from harness.rules.prompts import rules_agent_system_prompt, rules_user_system_prompt
 from harness.sandbox import SandboxPool
 from harness.schema import AgentSettings, Mode, Scenario
 from harness.validate import invalid_scenarios
@@ -192,7 +193,7 @@ def rules_mismatch(config: RunConfig, library: Library, scenarios: list[Scenario
     if agent_problem is not None:
         return agent_problem
     if profile.required_source is None:
-        return None
+        return prompt_problem(profile, config.mode, library, scenarios)
     foreign = sorted(
         {
             s.environment_id
@@ -202,12 +203,30 @@ def rules_mismatch(config: RunConfig, library: Library, scenarios: list[Scenario
         }
     )
     if not foreign:
-        return None
+        return prompt_problem(profile, config.mode, library, scenarios)
     shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
     return (
         f"--rules {profile.name} runs only environments imported with `harness import {profile.required_source}`; "
         f"{shown} {'is' if len(foreign) == 1 else 'are'} not"
     )
+
+
+def prompt_problem(profile: EpisodeRules, mode: str | None, library: Library, scenarios: list[Scenario]) -> str | None:
+    """Why the rules' own prompts cannot be built for some scenario (a profile whose prompts are read from the
+    benchmark's source refuses a scenario imported before they were stored), None when they all can."""
+    if profile.prompts.agent is None and profile.prompts.user is None:
+        return None
+    agent_mode: Mode = "conv" if mode == "conv" else "nonconv"
+    for scenario in scenarios:
+        environment = library.environments.get(scenario.environment_id)
+        try:
+            if environment is not None and profile.prompts.agent is not None:
+                rules_agent_system_prompt(environment, agent_mode, profile, scenario=scenario)
+            if mode in ("conv", "both") and profile.prompts.user is not None:
+                rules_user_system_prompt(scenario, profile)
+        except ValueError as exc:
+            return str(exc)
+    return None
 
 
 async def drop_invalid(

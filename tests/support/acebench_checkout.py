@@ -161,6 +161,50 @@ AGENT_PROMPTS = {
 """Made-up agent prompts of the text setting (upstream's MULTI_TURN_AGENT_PROMPT_{SYSTEM,USER}_<LANG>)."""
 
 
+USER_PROMPTS = {
+    ("BaseApi", "en"): "You are a phone owner talking to an assistant.\n\nInstruction: {instruction}\n\n"
+    "- One line per message.\n- Say 'finish conversation' alone when every task is done.\n",
+    ("Travel", "en"): "You are a traveller talking to an agent.\n\nInstruction: {instruction}\n\n"
+    "- One line per message.\n- Say 'finish conversation' alone when the trip is booked.\n",
+    ("BaseApi", "zh"): "你是手机的主人。\n\nInstruction: {instruction}\n\n- 完成后说 'finish conversation'。\n",
+    ("Travel", "zh"): "你是旅客。\n\nInstruction: {instruction}\n\n- 订好后说 'finish conversation'。\n",
+}
+"""Made-up user prompts (upstream's SYSTEM_PROMPT_{BASE,TRAVEL}_<LANG> of model_inference/multi_turn/APIModel_user.py)."""
+USER_OPENINGS = {"en": "Anything I can do for you today?", "zh": "今天我能帮你做什么？"}
+"""Made-up first lines the user answers (upstream's literal user messages of APIUSER.get_init_prompt)."""
+
+
+def _user_module() -> str:
+    """The user simulator's module, shaped as upstream's: prompt constants, and the opening line a literal message
+    in each language's branch of ``APIUSER.get_init_prompt``."""
+    constants = "".join(
+        f"SYSTEM_PROMPT_{'BASE' if variant == 'BaseApi' else 'TRAVEL'}_{language.upper()} = {text!r}\n"
+        for (variant, language), text in USER_PROMPTS.items()
+    )
+    branches = ""
+    for keyword, language in (("if", "zh"), ("elif", "en")):
+        branches += (
+            f"        {keyword} self.language == {language!r}:\n"
+            "            if 'BaseApi' in self.involved_class:\n"
+            f"                system_prompt = SYSTEM_PROMPT_BASE_{language.upper()}\n"
+            "            elif 'Travel' in self.involved_class:\n"
+            f"                system_prompt = SYSTEM_PROMPT_TRAVEL_{language.upper()}\n"
+            "            self.messages = [\n"
+            "                {'role': 'system', 'content': system_prompt.format(instruction=question)},\n"
+            f"                {{'role': 'user', 'content': {USER_OPENINGS[language]!r}}},\n"
+            "            ]\n"
+        )
+    return (
+        "import os\n\n" + constants + "\n\nclass APIUSER:\n"
+        "    def __init__(self, model_name, involved_class, temperature=0.001, top_p=1, max_tokens=1000, "
+        "language='zh'):\n"
+        "        self.involved_class = involved_class\n"
+        "        self.language = language\n"
+        "        self.messages = []\n\n"
+        "    def get_init_prompt(self, question):\n" + branches + "        return self.messages\n"
+    )
+
+
 def _agent_module(category: str) -> str:
     system, user = AGENT_PROMPTS[category]
     return (
@@ -192,6 +236,8 @@ def write_checkout(root: Path) -> Path:
         package = f"model_inference.{category}.scenariosen.phone_platform"
         mapping = {"BaseApi": f"{package}.base_api", "NoteApi": f"{package}.notes"}
         files[f"model_inference/{category}/APIModel_agent.py"] = _agent_module(category)
+        if category == "multi_turn":
+            files[f"model_inference/{category}/APIModel_user.py"] = _user_module()
         files[f"model_inference/{category}/{category}_utils.py"] = (
             f"CLASS_FILE_PATH_MAPPING_EN = {mapping!r}\nCLASS_FILE_PATH_MAPPING_ZH = {{}}\n"
         )

@@ -6,6 +6,7 @@ upstream's. The importer reads it as text; its tools run only in the jail."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -199,6 +200,9 @@ TASKS_TEST = [
 ]
 """
 
+INSTRUCTIONS: list[str] = re.findall(r'instruction="([^"]*)"', TASKS_TEST)
+"""The test split's instructions, in order."""
+
 TASKS_DEV = """from tau_bench.types import Action, Task
 
 TASKS_DEV = [
@@ -251,6 +255,55 @@ class MockShopDomainEnv(Env):
         self.terminate_tools = ["transfer_to_human_agents"]
 """
 
+# The user simulator's module, shaped as upstream's (tau_bench/envs/user.py): the system prompt is an f-string
+# with a conditional display of the instruction, built in a method. Our own words.
+USER_PY = '''import abc
+from typing import Optional
+
+
+class BaseUserSimulationEnv(abc.ABC):
+    metadata = {}
+
+
+class LLMUserSimulationEnv(BaseUserSimulationEnv):
+    def __init__(self, model: str, provider: str) -> None:
+        self.model = model
+        self.provider = provider
+
+    def build_system_prompt(self, instruction: Optional[str]) -> str:
+        instruction_display = (
+            ("\\n\\nYour errand: " + instruction + "\\n")
+            if instruction is not None
+            else "\\n(no errand today)"
+        )
+        return f"""You play a shopper chatting with a shop's assistant.{instruction_display}
+How to play:
+- One short line per message.
+- Say only what the current step needs; never invent an order number you were not given.
+- Write '###STOP###' alone once the errand is done."""
+
+    def reset(self, instruction: Optional[str] = None) -> str:
+        self.messages = [
+            {"role": "system", "content": self.build_system_prompt(instruction=instruction)},
+            {"role": "user", "content": "Welcome to the shop, what can I do for you?"},
+        ]
+        return ""
+'''
+USER_OPENING = "Welcome to the shop, what can I do for you?"
+"""The fixture simulator's first line to answer (the literal user message of ``reset``)."""
+USER_PROMPT_HEAD = "You play a shopper chatting with a shop's assistant."
+USER_PROMPT_TAIL = (
+    "\nHow to play:\n- One short line per message.\n"
+    "- Say only what the current step needs; never invent an order number you were not given.\n"
+    "- Write '###STOP###' alone once the errand is done."
+)
+
+
+def user_prompt(instruction: str) -> str:
+    """What the fixture's ``build_system_prompt`` returns for ``instruction`` (written out by hand)."""
+    return USER_PROMPT_HEAD + "\n\nYour errand: " + instruction + "\n" + USER_PROMPT_TAIL
+
+
 DATA_INIT = """import json
 import os
 from typing import Any
@@ -292,6 +345,7 @@ def write_checkout(root: Path) -> Path:
     (envs / "__init__.py").write_text("")
     (envs / "base.py").write_text("# The Env class (step, reward) lives here upstream.\n")
     (envs / "tool.py").write_text("class Tool:\n    pass\n")
+    (envs / "user.py").write_text(USER_PY)
     (shop / "__init__.py").write_text("")
     (shop / "env.py").write_text(ENV_PY)
     (shop / "wiki.md").write_text(WIKI)

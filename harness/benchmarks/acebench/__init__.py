@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from harness.benchmarks.acebench.rules import ACEBENCH_TEXT_RULES as ACEBENCH_TEXT_RULES
     from harness.benchmarks.acebench.rules import ACEBENCH_USER_OPENING as ACEBENCH_USER_OPENING
     from harness.benchmarks.acebench.source import AceBenchSource as AceBenchSource
+    from harness.benchmarks.acebench.user_prompt import AceBenchUserPrompt as AceBenchUserPrompt
 
 _EXPORTS = {
     "ACEBENCH_ENVSCALER_RULES": "harness.benchmarks.acebench.rules",
@@ -24,6 +25,7 @@ _EXPORTS = {
     "ACEBENCH_TEXT_RULES": "harness.benchmarks.acebench.rules",
     "ACEBENCH_USER_OPENING": "harness.benchmarks.acebench.rules",
     "AceBenchSource": "harness.benchmarks.acebench.source",
+    "AceBenchUserPrompt": "harness.benchmarks.acebench.user_prompt",
     "BENCHMARK": "harness.benchmarks.acebench.benchmark",
     "export_run": "harness.benchmarks.acebench.export",
     "import_acebench": "harness.benchmarks.acebench.importer",

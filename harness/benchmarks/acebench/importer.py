@@ -41,6 +41,13 @@ from harness.benchmarks.acebench.source import (
     answer_file,
     data_file,
 )
+from harness.benchmarks.acebench.user_prompt import (
+    DETAILS_KEY,
+    AceBenchUserPrompt,
+    UserPromptShapeError,
+    pick_user_prompt,
+    read_user_prompts,
+)
 from harness.episode.dispatch import DispatchSession, open_tool_session
 from harness.sandbox import SandboxPool
 from harness.schema import Check, Environment, FunctionSpec, Provenance, ReferenceAction, Scenario, ToolCall, ToolSpec
@@ -66,6 +73,8 @@ class AceBenchRelease:
     saved: dict[str, list[str]]
     prompts: dict[str, str]
     text_prompts: dict[str, str]
+    user_prompts: dict[str, AceBenchUserPrompt]
+    """multi_turn's simulated user per variant (BaseApi's, Travel's), read from the checkout; none for multi_step."""
     records: list[tuple[int, Any]]
     """The data file's JSON lines as (line number, value; None for a line that is not JSON)."""
     answers: dict[str, dict[str, Any]]
@@ -116,6 +125,19 @@ def _domain_prompt(category: str, involved: list[str], prompts: dict[str, str]) 
     if category != "multi_turn":
         return ""
     return "".join(prompts[name] for name in ("Travel", "BaseApi") if name in involved)
+
+
+def user_prompts(source: AceBenchSource, language: str) -> dict[str, AceBenchUserPrompt]:
+    try:
+        return read_user_prompts(source, language)
+    except UserPromptShapeError as exc:
+        raise AceBenchSourceError(str(exc)) from None
+
+
+def _user_prompt_details(involved: list[str], prompts: dict[str, AceBenchUserPrompt]) -> dict[str, Any]:
+    """The scenario's simulated user as upstream picks it (nothing for multi_step, which has no user)."""
+    picked = pick_user_prompt(involved, prompts)
+    return {} if picked is None else {DETAILS_KEY: picked.model_dump()}
 
 
 def _record_problem(record: Any, answer: Any, classes: dict[str, str]) -> str | None:
@@ -194,6 +216,7 @@ def read_acebench(source: AceBenchSource, category: str, language: str) -> AceBe
         saved=source.saved_attributes(),
         prompts=source.domain_prompts(language) if category == "multi_turn" else {},
         text_prompts=source.text_prompts(category, language),
+        user_prompts=user_prompts(source, language) if category == "multi_turn" else {},
         records=source.read_lines(data_file(language, category)),
         answers=answers,
         code=build_scenario_code(source, classes),
@@ -294,7 +317,8 @@ async def import_acebench(release: AceBenchRelease, pool: SandboxPool, *, concur
                         "functions": functions,
                         "text_prompts": release.text_prompts,
                         "source_license": release.license,
-                    },
+                    }
+                    | _user_prompt_details(involved, release.user_prompts),
                 ),
             )
         )

@@ -6,15 +6,21 @@ from __future__ import annotations
 from harness.rules.profiles import EpisodeRules
 from harness.schema import Environment, Mode, Scenario
 
+from .user_prompt import stored_user_prompt
+
 FINISH = "finish conversation"
 """Upstream's finishing phrase: the user says it when every task is done, the agent when the task is."""
 TRAVEL_TAG = "acebench-travel"
 """The tag of a task that involves the Travel class and not BaseApi (upstream's travel variant of the user)."""
 
-# ACEBench's agent and user prompts (model_inference/multi_turn/APIModel_agent.py, APIModel_user.py,
-# model_inference/multi_step/APIModel_agent.py) in our own words, for native function calling: the agent calls the
-# APIs when it has what they need and asks otherwise, and says the finishing phrase when done; the domain prompt
-# (upstream's BASE_PROMPT/TRAVEL_PROMPT, read from the checkout at import) is the environment's introduction.
+# The agent's instructions for native function calling, in our own words: upstream has no function-calling agent
+# (its agent writes calls as text, ACEBench's own setting ``acebench-text`` sends its prompt byte for byte), so
+# these say what upstream's text instructions say (model_inference/multi_turn/APIModel_agent.py,
+# model_inference/multi_step/APIModel_agent.py) without the text call format: call the APIs when the information is
+# complete and ask otherwise, and say the finishing phrase when done. The domain prompt (upstream's
+# BASE_PROMPT/TRAVEL_PROMPT, read from the checkout at import) is the environment's introduction.
+# ``_USER`` is EnvScaler's preset's user (``acebench-envscaler``); ``acebench`` and ``acebench-text`` send
+# upstream's own user prompt, read from the checkout at import (:mod:`harness.benchmarks.acebench.user_prompt`).
 _AGENT = """You are an AI system that carries out requests by calling the APIs you are given as tools.
 - When what you know is enough for a call, make the call. Give every parameter the request mentions, and leave \
 out optional ones it does not mention; where a parameter's format is not specified, use the user's own words.
@@ -69,11 +75,22 @@ def text_system_prompt(
 
 
 def user_prompt_for(instruction: str, travel: bool, stop: str) -> str:
-    """The simulated user's system prompt under the ``acebench`` rules (upstream picks the travel variant when
-    the task involves the Travel class and not BaseApi)."""
+    """The simulated user's system prompt of EnvScaler's preset (the travel variant when the task involves the
+    Travel class and not BaseApi, as upstream picks it)."""
     return _USER.format(instruction=instruction.strip(), travel=_TRAVEL if travel else "", stop=stop)
 
 
-def user_system_prompt(scenario: Scenario, rules: EpisodeRules) -> str:
-    """The simulated user of a task: its instruction, the travel variant by the task's tag, the rules' stop."""
+def envscaler_user_system_prompt(scenario: Scenario, rules: EpisodeRules) -> str:
+    """EnvScaler's preset's user: its instruction, the travel variant by the task's tag, the rules' stop."""
     return user_prompt_for(scenario.task, TRAVEL_TAG in scenario.tags, (rules.stop_tokens or ("",))[0])
+
+
+def user_system_prompt(scenario: Scenario, rules: EpisodeRules) -> str:
+    """Upstream's ``APIUSER`` prompt for the task (the variant and language it was imported with), formatted with
+    the task's question as upstream formats it."""
+    return stored_user_prompt(scenario.provenance.details, scenario.id).render(scenario.task)
+
+
+def user_opening(scenario: Scenario, rules: EpisodeRules) -> str:
+    """The line upstream's user answers first, in the task's language (``APIUSER.get_init_prompt``)."""
+    return stored_user_prompt(scenario.provenance.details, scenario.id).opening

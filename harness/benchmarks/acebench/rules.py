@@ -5,13 +5,22 @@ from __future__ import annotations
 
 from harness.rules.profiles import EpisodeRules, RulesPrompts
 
-from .prompts import FINISH, agent_system_prompt, text_system_prompt, user_system_prompt
+from .prompts import (
+    FINISH,
+    agent_system_prompt,
+    envscaler_user_system_prompt,
+    text_system_prompt,
+    user_opening,
+    user_system_prompt,
+)
 
 # ACEBench's agent category (chenchen0103/ACEBench): model_inference/apimodel_inference.py (the loop, 40 messages,
 # "finish conversation"), model_inference/multi_turn/APIModel_user.py, eval_main.py (agent_eval,
 # agent_eval_process). docs/episode-rules.md gives each field's upstream source.
 ACEBENCH_STOP = FINISH
 ACEBENCH_USER_OPENING = "Is there anything you need help with today?"
+"""EnvScaler's preset's fixed opening line (``acebench`` and ``acebench-text`` send upstream's, read per language
+from the checkout at import)."""
 ACEBENCH_RULES = EpisodeRules(
     name="acebench",
     first_call_only=False,
@@ -28,18 +37,26 @@ ACEBENCH_RULES = EpisodeRules(
     stop_tokens=(ACEBENCH_STOP,),
     reply_tool=None,
     environment_failure="scored_failed",
-    prompts=RulesPrompts(agent=agent_system_prompt, user=user_system_prompt),
+    prompts=RulesPrompts(agent=agent_system_prompt, user=user_system_prompt, opening=user_opening),
+    # APIUSER appends its own replies as "system" messages (model_inference/multi_turn/APIModel_user.py).
+    user_own_role="system",
     step_unit="message",
     default_max_steps=40,
     required_source="acebench",
     reward_check="acebench-end-to-end",
     process_check="acebench-process",
     agent_stop_phrases=(ACEBENCH_STOP,),
-    user_opening=ACEBENCH_USER_OPENING,
 )
-# EnvScaler's evaluation of ACEBench-Agent: native function calling, and the agent ends with "Task Completed".
+# EnvScaler's evaluation of ACEBench-Agent: native function calling, and the agent ends with "Task Completed". Its
+# prompts are EnvScaler's preset's own (the agent's and the user's), its user sees its own lines as "assistant".
 ACEBENCH_ENVSCALER_RULES = ACEBENCH_RULES.model_copy(
-    update={"name": "acebench-envscaler", "agent_stop_phrases": ("Task Completed", ACEBENCH_STOP)}
+    update={
+        "name": "acebench-envscaler",
+        "agent_stop_phrases": ("Task Completed", ACEBENCH_STOP),
+        "prompts": RulesPrompts(agent=agent_system_prompt, user=envscaler_user_system_prompt),
+        "user_own_role": "assistant",
+        "user_opening": ACEBENCH_USER_OPENING,
+    }
 )
 
 # ACEBench's own setting: the agent gets upstream's text prompt (tools listed in it) and writes its calls as text
@@ -48,8 +65,8 @@ ACEBENCH_ENVSCALER_RULES = ACEBENCH_RULES.model_copy(
 ACEBENCH_TEXT_RULES = ACEBENCH_RULES.model_copy(
     update={
         "name": "acebench-text",
-        # Only the agent's prompt is this setting's own: the simulated user gets the project's prompt.
-        "prompts": RulesPrompts(agent=text_system_prompt),
+        # The agent gets upstream's text prompt; the simulated user is upstream's, as under ACEBENCH_RULES.
+        "prompts": RulesPrompts(agent=text_system_prompt, user=user_system_prompt, opening=user_opening),
         "agent_kinds": ("acebench-text",),
     }
 )

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from harness.benchmarks.taubench.rules import TAUBENCH_RULES as TAUBENCH_RULES
     from harness.benchmarks.taubench.rules import TAUBENCH_USER_OPENING as TAUBENCH_USER_OPENING
     from harness.benchmarks.taubench.source import TauBenchSource as TauBenchSource
+    from harness.benchmarks.taubench.user_prompt import UserPromptTemplate as UserPromptTemplate
 
 _EXPORTS = {
     "BENCHMARK": "harness.benchmarks.taubench.benchmark",
@@ -20,6 +21,7 @@ _EXPORTS = {
     "TAUBENCH_RULES": "harness.benchmarks.taubench.rules",
     "TAUBENCH_USER_OPENING": "harness.benchmarks.taubench.rules",
     "TauBenchSource": "harness.benchmarks.taubench.source",
+    "UserPromptTemplate": "harness.benchmarks.taubench.user_prompt",
     "env_run_results": "harness.benchmarks.taubench.export",
     "import_taubench": "harness.benchmarks.taubench.importer",
 }

@@ -38,6 +38,13 @@ from harness.benchmarks.taubench.source import (
     TauBenchSource,
     TauBenchSourceError,
 )
+from harness.benchmarks.taubench.user_prompt import (
+    DETAILS_KEY,
+    USER_MODULE,
+    UserPromptShapeError,
+    UserPromptTemplate,
+    read_user_prompt,
+)
 from harness.episode.dispatch import DispatchSession, open_tool_session
 from harness.sandbox import SandboxPool
 from harness.schema import (
@@ -86,6 +93,8 @@ class TauBenchRelease:
     wiki: str
     environment_code: str
     schema_probe_code: str
+    user_prompt: UserPromptTemplate
+    """Upstream's user-simulator prompt (``tau_bench/envs/user.py``), read from its syntax tree."""
 
 
 @dataclass
@@ -217,13 +226,17 @@ async def replay_gold(
 
 
 def _scenario(
-    environment: Environment, layout: DomainLayout, split: str, index: int, task: dict[str, Any], data: Any
+    environment: Environment,
+    release: TauBenchRelease,
+    index: int,
+    task: dict[str, Any],
 ) -> Scenario:
+    layout, split = release.layout, release.split
     outputs = list(task["outputs"])
     return Scenario(
         id=f"taubench-{layout.domain}-{split}-{index}",
         environment_id=environment.id,
-        initial_state={"data": data},
+        initial_state={"data": release.data},
         task=task["instruction"],
         reference_actions=[ReferenceAction(name=a["name"], arguments=a["kwargs"]) for a in task["actions"]],
         reference_reply=" ".join(outputs) or None,
@@ -239,6 +252,7 @@ def _scenario(
                 "outputs": outputs,
                 "source_license": environment.provenance.details["source_license"],
                 "taubench_commit": environment.provenance.details["taubench_commit"],
+                DETAILS_KEY: release.user_prompt.model_dump(),
             },
         ),
     )
@@ -257,6 +271,10 @@ def read_taubench(source: TauBenchSource, domain: str, split: str) -> TauBenchRe
         )
     module, name = layout.splits[split]
     tools = tools_source(source, layout)
+    try:
+        user_prompt = read_user_prompt(source.read_python(USER_MODULE)[1], source.where(USER_MODULE))
+    except UserPromptShapeError as exc:
+        raise TauBenchSourceError(str(exc)) from None
     return TauBenchRelease(
         layout=layout,
         split=split,
@@ -267,14 +285,15 @@ def read_taubench(source: TauBenchSource, domain: str, split: str) -> TauBenchRe
         wiki=source.read_text(f"{domain}/wiki.md"),
         environment_code=environment_code(tools, layout),
         schema_probe_code=schema_probe_code(tools),
+        user_prompt=user_prompt,
     )
 
 
 async def import_taubench(release: TauBenchRelease, pool: SandboxPool, *, concurrency: int = 2) -> TauBenchImport:
-    layout, split, data = release.layout, release.split, release.data
+    layout = release.layout
     environment = _environment(release, await probe_tools(pool, release))
     result = TauBenchImport(environment=environment, commit=release.commit)
-    result.scenarios = [_scenario(environment, layout, split, i, task, data) for i, task in enumerate(release.tasks)]
+    result.scenarios = [_scenario(environment, release, i, task) for i, task in enumerate(release.tasks)]
     gate = asyncio.Semaphore(concurrency)
 
     async def verify(index: int) -> None:

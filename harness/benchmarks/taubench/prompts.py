@@ -6,6 +6,8 @@ from harness.rules.profiles import EpisodeRules
 from harness.rules.protocols import STOP
 from harness.schema import Environment, Mode, Scenario
 
+from .user_prompt import stored_user_prompt
+
 
 def agent_system_prompt(
     environment: Environment, mode: Mode, scenario: Scenario | None = None, rules: EpisodeRules | None = None
@@ -14,9 +16,10 @@ def agent_system_prompt(
     return environment.introduction
 
 
-# τ-bench's user simulator (tau_bench/envs/user.py: LLMUserSimulationEnv, and ReactUserSimulationEnv for
-# EnvScaler's preset) in our own words: the instruction, then the rules of play; the ReAct variant asks for a
-# thought and then the reply after "User Response:". The stop token is upstream's.
+# EnvScaler's preset (``taubench-react``) keeps its own user prompt, in EnvScaler's words after upstream's ReAct
+# simulator (tau_bench/envs/user.py ReactUserSimulationEnv): the instruction, the rules of play, a thought and then
+# the reply after "User Response:". The ``taubench`` rules send upstream's own prompt, read from the checkout at
+# import (:mod:`harness.benchmarks.taubench.user_prompt`).
 _USER_RULES = f"""\
 Rules:
 - Write a single line each time: that line is your next message as the user.
@@ -50,17 +53,23 @@ User Response:
 
 
 def user_prompt_for(instruction: str, react: bool = False) -> str:
-    """The simulated user's system prompt under the ``taubench`` rules: its role, the task's instruction, the rules
-    of play (the ReAct format with ``react``)."""
+    """The simulated user's system prompt of EnvScaler's preset: its role, the task's instruction, the rules of
+    play (the ReAct format with ``react``)."""
     rules = _REACT_USER_RULES if react else _USER_RULES
     return f"You are a user talking with an agent.\n\nInstruction: {instruction}\n\n{rules}"
 
 
 def user_system_prompt(scenario: Scenario, rules: EpisodeRules) -> str:
-    """The user simulator of upstream's tool-calling evaluation: the task's instruction and the rules of play."""
-    return user_prompt_for(scenario.task)
+    """Upstream's ``LLMUserSimulationEnv.build_system_prompt`` for the task's instruction, from the template the
+    scenario was imported with (a scenario imported without one is refused: re-import it)."""
+    return stored_user_prompt(scenario.provenance.details, scenario.id).render(scenario.task)
 
 
 def react_user_system_prompt(scenario: Scenario, rules: EpisodeRules) -> str:
-    """Upstream's ReAct user simulator: a thought, then the reply after ``User Response:``."""
+    """EnvScaler's preset: a thought, then the reply after ``User Response:`` (EnvScaler's own prompt)."""
     return user_prompt_for(scenario.task, react=True)
+
+
+def user_opening(scenario: Scenario, rules: EpisodeRules) -> str:
+    """The line upstream's simulator answers first (``LLMUserSimulationEnv.reset``), as the scenario was imported."""
+    return stored_user_prompt(scenario.provenance.details, scenario.id).opening

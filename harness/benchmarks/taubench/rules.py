@@ -7,11 +7,12 @@ from harness.rules.profiles import EpisodeRules, RulesPrompts
 from harness.rules.protocols import STOP
 from harness.schema import TerminationReason
 
-from .prompts import agent_system_prompt, react_user_system_prompt, user_system_prompt
+from .prompts import agent_system_prompt, react_user_system_prompt, user_opening, user_system_prompt
 
 # τ-bench (sierra-research/tau-bench): tau_bench/envs/base.py, tau_bench/envs/user.py,
 # tau_bench/agents/tool_calling_agent.py, tau_bench/run.py. docs/episode-rules.md gives each field's upstream source.
 TAUBENCH_USER_OPENING = "Hi! How can I help you today?"
+"""EnvScaler's preset's fixed opening line (``taubench`` sends upstream's, read from the checkout at import)."""
 TAUBENCH_RULES = EpisodeRules(
     name="taubench",
     first_call_only=True,
@@ -29,7 +30,7 @@ TAUBENCH_RULES = EpisodeRules(
     reply_tool=None,
     environment_failure="scored_failed",
     conversation_only=True,
-    prompts=RulesPrompts(agent=agent_system_prompt, user=user_system_prompt),
+    prompts=RulesPrompts(agent=agent_system_prompt, user=user_system_prompt, opening=user_opening),
     default_max_steps=30,
     unreadable_turn_ends_episode=True,
     scored_endings=(TerminationReason.USER_STOP, TerminationReason.AGENT_DONE),
@@ -37,7 +38,6 @@ TAUBENCH_RULES = EpisodeRules(
     required_source="taubench",
     drop_unrun_calls=True,
     ending_tools=("transfer_to_human_agents",),
-    user_opening=TAUBENCH_USER_OPENING,
 )
 # EnvScaler's τ-bench evaluation: upstream's ReAct user (tau_bench/envs/user.py ReactUserSimulationEnv) with only its
 # reply sent to the agent; everything else as TAUBENCH_RULES.
@@ -45,6 +45,7 @@ TAUBENCH_REACT_RULES = TAUBENCH_RULES.model_copy(
     update={
         "name": "taubench-react",
         "prompts": RulesPrompts(agent=agent_system_prompt, user=react_user_system_prompt),
+        "user_opening": TAUBENCH_USER_OPENING,
         "user_reply_marker": "User Response:",
     }
 )

@@ -12,13 +12,13 @@ from typing import Any
 import orjson
 import pytest
 
-from harness.benchmarks.acebench.rules import ACEBENCH_USER_OPENING
 from tests.doubles.mock_openai import MockOpenAIServer, ReplayPolicy, SimulatedUserPolicy
 from tests.harness.benchmarks.test_acebench_import import (  # noqa: F401  (fixtures)
     acebench_checkout,
     multi_step_library,
     multi_turn_library,
 )
+from tests.support.acebench_checkout import MULTI_TURN, USER_OPENINGS, USER_PROMPTS
 from tests.support.cli_process import Finished, harness
 
 USER_LINE = "Hi, I need help with my notes."
@@ -105,10 +105,13 @@ def test_the_oracle_scores_every_solvable_task_one(
     assert user_requests
     for body in user_requests:
         messages = body["messages"]
-        assert messages[0]["role"] == "system" and "Your instruction:\nYour name is Ann." in messages[0]["content"]
-        assert "'finish conversation'" in messages[0]["content"]
-        assert messages[1] == {"role": "user", "content": ACEBENCH_USER_OPENING}
-        assert all(m["role"] in ("system", "user", "assistant") and not m.get("tool_calls") for m in messages)
+        # Upstream's APIUSER prompt (BaseApi's, English) for one of the tasks, its opening line, then its own lines
+        # as "system" messages and the agent's as "user" ones.
+        prompts = {USER_PROMPTS[("BaseApi", "en")].format(instruction=question) for question, *_ in MULTI_TURN}
+        assert messages[0]["role"] == "system" and messages[0]["content"] in prompts
+        assert messages[1] == {"role": "user", "content": USER_OPENINGS["en"]}
+        assert [m["role"] for m in messages[2:]] == ["system", "user"] * ((len(messages) - 2) // 2)
+        assert not any(m.get("tool_calls") for m in messages)
     assert orjson.loads((out / "manifest.json").read_bytes())["config"]["rules"] == "acebench"
 
 

@@ -15,13 +15,13 @@ import orjson
 import pytest
 
 from harness.benchmarks.taubench.export import upstream_pass_hat_k
-from harness.benchmarks.taubench.rules import TAUBENCH_USER_OPENING
 from harness.results.metrics import load_run
 from harness.results.tally import pass_hat_k_curve
 from tests.doubles.mock_openai import MockOpenAIServer, PolicyRequest, ReplayPolicy, SimulatedUserPolicy, make_tool_call
 from tests.harness.benchmarks.test_taubench_import import shop_library, taubench_checkout  # noqa: F401  (fixtures)
 from tests.support.cli_process import Finished, harness
-from tests.support.taubench_checkout import WIKI
+from tests.support.taubench_checkout import INSTRUCTIONS, WIKI, user_prompt
+from tests.support.taubench_checkout import USER_OPENING as SIMULATOR_OPENING
 
 USER_OPENING = "Hello, I would like to buy something."
 BUY_TASK = "taubench-shop-test-0"  # gold: find_customer, buy_item (2 lamps for ann_7)
@@ -104,9 +104,10 @@ def test_the_oracle_scores_every_task_one_and_each_side_sees_upstreams_view(
     assert user_requests
     for body in user_requests:
         messages = body["messages"]
-        assert messages[0]["role"] == "system" and "\n\nInstruction: You are " in messages[0]["content"]
-        assert "###STOP###" in messages[0]["content"]
-        assert messages[1] == {"role": "user", "content": TAUBENCH_USER_OPENING}
+        # Upstream's build_system_prompt, read from the checkout's syntax tree, for one of the tasks' instructions.
+        assert messages[0]["role"] == "system"
+        assert messages[0]["content"] in {user_prompt(t) for t in INSTRUCTIONS}
+        assert messages[1] == {"role": "user", "content": SIMULATOR_OPENING}
         assert all(m["role"] in ("system", "user", "assistant") and not m.get("tool_calls") for m in messages)
 
 
