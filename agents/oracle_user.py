@@ -39,13 +39,15 @@ def gold_runs(scenario: Scenario) -> list[tuple[str, list[ReferenceAction]]]:
 def gold_schedule(scenario: Scenario) -> list[list[ReferenceAction]]:
     """The calls made in each hold of the turn: even holds are the user's, odd ones the agent's. A scenario with a
     reference reply ends on a hold of the agent's, so the agent says it before the user stops (a task whose gold
-    is only information to communicate has no calls at all)."""
+    is only information to communicate has no calls at all). The agent always has a hold: a user states its
+    request and stops only once it has been answered, even when the gold asks for nothing (a task whose right
+    outcome is to change nothing)."""
     schedule: list[list[ReferenceAction]] = []
     for side, actions in gold_runs(scenario):
         while len(schedule) % 2 != (0 if side == "user" else 1):
             schedule.append([])
         schedule.append(actions)
-    while scenario.reference_reply and (not schedule or len(schedule) % 2 == 1):
+    while len(schedule) < 2 or (scenario.reference_reply and len(schedule) % 2 == 1):
         schedule.append([])
     return schedule
 
