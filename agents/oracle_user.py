@@ -4,7 +4,7 @@ The gold is cut into runs of one side's consecutive calls. The two sides hand th
 the user first (the agent's greeting opens): whoever holds the turn makes its next run's calls (one per message)
 when that run is the next, then hands over; otherwise it hands over at once. Both read from the messages they are
 given how many hand-overs there were, so neither keeps state; the user stops once every run is done and the agent
-has had its turn to give the reference reply.
+has had its turn to give the reference reply (and never before the agent has answered once).
 """
 
 from __future__ import annotations

@@ -133,8 +133,10 @@ def main() -> None:
                         server.user_scripts.clear()
                         for scenario in scenarios:
                             actions, reply = VARIANTS[name](scenario)
-                            server.register_replay(scenario.task, actions, reply)
-                            server.register_user(scenario.task, [scenario.task])
+                            # The user says the task (a message's outer spaces are not kept), the agent knows it.
+                            said = scenario.task.strip()
+                            server.register_replay(said, actions, reply)
+                            server.register_user(said, [said])
                     common = ["--mode", "conv", "--rules", "taubench", "--concurrency", str(args.concurrency)]
                     harness("run", "--envs", str(library), "--out", str(out), *common, *flags, env=env)
                     harness("export", "taubench", str(out), "--out", str(exported))
