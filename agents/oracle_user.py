@@ -4,7 +4,7 @@ The gold is cut into runs of one side's consecutive calls. The two sides hand th
 the user first (the agent's greeting opens): whoever holds the turn makes its next run's calls (one per message)
 when that run is the next, then hands over; otherwise it hands over at once. Both read from the messages they are
 given how many hand-overs there were, so neither keeps state; the user stops once every run is done and the agent
-has had its turn to give the reference reply.
+has had its turn to give the reference reply (and never before the agent has answered once).
 """
 
 from __future__ import annotations
@@ -39,13 +39,15 @@ def gold_runs(scenario: Scenario) -> list[tuple[str, list[ReferenceAction]]]:
 def gold_schedule(scenario: Scenario) -> list[list[ReferenceAction]]:
     """The calls made in each hold of the turn: even holds are the user's, odd ones the agent's. A scenario with a
     reference reply ends on a hold of the agent's, so the agent says it before the user stops (a task whose gold
-    is only information to communicate has no calls at all)."""
+    is only information to communicate has no calls at all). The agent always has a hold: a user states its
+    request and stops only once it has been answered, even when the gold asks for nothing (a task whose right
+    outcome is to change nothing)."""
     schedule: list[list[ReferenceAction]] = []
     for side, actions in gold_runs(scenario):
         while len(schedule) % 2 != (0 if side == "user" else 1):
             schedule.append([])
         schedule.append(actions)
-    while scenario.reference_reply and (not schedule or len(schedule) % 2 == 1):
+    while len(schedule) < 2 or (scenario.reference_reply and len(schedule) % 2 == 1):
         schedule.append([])
     return schedule
 

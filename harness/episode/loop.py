@@ -536,9 +536,10 @@ class Episode:
             self.end(*reached)
             return
         self.usage["user"].add(reply.usage)
+        opening = not any(m.get("role") == "user" for m in self.messages)
         self.user_view.append({"role": self.rules.user_own_role, "content": reply.text})
         self.messages.append({"role": "user", "content": self.answers.user_message(reply)})
-        stop_token = self.ending.user_stop(reply)
+        stop_token = self.ending.user_stop(reply) if self.rules.opening_stop_ends or not opening else None
         if stop_token is not None:
             self.end(TerminationReason.USER_STOP, stop_token)
         elif self.scripted is not None:

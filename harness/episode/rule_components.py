@@ -161,13 +161,12 @@ class Ending:
     def user_stop(self, reply: UserTurn) -> str | None:
         """The stop the user's message makes (None: the conversation goes on)."""
         stops = self.rules.stop_tokens
-        stop_token = reply.stop_token
-        if stop_token is None and stops is not None:
-            # A rules' own stop phrase is not among the simulator's tokens.
-            stop_token = next((stop for stop in stops if stop in reply.text), None)
-        if stop_token is not None and (stops is None or stop_token in stops):
-            return stop_token
-        return None
+        if stops is None:
+            return reply.stop_token
+        # The rules' own tokens wherever they are in the message (upstream's `token in message`): another
+        # profile's token before them does not hide them, and a rules' own phrase need not be a simulator token.
+        found = [(reply.text.find(stop), stop) for stop in stops if stop in reply.text]
+        return min(found)[1] if found else None
 
     def on_raise(self, observation: Observation) -> bool:
         """A raising tool ends the episode (with reward 0)."""

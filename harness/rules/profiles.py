@@ -174,6 +174,12 @@ class EpisodeRules(BaseModel):
         description="The role the simulated user's own earlier messages have in what it is sent (a benchmark's user "
         "sees its own lines as system messages).",
     )
+    opening_stop_ends: bool = Field(
+        default=True,
+        description="A stop token in the simulated user's opening message ends the conversation; False: the agent "
+        "answers the opening whatever it holds, and only a later message of the user can stop (a benchmark whose "
+        "reset never ends the episode).",
+    )
     user_reply_marker: str | None = Field(
         default=None,
         description="The simulated user writes a thought, then its reply after this marker: only the reply goes "

@@ -1,7 +1,8 @@
 """A made-up checkout in τ-bench's layout (sierra-research/tau-bench): one tiny domain, ``shop``, with five tools,
-two customers and three items, a ``test`` split of four tasks and a ``dev`` split of one. Our own content; only
-the layout (file names, ``Task``/``Action`` literals, ``ALL_TOOLS``, ``load_data``, ``terminate_tools``) is
-upstream's. The importer reads it as text; its tools run only in the jail."""
+two customers and three items, a ``test`` split of five tasks (the last one's gold changes nothing: it has no
+action) and a ``dev`` split of one. Our own content; only the layout (file names, ``Task``/``Action`` literals,
+``ALL_TOOLS``, ``load_data``, ``terminate_tools``) is upstream's. The importer reads it as text; its tools run only
+in the jail."""
 
 from __future__ import annotations
 
@@ -195,6 +196,14 @@ TASKS_TEST = [
             Action(name="find_customer", kwargs={"email": "ann@example.com"}),
             Action(name="buy_item", kwargs={"customer_id": "ann_7", "item_id": "mug", "quantity": 1}),
         ],
+        outputs=[],
+    ),
+    Task(
+        annotator="0",
+        user_id="bo_3",
+        instruction="You are Bo (bo@example.com). You want your money back for a rug you never bought; if the agent "
+        "says there is nothing to refund, you accept that.",
+        actions=[],
         outputs=[],
     ),
 ]

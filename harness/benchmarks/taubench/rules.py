@@ -38,6 +38,8 @@ TAUBENCH_RULES = EpisodeRules(
     required_source="taubench",
     drop_unrun_calls=True,
     ending_tools=("transfer_to_human_agents",),
+    # Env.reset returns the user's first message without looking for ###STOP###: only a reply to the agent ends.
+    opening_stop_ends=False,
 )
 # EnvScaler's τ-bench evaluation: upstream's ReAct user (tau_bench/envs/user.py ReactUserSimulationEnv) with only its
 # reply sent to the agent; everything else as TAUBENCH_RULES.

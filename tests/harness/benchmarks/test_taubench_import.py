@@ -31,7 +31,7 @@ def shop_library(taubench_checkout: Path, tmp_path_factory: pytest.TempPathFacto
         "import", "taubench", "--source", str(taubench_checkout), "--domain", "shop", "--out", str(out)
     )
     assert result.returncode == 0, result.stderr
-    assert "4 tasks" in result.stdout and "1 with gold actions that answer with an error" in result.stdout
+    assert "5 tasks" in result.stdout and "1 with gold actions that answer with an error" in result.stdout
     # The task whose gold answers with an error is kept, and reported.
     assert "taubench-shop-test-3: gold action 1 (buy_item) answers: Error: not enough stock" in result.stderr
     return out
@@ -48,8 +48,8 @@ def test_the_import_holds_upstreams_tools_data_tasks_and_provenance(shop_library
     assert environment.provenance.details["source_license"] == "mit"
     assert environment.provenance.details["terminate_tools"] == ["transfer_to_human_agents"]
     scenarios = sorted(library.scenarios, key=lambda s: s.id)
-    assert [s.id for s in scenarios] == [f"taubench-shop-test-{i}" for i in range(4)]
-    first, second, third, fourth = scenarios
+    assert [s.id for s in scenarios] == [f"taubench-shop-test-{i}" for i in range(5)]
+    first, second, third, fourth, fifth = scenarios
     assert first.initial_state == {"data": {"customers": DATA["customers.json"], "items": DATA["items.json"]}}
     assert first.task == "You are Ann (ann@example.com). You want to buy two lamps."
     assert first.provenance.details["user_id"] == "ann_7"
@@ -61,10 +61,13 @@ def test_the_import_holds_upstreams_tools_data_tasks_and_provenance(shop_library
     assert [c.id for c in second.checks] == ["taubench-data", "taubench-output-0"]
     assert second.reference_reply == "59.97"
     # A read-only gold (and one whose write answers with an error) reaches the initial data's hash.
-    for scenario in (second, third, fourth):
+    for scenario in (second, third, fourth, fifth):
         assert scenario.provenance.details["gold_data_hash"] == data_hash(scenario.initial_state["data"])
     assert first.provenance.details["gold_data_hash"] != data_hash(first.initial_state["data"])
     assert fourth.provenance.details["gold_errors"] == ["gold action 1 (buy_item) answers: Error: not enough stock"]
+    # A gold with no action at all: nothing to replay, nothing to say; the data check holds at reset.
+    assert fifth.reference_actions == [] and fifth.reference_reply is None
+    assert [c.id for c in fifth.checks] == ["taubench-data"]
 
 
 def test_the_tools_answer_in_the_jail_as_upstreams_env_step_does(shop_library: Path) -> None:

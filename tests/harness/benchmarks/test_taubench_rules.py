@@ -2,10 +2,14 @@
 the oracle scores every task 1.0; scripted agents that make each kind of mistake get upstream's reward
 (``tau_bench/envs/base.py`` ``calculate_reward``); the agent and the user see what upstream's tool-calling agent
 and user simulator see; the ReAct preset sends only the user's reply; the rules are refused where they cannot
-apply; the export is upstream's results format, and upstream's pass^k of it is ours."""
+apply; the export is upstream's results format, and upstream's pass^k of it is ours. Every export is also replayed
+by ``tests/support/taubench_scorer.py`` (upstream's ending and reward rules over the checkout's own tools, data and
+tasks, independent of the harness's checks): the oracle's and each scripted run's rewards are the scorer's."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,19 +18,21 @@ from typing import Any
 import orjson
 import pytest
 
-from harness.benchmarks.taubench.export import upstream_pass_hat_k
+from harness.benchmarks.taubench.export import env_run_results, upstream_pass_hat_k
+from harness.library import load_library
 from harness.results.metrics import load_run
 from harness.results.tally import pass_hat_k_curve
 from tests.doubles.mock_openai import MockOpenAIServer, PolicyRequest, ReplayPolicy, SimulatedUserPolicy, make_tool_call
 from tests.harness.benchmarks.test_taubench_import import shop_library, taubench_checkout  # noqa: F401  (fixtures)
-from tests.support.cli_process import Finished, harness
-from tests.support.taubench_checkout import INSTRUCTIONS, WIKI, user_prompt
+from tests.support.cli_process import REPO, Finished, harness, harness_cli
+from tests.support.taubench_checkout import DOMAIN, INSTRUCTIONS, WIKI, user_prompt
 from tests.support.taubench_checkout import USER_OPENING as SIMULATOR_OPENING
 
 USER_OPENING = "Hello, I would like to buy something."
 BUY_TASK = "taubench-shop-test-0"  # gold: find_customer, buy_item (2 lamps for ann_7)
 PRICE_TASK = "taubench-shop-test-1"  # gold: reads only; the user must be told 59.97
 TRANSFER_TASK = "taubench-shop-test-2"  # gold: find_customer, transfer_to_human_agents
+NOTHING_TASK = "taubench-shop-test-4"  # gold: no action (the right outcome changes nothing)
 FIND: dict[str, Any] = {"name": "find_customer", "arguments": {"email": "ann@example.com"}}
 BUY: dict[str, Any] = {"name": "buy_item", "arguments": {"customer_id": "ann_7", "item_id": "lamp", "quantity": 2}}
 LOOK: dict[str, Any] = {"name": "get_item", "arguments": {"item_id": "lamp"}}
@@ -79,6 +85,21 @@ def results(out: Path) -> list[dict[str, Any]]:
     return [orjson.loads(line) for line in (out / "results.jsonl").read_bytes().splitlines()]
 
 
+def upstream_scores(checkout: Path, records: list[dict[str, Any]], folder: Path) -> list[dict[str, Any]]:
+    """Each exported record replayed as upstream ends and rewards a conversation (tests/support/taubench_scorer.py,
+    in its own process: the checkout's tools are imported there, never here)."""
+    exported = folder / "scored.json"
+    exported.write_bytes(orjson.dumps(records))
+    command = [sys.executable, str(REPO / "tests" / "support" / "taubench_scorer.py"), "--checkout", str(checkout)]
+    command += ["--domain", DOMAIN, "--split", "test", "--results", str(exported)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    scored: list[dict[str, Any]] = orjson.loads(done.stdout)["records"]
+    assert [(r["task_id"], r["trial"]) for r in scored] == [(r["task_id"], r["trial"]) for r in records]
+    assert all(r["tool_mismatches"] == 0 for r in scored)  # upstream's tools answer as the jail did
+    return scored
+
+
 def test_the_oracle_scores_every_task_one_and_each_side_sees_upstreams_view(
     shop_library: Path,  # noqa: F811
     server: MockOpenAIServer,
@@ -88,7 +109,7 @@ def test_the_oracle_scores_every_task_one_and_each_side_sees_upstreams_view(
     finished = run_taubench(shop_library, out, server)
     assert finished.code == 0, finished.stderr
     episodes = {e["scenario_id"]: e for e in results(out)}
-    assert len(episodes) == 4
+    assert len(episodes) == 5
     assert all(e["reward"]["state_reward"] == 1.0 and e["reward"]["success"] for e in episodes.values())
     # The transfer ends the episode when it runs (upstream's terminate tool), and that ending is scored.
     assert episodes[TRANSFER_TASK]["termination"] == "agent_done"
@@ -111,11 +132,43 @@ def test_the_oracle_scores_every_task_one_and_each_side_sees_upstreams_view(
         assert all(m["role"] in ("system", "user", "assistant") and not m.get("tool_calls") for m in messages)
 
 
+def test_an_exported_oracle_run_scores_one_under_upstreams_rules_for_every_task(
+    taubench_checkout: Path,  # noqa: F811
+    shop_library: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "oracle-user"
+    command = ["run", "--envs", str(shop_library), "--out", str(out), "--mode", "conv", "--rules", "taubench"]
+    finished = harness([*command, "--agent", "oracle", "--user-model", "oracle-user", "--concurrency", "2"])
+    assert finished.code == 0, finished.stderr
+    exported = tmp_path / "oracle.json"
+    done = harness_cli("export", "taubench", str(out), "--out", str(exported))
+    assert done.returncode == 0, done.stderr
+    records = orjson.loads(exported.read_bytes())
+    assert [r["task_id"] for r in records] == [0, 1, 2, 3, 4]
+    scored = upstream_scores(taubench_checkout, records, tmp_path)
+    assert [r["reward"] for r in records] == [1.0] * 5
+    assert [r["reward"] for r in scored] == [1.0] * 5
+    assert [r["ended"] for r in scored] == ["user_stop", "user_stop", "terminate_tool", "user_stop", "user_stop"]
+    # The gold that changes nothing: the user asks, the agent answers, and only then does the user stop (upstream
+    # never ends a conversation at the user's first message, so one that stopped there would score 0 upstream).
+    nothing = [(m["role"], m["content"]) for m in records[4]["traj"][1:]]
+    assert len(nothing) == 3 and nothing[0][0] == "user" and "###STOP###" not in nothing[0][1]
+    assert nothing[1][0] == "assistant" and nothing[1][1] and nothing[2] == ("user", "###STOP###")
+
+
 def play(
-    library: Path, tmp_path: Path, server: MockOpenAIServer, case: str, policy: Any, scenario: str, *args: str
+    library: Path,
+    tmp_path: Path,
+    server: MockOpenAIServer,
+    case: str,
+    policy: Any,
+    scenario: str,
+    *args: str,
+    user: str = "tb-user",
 ) -> dict[str, Any]:
     server.set_policy(case, policy)
-    finished = run_taubench(library, tmp_path / case, server, "--scenario", scenario, *args, agent=case)
+    finished = run_taubench(library, tmp_path / case, server, "--scenario", scenario, *args, agent=case, user=user)
     assert finished.code == 0, finished.stderr
     (episode,) = results(tmp_path / case)
     return episode
@@ -126,14 +179,16 @@ def outcome(episode: dict[str, Any]) -> tuple[str, float]:
 
 
 def test_each_kind_of_mistake_gets_upstreams_reward(
+    taubench_checkout: Path,  # noqa: F811
     shop_library: Path,  # noqa: F811
     server: MockOpenAIServer,
     tmp_path: Path,
 ) -> None:
-    def scripted(case: str, actions: list[Any], reply: str, scenario: str = BUY_TASK, *args: str) -> dict[str, Any]:
-        return play(
-            shop_library, tmp_path, server, case, ReplayPolicy(actions=actions, final_text=reply), scenario, *args
-        )
+    def scripted(
+        case: str, actions: list[Any], reply: str, scenario: str = BUY_TASK, *args: str, user: str = "tb-user"
+    ) -> dict[str, Any]:
+        policy = ReplayPolicy(actions=actions, final_text=reply)
+        return play(shop_library, tmp_path, server, case, policy, scenario, *args, user=user)
 
     assert outcome(scripted("right", [FIND, BUY], "Bought.")) == ("user_stop", 1.0)
     wrong = {"name": "buy_item", "arguments": {**BUY["arguments"], "quantity": 3}}
@@ -187,6 +242,35 @@ def test_each_kind_of_mistake_gets_upstreams_reward(
     # Arguments that are not JSON: upstream's agent raises and the task scores 0.
     broken = scripted("broken-arguments", [FIND, {"name": "buy_item", "arguments": '{"customer_id": '}], "Bought.")
     assert outcome(broken) == ("agent_error", 0.0)
+
+    # A user whose first message already holds ###STOP###: upstream's reset does not look, so the agent acts and
+    # only the user's answer to its reply ends the conversation.
+    server.set_policy("tb-stop-user", SimulatedUserPolicy(turns=[]))
+    opened = scripted("opening-stop", [FIND, BUY], "Bought.", user="tb-stop-user")
+    assert outcome(opened) == ("user_stop", 1.0)
+    assert [m["content"] for m in opened["messages"] if m["role"] == "user"] == ["###STOP###", "###STOP###"]
+    # ###STOP### anywhere in the user's message stops, whatever other profile's token comes before it.
+    server.set_policy("tb-late-stop", SimulatedUserPolicy(turns=[USER_OPENING], stop_token="###TRANSFER### ###STOP###"))
+    assert outcome(scripted("late-stop-token", [FIND, BUY], "Bought.", user="tb-late-stop")) == ("user_stop", 1.0)
+    # The gold that changes nothing: reads are free, any write fails it.
+    assert outcome(scripted("nothing-right", [FIND], "Nothing to refund.", NOTHING_TASK)) == ("user_stop", 1.0)
+    assert outcome(scripted("nothing-wrong", [FIND, BUY], "Refunded as a lamp.", NOTHING_TASK)) == ("user_stop", 0.0)
+
+    # Every run exported and replayed as upstream ends and rewards it: the same reward, case by case.
+    scenarios = {scenario.id: scenario for scenario in load_library(shop_library).scenarios}
+    cases = sorted(folder.name for folder in tmp_path.iterdir() if (folder / "results.jsonl").is_file())
+    assert len(cases) == 20
+    records = [record for case in cases for record in env_run_results(load_run(tmp_path / case)[1], scenarios)]
+    assert len(records) == len(cases)
+    scored = upstream_scores(taubench_checkout, records, tmp_path)
+    ours = {case: record["reward"] for case, record in zip(cases, records, strict=True)}
+    assert {case: result["reward"] for case, result in zip(cases, scored, strict=True)} == ours
+    ended = {case: result["ended"] for case, result in zip(cases, scored, strict=True)}
+    assert (ended["step-limit"], ended["broken-arguments"], ended["transfer"]) == (
+        "transcript_ends",
+        "agent_error",
+        "terminate_tool",
+    )
 
 
 def test_the_react_preset_sends_only_the_users_reply(
@@ -250,7 +334,7 @@ def test_the_export_is_upstreams_results_file_and_round_trips(
     done = harness_cli("export", "taubench", str(out), "--out", str(exported))
     assert done.returncode == 0, done.stderr
     records = orjson.loads(exported.read_bytes())
-    assert isinstance(records, list) and len(records) == 12
+    assert isinstance(records, list) and len(records) == 15
     for record in records:
         # upstream's EnvRunResult (tau_bench/types.py): exactly these fields, with these types
         assert set(record) == {"task_id", "reward", "info", "traj", "trial"}
@@ -262,8 +346,8 @@ def test_the_export_is_upstreams_results_file_and_round_trips(
     ours = {(t.scenario_id, t.trial): t.reward.state_reward for t in load_run(out)[1] if t.reward is not None}
     theirs = {(f"taubench-shop-test-{r['task_id']}", r["trial"]): r["reward"] for r in records}
     assert theirs == ours
-    assert {r["task_id"]: r["reward"] for r in records} == {0: 1.0, 1: 0.0, 2: 0.0, 3: 0.0}
+    assert {r["task_id"]: r["reward"] for r in records} == {0: 1.0, 1: 0.0, 2: 0.0, 3: 0.0, 4: 0.0}
     by_task = [r for r in records if r["task_id"] == 1]
     assert by_task[0]["info"]["reward_info"]["info"] == {"r_outputs": 0.0, "outputs": {"59.97": False}}
     assert upstream_pass_hat_k(records) == pytest.approx(pass_hat_k_curve(load_run(out)[1]))
-    assert upstream_pass_hat_k(records) == pytest.approx({1: 0.25, 2: 0.25, 3: 0.25})
+    assert upstream_pass_hat_k(records) == pytest.approx({1: 0.2, 2: 0.2, 3: 0.2})

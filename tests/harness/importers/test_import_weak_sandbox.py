@@ -40,7 +40,7 @@ def sources(name: str, tmp_path: Path, request: pytest.FixtureRequest) -> list[s
     return ["bfcl", "--source", str(wheel), "--category", "base"]
 
 
-SCENARIOS = {"taubench": 4, "acebench": 3, "tau2": 50, "bfcl": 200}
+SCENARIOS = {"taubench": 5, "acebench": 3, "tau2": 50, "bfcl": 200}
 
 
 @pytest.mark.parametrize("name", list(SCENARIOS))
