@@ -201,8 +201,7 @@ TASKS_TEST = [
     Task(
         annotator="0",
         user_id="bo_3",
-        instruction="You are Bo (bo@example.com). You want your money back for a rug you never bought; if the agent "
-        "says there is nothing to refund, you accept that.",
+        instruction="You are Bo (bo@example.com). You want a refund for a rug you never bought; you accept a no.",
         actions=[],
         outputs=[],
     ),
