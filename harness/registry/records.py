@@ -15,6 +15,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from harness.rules.profiles import DEFAULT_RULES, EpisodeRules
+from harness.sandbox.jail_environment import JailEnvironment
 from harness.schema import (
     CheckResult,
     Environment,
@@ -223,6 +224,12 @@ class Benchmark(BaseModel):
         default=frozenset(),
         description="Third-party modules its environments' code may import in the jail, when installed (names only: "
         "the jail's processes never import the benchmark's own code).",
+    )
+    jail_environment: JailEnvironment | None = Field(
+        default=None,
+        description="The pinned packages its environments' code imports, at upstream's versions: a pool that runs "
+        "its libraries (by their provenance.source) imports them from this environment, built once into the cache "
+        "(harness.sandbox.jail_environment), never from the harness's own copies.",
     )
     importer: ImportCommand | None = None
     exporter: ExportCommand | None = None

