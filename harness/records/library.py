@@ -24,11 +24,11 @@ from harness.records.fingerprint import fingerprint
 from harness.records.scenario_json import scenario_json
 from harness.records.scenario_lines import ScenarioLines
 from harness.registry import jail_environments, jail_modules
-from harness.sandbox.jail_environment import JailEnvironment
 from harness.sandbox.limits import SandboxLimits
 from harness.sandbox.policy import optional_modules_named_in
 from harness.sandbox.spec import CodeOrigin, JailSpec
 from harness.schema import DatasetRef, Environment, Provenance, Scenario
+from harness.schema.jail import JailEnvironment
 from harness.toolspec import derive_tools
 
 logger = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from harness.registry.catalog import catalog
 from harness.registry.records import AgentKind, Benchmark, RewardComponent
 from harness.rules.profiles import DEFAULT_RULES, HARNESS_RULES, EpisodeRules, UnknownRules
-from harness.sandbox.jail_environment import JailEnvironment
+from harness.schema.jail import JailEnvironment
 
 
 class UnknownBenchmark(ValueError):

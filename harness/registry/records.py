@@ -15,7 +15,6 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from harness.rules.profiles import DEFAULT_RULES, EpisodeRules
-from harness.sandbox.jail_environment import JailEnvironment
 from harness.schema import (
     CheckResult,
     Environment,
@@ -25,6 +24,7 @@ from harness.schema import (
     TerminationReason,
     Trajectory,
 )
+from harness.schema.jail import JailEnvironment
 
 NAME_PATTERN = re.compile(r"[a-z][a-z0-9-]{0,39}")
 """A benchmark's, a profile's and an agent kind's name: what a user types after ``harness import`` or ``--rules``."""

@@ -14,11 +14,9 @@ cache is ``$ENVHARNESS_CACHE`` or ``~/.cache/envharness``; offline, a missing en
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import logging
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -26,9 +24,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from harness.sandbox.errors import SandboxError
+from harness.schema.jail import JailEnvironment
 
 logger = logging.getLogger(__name__)
 
@@ -38,46 +35,6 @@ READY = "ready.json"
 SITE = "site"
 """The folder of a built environment that holds the packages (the jail's only third-party readable root)."""
 BUILD_TIMEOUT_S = 900
-
-
-class JailEnvironment(BaseModel):
-    """The third-party packages a benchmark's environment code imports, pinned (see the module's docstring)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,63}$", description="The benchmark that declares it.")
-    requirements: tuple[str, ...] = Field(
-        min_length=1, description="Pinned requirements, `distribution==version` (their dependencies are resolved)."
-    )
-    modules: frozenset[str] = Field(
-        min_length=1,
-        description="The import names environment code uses (with the submodules the zygote imports ahead).",
-    )
-    reference: str = Field(description="Where the pins come from (upstream's lock file).")
-
-    def pins(self) -> dict[str, str]:
-        """Each requirement's distribution (normalised) and version."""
-        pins: dict[str, str] = {}
-        for requirement in self.requirements:
-            distribution, separator, version = requirement.partition("==")
-            if not separator or not distribution.strip() or not version.strip():
-                raise ValueError(f"{requirement!r} is not pinned as distribution==version")
-            pins[_normalise(distribution)] = version.strip()
-        return pins
-
-    @property
-    def key(self) -> str:
-        """The folder's name: the benchmark's, and a hash of the pins and of this interpreter and machine."""
-        material = json.dumps(
-            {
-                "requirements": sorted(self.requirements),
-                "python": sys.implementation.cache_tag,
-                "abi": sys.abiflags,
-                "machine": platform.machine(),
-            },
-            sort_keys=True,
-        )
-        return f"{self.name}-{hashlib.sha256(material.encode()).hexdigest()[:16]}"
 
 
 class JailEnvironmentUnavailable(SandboxError):
@@ -247,10 +204,6 @@ def _readable_by_all(folder: Path) -> None:
             target = os.path.join(path, name)
             if not os.path.islink(target):
                 os.chmod(target, 0o644 | (os.stat(target).st_mode & 0o111))
-
-
-def _normalise(distribution: str) -> str:
-    return distribution.strip().lower().replace("_", "-").replace(".", "-")
 
 
 __all__ = [

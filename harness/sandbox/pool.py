@@ -41,7 +41,7 @@ from harness.sandbox.errors import (
     WeakSandbox,
     weak_sandbox_message,
 )
-from harness.sandbox.jail_environment import JailEnvironment, ensure_built
+from harness.sandbox.jail_environment import ensure_built
 from harness.sandbox.limits import SandboxLimits
 from harness.sandbox.load_gate import LoadGate
 from harness.sandbox.replies import (
@@ -62,6 +62,7 @@ from harness.schema import (
     CheckResult,
     DiffEntry,
     Environment,
+    JailEnvironment,
     Observation,
     ObservationKind,
     ToolCall,
@@ -313,14 +314,12 @@ class SandboxPool:
         self.size = max(1, workers or 1)
         self.require_full_confinement = require_full_confinement
         self.environment = environment
-        """The jail environment the children import their third-party modules from (None: the harness's)."""
         self._jail_site: str | None = None
-        if jail_modules is None and environment is not None:
-            jail_modules = environment.modules
+        """The environment's package folder once built (its children's only third-party readable root)."""
         if jail_modules is None:
             from harness.registry import jail_modules as registered
 
-            jail_modules = registered()
+            jail_modules = environment.modules if environment is not None else registered()
         self.jail_modules = frozenset(jail_modules)
         """The third-party modules code in the jail may import (names; ``harness.sandbox.policy``)."""
         self.optional_modules = None if optional_modules is None else frozenset(optional_modules)

