@@ -68,8 +68,15 @@ def ensure_built(environment: JailEnvironment, root: Path | None = None) -> Buil
     ready = _read_ready(folder)
     if ready is not None:
         return BuiltEnvironment(folder, ready, None)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    with open(folder.with_name(folder.name + ".lock"), "a+b") as lock:
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        lock = open(folder.with_name(folder.name + ".lock"), "a+b")  # noqa: SIM115  (held until the build ends)
+    except OSError as exc:
+        raise JailEnvironmentUnavailable(
+            f"the jail environment of {environment.name} is not built and its cache folder {folder.parent} cannot be "
+            f"written ({exc.strerror or exc}); set {CACHE_VARIABLE} to a folder you can write"
+        ) from exc
+    with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             ready = _read_ready(folder)

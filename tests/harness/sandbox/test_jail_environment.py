@@ -240,3 +240,13 @@ def test_an_unprivileged_harness_runs_the_same_environment(tmp_path: Path) -> No
     assert report["read"]["success"] is False, report["read"]
     layers = {layer["name"]: layer["active"] for layer in report["layers"]}
     assert layers["landlock"] and layers["mount_namespace"], report["layers"]
+
+
+def test_a_cache_folder_that_cannot_be_written_is_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("ENVHARNESS_CACHE", str(blocker / "cache"))
+    with pytest.raises(JailEnvironmentUnavailable) as caught:
+        ensure_built(JAIL_ENVIRONMENT)
+    assert "\n" not in str(caught.value) and "cannot be written" in str(caught.value), caught.value
+    assert blocker.read_text() == "not a folder"
