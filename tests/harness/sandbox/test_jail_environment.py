@@ -128,6 +128,14 @@ def test_the_environment_is_built_once_verified_and_reused(tmp_path: Path) -> No
     }
 
 
+OFFLINE_PIP = {
+    "PIP_INDEX_URL": "http://127.0.0.1:9/simple",
+    "PIP_FIND_LINKS": "",
+    "PIP_RETRIES": "0",
+    "PIP_TIMEOUT": "2",
+}
+
+
 def offline(monkeypatch: pytest.MonkeyPatch, cache: Path) -> None:
     monkeypatch.setenv("ENVHARNESS_CACHE", str(cache))
     monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
@@ -222,7 +230,8 @@ sys.stdout.write(json.dumps({"uid": __import__("os").getuid(), **asyncio.run(att
 
 
 def test_an_unprivileged_harness_runs_the_same_environment(tmp_path: Path) -> None:
-    """An ordinary user's harness reads the environment from its own cache (a copy of the built one)."""
+    """An ordinary user's harness, offline, reads the environment from its own cache (a copy of the built one,
+    as from another machine)."""
     built = ensure_built(JAIL_ENVIRONMENT)
     home = tmp_path / "home"
     cache = home / "cache"
@@ -231,7 +240,7 @@ def test_an_unprivileged_harness_runs_the_same_environment(tmp_path: Path) -> No
     finished = run_as_ordinary_user(
         [sys.executable, "-c", UNPRIVILEGED, HARNESS_PYDANTIC_FILE],
         home=home,
-        extra_env={"ENVHARNESS_CACHE": str(cache)},
+        extra_env={"ENVHARNESS_CACHE": str(cache), **OFFLINE_PIP},
     )
     assert finished.returncode == 0, finished.stdout + finished.stderr
     report = json.loads(finished.stdout.splitlines()[-1])
