@@ -82,8 +82,12 @@ def agent_kind_mismatch(rules: EpisodeRules, agent_kind: str, model_free: bool) 
 def jail_modules() -> frozenset[str]:
     """The third-party modules environments' code may import in the jail: those the benchmarks declare."""
     declared = {module for owner in benchmarks() for module in owner.jail_modules}
+    # An environment's top-level names only: its submodules are imported ahead by its own pools alone.
     declared.update(
-        module for owner in benchmarks() if owner.jail_environment for module in owner.jail_environment.modules
+        module.split(".")[0]
+        for owner in benchmarks()
+        if owner.jail_environment is not None
+        for module in owner.jail_environment.modules
     )
     return frozenset(declared)
 

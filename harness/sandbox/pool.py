@@ -323,6 +323,9 @@ class SandboxPool:
         self.jail_modules = frozenset(jail_modules)
         """The third-party modules code in the jail may import (names; ``harness.sandbox.policy``)."""
         self.optional_modules = None if optional_modules is None else frozenset(optional_modules)
+        if self.optional_modules is not None and environment is not None:  # with the submodules it declares
+            named = {name.split(".")[0] for name in self.optional_modules}
+            self.optional_modules |= {name for name in environment.modules if name.split(".")[0] in named}
         """The jail modules its zygotes load ahead; None: all."""
         self._zygotes: list[Zygote] = []
         self._next = itertools.count()
