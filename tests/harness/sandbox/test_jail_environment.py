@@ -17,7 +17,7 @@ import pydantic
 import pytest
 
 from harness.benchmarks.tau2.benchmark import JAIL_ENVIRONMENT
-from harness.records.library import Library
+from harness.records.library import Library, LibraryError
 from harness.sandbox.jail_environment import (
     JailEnvironment,
     JailEnvironmentUnavailable,
@@ -259,3 +259,17 @@ def test_a_cache_folder_that_cannot_be_written_is_one_line(monkeypatch: pytest.M
         ensure_built(JAIL_ENVIRONMENT)
     assert "\n" not in str(caught.value) and "cannot be written" in str(caught.value), caught.value
     assert blocker.read_text() == "not a folder"
+
+
+def test_a_library_of_two_benchmarks_with_different_environments_is_refused_in_one_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    other = JailEnvironment(name="other", requirements=("mpmath==1.3.0",), modules=frozenset({"mpmath"}), reference="t")
+    monkeypatch.setattr("harness.records.library.jail_environments", lambda: {"tau2": JAIL_ENVIRONMENT, "other": other})
+    theirs = probe_environment().model_copy(update={"id": "other-probe", "provenance": Provenance(source="other")})
+    library = Library.of([probe_environment(), theirs], [], source="mixed")
+    with pytest.raises(LibraryError) as caught:
+        library.jail()
+    assert "\n" not in str(caught.value) and "other, tau2" in str(caught.value), caught.value
+    # One benchmark's scenarios alone get that benchmark's environment.
+    assert Library.of([theirs], [], source="one").jail().environment == other
