@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,6 +55,18 @@ class BuiltEnvironment:
     @property
     def site(self) -> Path:
         return self.root / SITE
+
+
+def with_submodules(optional: Iterable[str] | None, environment: JailEnvironment | None) -> frozenset[str] | None:
+    """The modules a pool imports ahead (``optional``; None: all), with the environment's declared submodules of
+    every top-level name among them."""
+    if optional is None:
+        return None
+    chosen = frozenset(optional)
+    if environment is None:
+        return chosen
+    named = {name.split(".")[0] for name in chosen}
+    return chosen | {name for name in environment.modules if name.split(".")[0] in named}
 
 
 def cache_root() -> Path:
@@ -220,4 +233,5 @@ __all__ = [
     "cache_root",
     "cached_environments",
     "ensure_built",
+    "with_submodules",
 ]

@@ -41,7 +41,7 @@ from harness.sandbox.errors import (
     WeakSandbox,
     weak_sandbox_message,
 )
-from harness.sandbox.jail_environment import ensure_built
+from harness.sandbox.jail_environment import ensure_built, with_submodules
 from harness.sandbox.limits import SandboxLimits
 from harness.sandbox.load_gate import LoadGate
 from harness.sandbox.replies import (
@@ -291,9 +291,8 @@ class SandboxPool:
     third-party modules code in the jail may import (by default those the installed benchmarks declare:
     ``harness.registry.jail_modules``; only the names reach the zygote); ``optional_modules`` those of them its
     zygotes import ahead (``policy.optional_modules_named_in`` of the code it will run), by default all that are
-    installed, at some CPU per session. ``environment``, a benchmark's jail environment, is where those modules
-    come from (its declared modules by default), built into the cache when the pool starts. ``code_to_lint``
-    (environment and check sources the pool will run) gets its static checks while the first zygote boots.
+    installed, at some CPU per session. ``environment``: the jail environment those modules come from (built when
+    the pool starts). ``code_to_lint`` (sources it will run) gets its static checks while the first zygote boots.
     """
 
     def __init__(
@@ -322,10 +321,7 @@ class SandboxPool:
             jail_modules = environment.modules if environment is not None else registered()
         self.jail_modules = frozenset(jail_modules)
         """The third-party modules code in the jail may import (names; ``harness.sandbox.policy``)."""
-        self.optional_modules = None if optional_modules is None else frozenset(optional_modules)
-        if self.optional_modules is not None and environment is not None:  # with the submodules it declares
-            named = {name.split(".")[0] for name in self.optional_modules}
-            self.optional_modules |= {name for name in environment.modules if name.split(".")[0] in named}
+        self.optional_modules = with_submodules(optional_modules, environment)
         """The jail modules its zygotes load ahead; None: all."""
         self._zygotes: list[Zygote] = []
         self._next = itertools.count()
