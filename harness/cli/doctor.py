@@ -15,7 +15,9 @@ from rich.table import Table
 from harness.cli.aio import run_to_end
 from harness.cli.errors import RefusingCommand
 from harness.console import console, markup_text, outside
+from harness.registry import jail_environments
 from harness.sandbox import SandboxError
+from harness.sandbox.jail_environment import cache_root, cached_environments
 from harness.sandbox.spec import JailSpec
 
 GUARANTEES: dict[str, str] = {
@@ -45,6 +47,57 @@ def guarantee(name: str) -> str:
     return GUARANTEES.get(name, "")
 
 
+def environment_rows() -> list[dict[str, object]]:
+    """The jail environments: each one the installed benchmarks declare (built or not), then any other built one
+    the cache holds (an older pin, another benchmark's)."""
+    built = {folder.name: (folder, record) for folder, record in cached_environments()}
+    rows: list[dict[str, object]] = []
+    for name, environment in sorted(jail_environments().items()):
+        folder, record = built.pop(environment.key, (cache_root() / environment.key, None))
+        rows.append(
+            {
+                "benchmark": name,
+                "requirements": list(environment.requirements),
+                "reference": environment.reference,
+                "folder": str(folder),
+                "built": record is not None,
+                "installed": (record or {}).get("installed", {}),
+            }
+        )
+    for folder, record in (built[key] for key in sorted(built)):
+        rows.append(
+            {
+                "benchmark": str(record.get("name", "")),
+                "requirements": _strings(record.get("requirements")),
+                "reference": str(record.get("reference", "")),
+                "folder": str(folder),
+                "built": True,
+                "installed": record.get("installed", {}),
+                "declared": False,
+            }
+        )
+    return rows
+
+
+def _strings(value: object) -> list[str]:
+    return [str(item) for item in value] if isinstance(value, list) else []
+
+
+def _environment_table(rows: list[dict[str, object]]) -> Table:
+    table = Table(title=f"Jail environments (cache: {cache_root()})")
+    table.add_column("benchmark")
+    table.add_column("pins")
+    table.add_column("built")
+    table.add_column("folder", overflow="fold")
+    for row in rows:
+        mark = "[green]yes[/green]" if row["built"] else "[yellow]not yet (built on first use)[/yellow]"
+        if row.get("declared") is False:
+            mark += " (no installed benchmark declares it)"
+        pins = ", ".join(_strings(row["requirements"]))
+        table.add_row(outside(str(row["benchmark"]), multiline=False), outside(pins), mark, outside(str(row["folder"])))
+    return table
+
+
 async def _layers() -> list[dict[str, object]]:
     async with JailSpec().pool() as pool:
         return list(pool.layers)
@@ -59,8 +112,9 @@ def doctor_report(console: Console, *, json_output: bool = False) -> int:
         return 2
     layers = [{**layer, "guarantee": guarantee(str(layer["name"]))} for layer in layers]
     missing = [layer for layer in layers if not layer["active"]]
+    environments = environment_rows()
     if json_output:
-        payload = {"ok": not missing, "uid": os.geteuid(), "layers": layers}
+        payload = {"ok": not missing, "uid": os.geteuid(), "layers": layers, "jail_environments": environments}
         sys.stdout.write(orjson.dumps(payload, option=orjson.OPT_INDENT_2).decode() + "\n")
         return 1 if missing else 0
     who = "root" if os.geteuid() == 0 else f"uid {os.geteuid()}"
@@ -74,6 +128,7 @@ def doctor_report(console: Console, *, json_output: bool = False) -> int:
         promise = str(layer["guarantee"]) if layer["active"] else f"NOT guaranteed: {layer['guarantee']}"
         table.add_row(outside(layer["name"], multiline=False), mark, promise, outside(layer["detail"]))
     console.print(table)
+    console.print(_environment_table(environments))
     if missing:
         console.print(
             f"[yellow]{len(missing)} layer(s) missing: local folders still run (with a warning); code from the Hub "

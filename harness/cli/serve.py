@@ -171,7 +171,7 @@ def serve(
             raise BadInput(f"{env_id} has a tool named {FINISH_TOOL!r}, the tool that ends an OpenEnv episode")
 
     from harness.mcp.server import EnvironmentServer
-    from harness.registry import jail_modules
+    from harness.registry import jail_environments, jail_modules
     from harness.sandbox import WeakSandbox
     from harness.sandbox.policy import optional_modules_named_in
     from harness.sandbox.spec import JailSpec
@@ -195,6 +195,7 @@ def serve(
             [library.environments[env_id].code, *(check.source for s in scenarios for check in s.checks)],
             jail_modules(),
         ),
+        environment=jail_environments().get(library.environments[env_id].provenance.source),
     ).pool()
 
     async def run() -> None:

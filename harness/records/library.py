@@ -23,11 +23,12 @@ from harness.records.containment import OutsideLibrary, require_inside
 from harness.records.fingerprint import fingerprint
 from harness.records.scenario_json import scenario_json
 from harness.records.scenario_lines import ScenarioLines
-from harness.registry import jail_modules
+from harness.registry import jail_environments, jail_modules
 from harness.sandbox.limits import SandboxLimits
 from harness.sandbox.policy import optional_modules_named_in
 from harness.sandbox.spec import CodeOrigin, JailSpec
 from harness.schema import DatasetRef, Environment, Provenance, Scenario
+from harness.schema.jail import JailEnvironment
 from harness.toolspec import derive_tools
 
 logger = logging.getLogger(__name__)
@@ -68,6 +69,30 @@ class Library:
         checks = (check.source for scenario in chosen for check in scenario.checks)
         return optional_modules_named_in(itertools.chain(codes, checks), jail_modules())
 
+    def jail_environment(self, scenarios: Iterable[Scenario] | None = None) -> JailEnvironment | None:
+        """The jail environment these scenarios' environments run in (by default the whole library's): the one their
+        benchmark declares, found by each environment's ``provenance.source``, so a library imported before its
+        benchmark declared one gets it too. Environments of two benchmarks with different environments cannot share
+        a pool: refused in one line."""
+        if scenarios is None:
+            chosen = list(self.environments.values())
+        else:
+            ids = {s.environment_id for s in scenarios}
+            chosen = [e for e in self.environments.values() if e.id in ids]
+        declared = jail_environments()
+        found = {
+            declared[e.provenance.source].key: declared[e.provenance.source]
+            for e in chosen
+            if e.provenance.source in declared
+        }
+        if len(found) > 1:
+            names = ", ".join(sorted(environment.name for environment in found.values()))
+            raise LibraryError(
+                f"{self.source.source} holds environments of benchmarks whose code runs on different pinned packages "
+                f"({names}): run each benchmark's scenarios separately (--scenario or a library of its own)"
+            )
+        return next(iter(found.values()), None)
+
     @property
     def code_origin(self) -> CodeOrigin:
         return CodeOrigin.HUB if self.from_hub else CodeOrigin.LOCAL
@@ -81,13 +106,16 @@ class Library:
         limits: SandboxLimits | None = None,
     ) -> JailSpec:
         """The jail that runs this library's code (the trust rule applied to where it came from), loading the
-        optional modules these scenarios need (by default the whole library's)."""
+        optional modules these scenarios need (by default the whole library's), from their benchmark's jail
+        environment when it declares one."""
+        chosen = None if scenarios is None else list(scenarios)
         return JailSpec.for_code(
             self.code_origin,
             allow_weak_sandbox=allow_weak_sandbox,
             workers=workers,
             limits=limits,
-            optional_modules=self.optional_modules(scenarios),
+            optional_modules=self.optional_modules(chosen),
+            environment=self.jail_environment(chosen),
         )
 
 

@@ -70,6 +70,9 @@ def _clashes(benchmark: Benchmark, taken: dict[str, str]) -> list[str]:
         elif f"{what}:{name}" in taken:
             found.append(f"its {what} {name!r} is already {taken[f'{what}:{name}']}'s")
     found.extend(problem for module in benchmark.jail_modules if (problem := jail_module_problem(module)))
+    if benchmark.jail_environment is not None:
+        modules = benchmark.jail_environment.modules
+        found.extend(problem for module in sorted(modules) if (problem := jail_module_problem(module)))
     return found
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from harness.registry.catalog import catalog
 from harness.registry.records import AgentKind, Benchmark, JudgeKind, RewardComponent
 from harness.rules.profiles import DEFAULT_RULES, HARNESS_RULES, EpisodeRules, UnknownRules
+from harness.schema.jail import JailEnvironment
 
 
 class UnknownBenchmark(ValueError):
@@ -85,7 +86,21 @@ def agent_kind_mismatch(rules: EpisodeRules, agent_kind: str, model_free: bool) 
 
 def jail_modules() -> frozenset[str]:
     """The third-party modules environments' code may import in the jail: those the benchmarks declare."""
-    return frozenset(module for owner in benchmarks() for module in owner.jail_modules)
+    declared = {module for owner in benchmarks() for module in owner.jail_modules}
+    # An environment's top-level names only: its submodules are imported ahead by its own pools alone.
+    declared.update(
+        module.split(".")[0]
+        for owner in benchmarks()
+        if owner.jail_environment is not None
+        for module in owner.jail_environment.modules
+    )
+    return frozenset(declared)
+
+
+def jail_environments() -> dict[str, JailEnvironment]:
+    """The jail environments the installed benchmarks declare, by the benchmark's name (its libraries'
+    ``provenance.source``)."""
+    return {owner.name: owner.jail_environment for owner in benchmarks() if owner.jail_environment is not None}
 
 
 def released_sources() -> frozenset[str]:

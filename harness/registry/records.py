@@ -24,6 +24,7 @@ from harness.schema import (
     TerminationReason,
     Trajectory,
 )
+from harness.schema.jail import JailEnvironment
 
 NAME_PATTERN = re.compile(r"[a-z][a-z0-9-]{0,39}")
 """A benchmark's, a profile's and an agent kind's name: what a user types after ``harness import`` or ``--rules``."""
@@ -247,6 +248,12 @@ class Benchmark(BaseModel):
         default=frozenset(),
         description="Third-party modules its environments' code may import in the jail, when installed (names only: "
         "the jail's processes never import the benchmark's own code).",
+    )
+    jail_environment: JailEnvironment | None = Field(
+        default=None,
+        description="The pinned packages its environments' code imports, at upstream's versions: a pool that runs "
+        "its libraries (by their provenance.source) imports them from this environment, built once into the cache "
+        "(harness.sandbox.jail_environment), never from the harness's own copies.",
     )
     importer: ImportCommand | None = None
     exporter: ExportCommand | None = None

@@ -13,6 +13,8 @@ if TYPE_CHECKING:
     from harness.sandbox.errors import EnvironmentLoadError as EnvironmentLoadError
     from harness.sandbox.errors import SandboxError as SandboxError
     from harness.sandbox.errors import WeakSandbox as WeakSandbox
+    from harness.sandbox.jail_environment import JailEnvironment as JailEnvironment
+    from harness.sandbox.jail_environment import JailEnvironmentUnavailable as JailEnvironmentUnavailable
     from harness.sandbox.limits import SandboxLimits as SandboxLimits
     from harness.sandbox.pool import (
         EnvSession as EnvSession,
@@ -35,6 +37,8 @@ _EXPORTS = {
     "SandboxLimits": "harness.sandbox.limits",
     "SandboxPool": "harness.sandbox.pool",
     "WeakSandbox": "harness.sandbox.errors",
+    "JailEnvironment": "harness.sandbox.jail_environment",
+    "JailEnvironmentUnavailable": "harness.sandbox.jail_environment",
     "CodeOrigin": "harness.sandbox.spec",
     "JailSpec": "harness.sandbox.spec",
     "requires_full_confinement": "harness.sandbox.spec",

@@ -24,6 +24,7 @@ reason (``harness doctor``) and never silently assumed.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import resource
@@ -93,6 +94,9 @@ class Confinement:
     disabled: frozenset[str]
     jail_modules: frozenset[str] = frozenset()
     """The third-party modules the children may import (their folders are readable roots)."""
+    jail_site: str | None = None
+    """A jail environment's package folder (``harness.sandbox.jail_environment``): then the only third-party
+    readable root, in place of the jail modules' folders."""
     statuses: dict[str, LayerStatus] = field(default_factory=dict)
     landlock_ruleset_fd: int | None = None
     signal_scope_fd: int | None = None
@@ -207,10 +211,10 @@ def disabled_layers(environ: dict[str, str] | None = None) -> frozenset[str]:
     return frozenset(names)
 
 
-def readable_roots(jail_modules: Iterable[str] = ()) -> list[str]:
+def readable_roots(jail_modules: Iterable[str] = (), jail_site: str | None = None) -> list[str]:
     """What a confined child may read, for imports the zygote did not do ahead: the standard library and the
     package folders of the jail modules (third-party modules, by name) that are imported (never the rest of
-    site-packages).
+    site-packages); with a jail environment, its package folder ``jail_site`` instead of those folders.
 
     The standard library is looked up from the base installation: inside a virtual environment ``platstdlib``
     would otherwise name the environment's ``lib/pythonX.Y``, which holds all of its site-packages."""
@@ -222,6 +226,9 @@ def readable_roots(jail_modules: Iterable[str] = ()) -> list[str]:
     }
     paths = sysconfig.get_paths(vars=base)
     roots = {os.path.realpath(paths[key]) for key in ("stdlib", "platstdlib") if key in paths}
+    if jail_site is not None:
+        roots.add(os.path.realpath(jail_site))
+        jail_modules = ()
     for name in jail_modules:
         module = sys.modules.get(name)
         location = getattr(module, "__file__", None)
@@ -230,20 +237,52 @@ def readable_roots(jail_modules: Iterable[str] = ()) -> list[str]:
     return sorted(root for root in roots if os.path.isdir(root))
 
 
+def use_jail_environment(site: str) -> None:
+    """Make the jail environment's package folder ``site`` the zygote's source of third-party modules, before it
+    imports any of them (``harness.sandbox.jail_environment``).
+
+    The split: the zygote's own code (``harness.sandbox``, found through ``PYTHONPATH``; ``orjson``, already
+    imported; the Landlock bindings, imported here) keeps coming from the harness's environment and is imported
+    before this returns; every module the environment holds comes from ``site``, which goes first on the path.
+    A module of the environment already imported from the harness's copies would mix the two: refused."""
+    with contextlib.suppress(ImportError):
+        import landlock
+        import landlock.plumbing  # noqa: F401
+    real = os.path.realpath(site)
+    held = _top_level_names(real)
+    mixed = sorted(name for name in held if name in sys.modules)
+    if mixed:
+        raise ConfinementError(f"the zygote imported {', '.join(mixed)} before its jail environment {real}")
+    sys.path.insert(0, real)
+
+
+def _top_level_names(site: str) -> set[str]:
+    names = set()
+    for entry in os.listdir(site):
+        if entry.endswith((".dist-info", ".data", "__pycache__")):
+            continue
+        names.add(entry.split(".")[0])
+    return names
+
+
 def prepare(
     memory_mb: int,
     disabled: frozenset[str],
     seccomp: dict[str, str] | None = None,
     jail_modules: Iterable[str] = (),
+    jail_site: str | None = None,
 ) -> Confinement:
     """Detect and prepare every layer in the zygote (once). Never raises: a missing layer is reported.
-    ``jail_modules`` name the third-party modules whose folders the children may read (those imported).
+    ``jail_modules`` name the third-party modules whose folders the children may read (those imported);
+    ``jail_site``, a jail environment's package folder, replaces those folders.
 
     ``seccomp`` is what :func:`seccomp_filter` built in the harness (the zygote never imports the bindings: they
     pull in ``threading``, whose handler would then run, and write to memory, in every forked child).
 
     With the PID namespace in force the calling process forks here: only the new zygote returns."""
-    confinement = Confinement(memory_mb=memory_mb, disabled=disabled, jail_modules=frozenset(jail_modules))
+    confinement = Confinement(
+        memory_mb=memory_mb, disabled=disabled, jail_modules=frozenset(jail_modules), jail_site=jail_site
+    )
     statuses = confinement.statuses
 
     def record(name: str, active: bool, detail: str) -> None:
@@ -293,7 +332,7 @@ def prepare(
     if "mount_namespace" in disabled:
         record("mount_namespace", False, "")
     else:
-        roots = readable_roots(confinement.jail_modules)
+        roots = readable_roots(confinement.jail_modules, confinement.jail_site)
         in_user_namespace = prepare_mount_namespace(libc, record, in_user_namespace, roots)
     confinement.drop_capabilities = in_user_namespace
     return confinement
@@ -339,11 +378,11 @@ def _prepare_landlock(confinement: Confinement, record: Any, libc: Any, scope: b
     try:
         if scoped_fd is None:
             ruleset = landlock.Ruleset()
-            ruleset.allow(*readable_roots(confinement.jail_modules), rules=readable)
+            ruleset.allow(*readable_roots(confinement.jail_modules, confinement.jail_site), rules=readable)
             fd = ruleset._fd  # the ruleset object closes nothing on its own; its descriptor is kept for the children
         else:
             fd = scoped_fd
-            for root in readable_roots(confinement.jail_modules):
+            for root in readable_roots(confinement.jail_modules, confinement.jail_site):
                 held = os.open(root, os.O_PATH | os.O_CLOEXEC)
                 try:
                     get_add_rule()(fd, 1, ctypes.byref(PathBeneathAttr(readable, held)), 0)
@@ -382,4 +421,5 @@ __all__ = [
     "prepare",
     "readable_roots",
     "seccomp_filter",
+    "use_jail_environment",
 ]

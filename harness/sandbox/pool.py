@@ -41,6 +41,7 @@ from harness.sandbox.errors import (
     WeakSandbox,
     weak_sandbox_message,
 )
+from harness.sandbox.jail_environment import ensure_built, with_submodules
 from harness.sandbox.limits import SandboxLimits
 from harness.sandbox.load_gate import LoadGate
 from harness.sandbox.replies import (
@@ -61,6 +62,7 @@ from harness.schema import (
     CheckResult,
     DiffEntry,
     Environment,
+    JailEnvironment,
     Observation,
     ObservationKind,
     ToolCall,
@@ -289,8 +291,8 @@ class SandboxPool:
     third-party modules code in the jail may import (by default those the installed benchmarks declare:
     ``harness.registry.jail_modules``; only the names reach the zygote); ``optional_modules`` those of them its
     zygotes import ahead (``policy.optional_modules_named_in`` of the code it will run), by default all that are
-    installed, at some CPU per session. ``code_to_lint`` (environment and check
-    sources the pool will run) gets its static checks while the first zygote boots, on this process's core.
+    installed, at some CPU per session. ``environment``: the jail environment those modules come from (built when
+    the pool starts). ``code_to_lint`` (sources it will run) gets its static checks while the first zygote boots.
     """
 
     def __init__(
@@ -302,6 +304,7 @@ class SandboxPool:
         optional_modules: Iterable[str] | None = None,
         code_to_lint: Iterable[str] = (),
         jail_modules: Iterable[str] | None = None,
+        environment: JailEnvironment | None = None,
     ):
         self.limits = limits or SandboxLimits()
         self.reply_limits = ReplyLimits(self.limits)
@@ -309,13 +312,16 @@ class SandboxPool:
         """States read lately, shared by the readers that promise not to change them (``EnvSession.state``)."""
         self.size = max(1, workers or 1)
         self.require_full_confinement = require_full_confinement
+        self.environment = environment
+        self._jail_site: str | None = None
+        """The environment's package folder once built (its children's only third-party readable root)."""
         if jail_modules is None:
             from harness.registry import jail_modules as registered
 
-            jail_modules = registered()
+            jail_modules = environment.modules if environment is not None else registered()
         self.jail_modules = frozenset(jail_modules)
         """The third-party modules code in the jail may import (names; ``harness.sandbox.policy``)."""
-        self.optional_modules = None if optional_modules is None else frozenset(optional_modules)
+        self.optional_modules = with_submodules(optional_modules, environment)
         """The jail modules its zygotes load ahead; None: all."""
         self._zygotes: list[Zygote] = []
         self._next = itertools.count()
@@ -352,6 +358,7 @@ class SandboxPool:
             "seccomp": seccomp_filter(),
             "optional_modules": None if self.optional_modules is None else sorted(self.optional_modules),
             "jail_modules": sorted(self.jail_modules),
+            "jail_site": self._jail_site,
         }
 
     def _new_zygote(self) -> Zygote:
@@ -378,6 +385,9 @@ class SandboxPool:
             if self._started:
                 return
             disabled_layers()  # a typo in HARNESS_SANDBOX_DISABLE is an error, not a silent full jail
+            if self.environment is not None and self._jail_site is None:
+                built = await asyncio.to_thread(ensure_built, self.environment)
+                self._jail_site = str(built.site)
             zygotes = [self._new_zygote() for _ in range(self.size)]
             try:
                 await asyncio.gather(*(z.start(self._lint_ahead if i == 0 else None) for i, z in enumerate(zygotes)))

@@ -1,7 +1,8 @@
 """The one recipe every sandbox pool is made from, and the one place the trust rule lives.
 
-A :class:`JailSpec` says how many zygotes, which limits, which third-party modules a pool's children may import,
-and whether every confinement layer is required. :meth:`JailSpec.pool` is the only place a
+A :class:`JailSpec` says how many zygotes, which limits, which third-party modules a pool's children may import
+(and from which jail environment, when the code's benchmark declares one), and whether every confinement layer is
+required. :meth:`JailSpec.pool` is the only place a
 :class:`~harness.sandbox.pool.SandboxPool` is built, so a new caller cannot forget the rule.
 
 The trust rule (:func:`requires_full_confinement`): code that came from someone else (a Hub dataset, or a
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict, Field
 
 from harness.sandbox.limits import SandboxLimits
+from harness.schema.jail import JailEnvironment
 
 if TYPE_CHECKING:
     from harness.sandbox.pool import SandboxPool
@@ -58,6 +60,11 @@ class JailSpec(BaseModel):
         description="Third-party modules the children may import (names); None: those the installed benchmarks "
         "declare, read where the pool is made.",
     )
+    environment: JailEnvironment | None = Field(
+        default=None,
+        description="The jail environment whose packages the children import (built into the cache when missing); "
+        "None: the harness's own copies of the jail modules.",
+    )
 
     @classmethod
     def for_code(
@@ -68,6 +75,7 @@ class JailSpec(BaseModel):
         workers: int | None = None,
         limits: SandboxLimits | None = None,
         optional_modules: Iterable[str] | None = None,
+        environment: JailEnvironment | None = None,
     ) -> JailSpec:
         """The spec for code of ``origin``, with the trust rule applied."""
         return cls(
@@ -75,6 +83,7 @@ class JailSpec(BaseModel):
             limits=limits or SandboxLimits(),
             full_confinement=requires_full_confinement(origin, allow_weak_sandbox),
             optional_modules=None if optional_modules is None else frozenset(optional_modules),
+            environment=environment,
         )
 
     def pool(self, *, code_to_lint: Iterable[str] = ()) -> SandboxPool:
@@ -88,6 +97,7 @@ class JailSpec(BaseModel):
             optional_modules=self.optional_modules,
             code_to_lint=code_to_lint,
             jail_modules=self.jail_modules,
+            environment=self.environment,
         )
 
 

@@ -34,7 +34,7 @@ from typing import Any
 import orjson
 
 from harness.sandbox import check_runner, runtime, warm_up
-from harness.sandbox.confine import Confinement, ConfinementError, disabled_layers, prepare
+from harness.sandbox.confine import Confinement, ConfinementError, disabled_layers, prepare, use_jail_environment
 from harness.sandbox.confirmation import CONFINED, UNCONFINED_STATUS
 from harness.sandbox.namespaces import HOST_NAME
 from harness.sandbox.uids import BLOCK_SIZE
@@ -387,12 +387,16 @@ def main() -> None:
     if os.getppid() == 1:
         return
     jail_modules = frozenset(options.get("jail_modules") or ())
+    jail_site = options.get("jail_site")
+    if jail_site:
+        use_jail_environment(jail_site)
     runtime.prepare_interpreter(options.get("optional_modules"), jail_modules)
     confinement = prepare(
         int(options["memory_mb"]),
         disabled_layers(options.get("disabled_env", {})),
         options.get("seccomp"),
         jail_modules,
+        jail_site or None,
     )
     warm_up.warm_up(settings, check_runner.run_checks)
     check_runner.prepare_check_restore()

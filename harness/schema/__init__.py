@@ -5,6 +5,7 @@ Each top-level record carries ``schema_version``. JSON round trips are lossless:
 environment state are plain JSON values (dicts, lists, strings, numbers, booleans, null).
 """
 
+from harness.schema.jail import JailEnvironment
 from harness.schema.judged import JUDGE_RECORD_VERSION, JudgeExchange, JudgeRecord, JudgeVerdict
 from harness.schema.library import (
     PREVIOUS_SCHEMA_VERSIONS,
@@ -74,6 +75,7 @@ __all__ = [
     "FailureParty",
     "FunctionSpec",
     "JSONValue",
+    "JailEnvironment",
     "JudgeExchange",
     "JudgeRecord",
     "JudgeVerdict",

