@@ -19,12 +19,12 @@ from harness.registry import (
     profile_owner,
     rules_profile,
 )
-from harness.rules.profiles import DEFAULT_RULES, UnknownRules
+from harness.rules.profiles import DEFAULT_RULES, EpisodeRules, UnknownRules
 from harness.sandbox import SandboxPool
 from harness.schema import AgentSettings, Mode, Scenario
 from harness.validate import invalid_scenarios
 
-from .config import MODEL_FREE_AGENT_KINDS, RunConfig, RunRefused, agent_settings, user_settings
+from .config import MODEL_FREE_AGENT_KINDS, RunConfig, RunRefused, agent_settings, user_settings, with_sampling
 
 logger = logging.getLogger(__name__)
 
@@ -170,7 +170,7 @@ def resolve_settings(config: RunConfig, library: Library) -> tuple[RunConfig, di
         update["user_model"], origins["user_model"] = recommended.user_model, LIBRARY
     if applies and config.max_steps is None and recommended.max_steps is not None:
         update["max_steps"], origins["max_steps"] = recommended.max_steps, LIBRARY
-    return config.model_copy(update=update), origins
+    return with_sampling(config.model_copy(update=update)), origins
 
 
 def resolve_rules(config: RunConfig, library: Library, scenarios: list[Scenario]) -> RunConfig:
@@ -192,7 +192,7 @@ def rules_mismatch(config: RunConfig, library: Library, scenarios: list[Scenario
     if agent_problem is not None:
         return agent_problem
     if profile.required_source is None:
-        return None
+        return prompts_missing(profile, library, scenarios)
     foreign = sorted(
         {
             s.environment_id
@@ -201,13 +201,25 @@ def rules_mismatch(config: RunConfig, library: Library, scenarios: list[Scenario
             or environment.provenance.source != profile.required_source
         }
     )
-    if not foreign:
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        return (
+            f"--rules {profile.name} runs only environments imported with `harness import {profile.required_source}`; "
+            f"{shown} {'is' if len(foreign) == 1 else 'are'} not"
+        )
+    return prompts_missing(profile, library, scenarios)
+
+
+def prompts_missing(profile: EpisodeRules, library: Library, scenarios: list[Scenario]) -> str | None:
+    """The first scenario whose records cannot give the profile's prompts, as one line."""
+    if profile.prompts.missing is None:
         return None
-    shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
-    return (
-        f"--rules {profile.name} runs only environments imported with `harness import {profile.required_source}`; "
-        f"{shown} {'is' if len(foreign) == 1 else 'are'} not"
-    )
+    for scenario in scenarios:
+        environment = library.environments.get(scenario.environment_id)
+        problem = None if environment is None else profile.prompts.missing(environment, scenario)
+        if problem is not None:
+            return f"--rules {profile.name}: {scenario.id}: {problem}"
+    return None
 
 
 async def drop_invalid(
