@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import Any
 import orjson
 import pytest
 
+from harness.library import load_library
 from tests.doubles.mock_openai import MockOpenAIServer, PolicyRequest, make_tool_call, message_text
 from tests.harness.benchmarks.test_tau2_import import airline_library, retail_library, tau2_wheel, wheel_json  # noqa: F401
 from tests.harness.benchmarks.test_tau2_telecom import telecom_library  # noqa: F401  (fixture)
@@ -29,6 +31,7 @@ from tests.support.tau2_venv import tau2_venv
 
 pytestmark = pytest.mark.tau2_venv
 
+PROMPTS_DUMP = Path(__file__).resolve().parents[2] / "doubles" / "tau2_prompts_dump.py"
 AGENT_MODEL = "wire-agent"
 USER_MODEL = "wire-user"
 STOP = "###STOP###"
@@ -262,3 +265,54 @@ def test_the_telecom_user_is_told_its_persona_and_calls_its_own_tools(
         assert any(persona in prompt for prompt in prompts)
     assert all(body["tools"] and body["tool_choice"] == "auto" for body in user_requests)
     assert any(m["role"] == "tool" for body in user_requests for m in body["messages"])
+
+
+def test_every_tasks_stored_prompts_are_what_upstreams_classes_make(
+    tau2_official: CachedVenv,
+    airline_library: Path,  # noqa: F811
+    retail_library: Path,  # noqa: F811
+    telecom_library: Path,  # noqa: F811
+) -> None:
+    """Every imported task of every domain: the agent's and the user's system prompts stored by the import are the
+    ones upstream's ``LLMAgent`` and ``UserSimulator`` make in the wheel's venv, persona included."""
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "PYTHONPATH": ""}
+    command = [str(tau2_official.python), str(PROMPTS_DUMP), "airline", "retail", "telecom"]
+    finished = subprocess.run(command, capture_output=True, timeout=900, env=env, cwd=tau2_official.root)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    upstream = orjson.loads(finished.stdout)
+    libraries = {"airline": airline_library, "retail": retail_library, "telecom": telecom_library}
+    for domain, folder in libraries.items():
+        library = load_library(folder)
+        (environment,) = library.environments.values()
+        assert environment.provenance.details["tau2_agent_prompt"]["system_prompt"] == upstream[domain]["agent"]
+        assert library.scenarios
+        for scenario in library.scenarios:
+            stored = scenario.provenance.details["tau2_user_prompt"]["system_prompt"]
+            assert stored == upstream[domain]["users"][scenario.provenance.upstream_id], scenario.id
+    telecom = load_library(telecom_library).scenarios
+    assert sum(1 for s in telecom if "persona" in str(s.provenance.details["upstream_task"]["user_scenario"])) > 0
+
+
+def test_a_library_imported_before_the_prompts_were_stored_is_refused_in_one_line(
+    server: MockOpenAIServer,
+    airline_library: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    old = tmp_path / "old"
+    shutil.copytree(airline_library, old)
+    scenarios = old / "scenarios" / "tau2-airline.jsonl"
+    records = [orjson.loads(line) for line in scenarios.read_bytes().splitlines()]
+    for record in records:
+        del record["provenance"]["details"]["tau2_user_prompt"]
+    scenarios.write_bytes(b"".join(orjson.dumps(record) + b"\n" for record in records))
+    before = len(server.chat_requests())
+    out = tmp_path / "run"
+    models = tmp_path / "models.toml"
+    models.write_text(f'[aliases.{AGENT_MODEL}]\nmodel = "openai/{AGENT_MODEL}"\napi_base = "{server.base_url}"\n')
+    command = ["run", "--envs", str(old), "--out", str(out), "--rules", "tau2", "--model", AGENT_MODEL]
+    finished = harness([*command, "--scenario", "tau2-airline-0"], {"HARNESS_MODELS_FILE": str(models)})
+    assert finished.code == 2, finished.stderr
+    (line,) = [line for line in finished.stderr_lines if line.strip()]
+    assert "tau2-airline-0" in line and "re-import it with `harness import tau2`" in line
+    assert len(server.chat_requests()) == before  # no model was asked anything
+    assert not (out / "results.jsonl").exists()
