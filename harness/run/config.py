@@ -130,7 +130,11 @@ class RunConfig(BaseModel):
         default=None,
         description="The agent's completion token cap per model call (default: the rules' benchmark's, else none).",
     )
-    seed: int = Field(default=0, description="Base seed for models and sandboxes.")
+    seed: int = Field(
+        default=0,
+        description="Base seed of the sandboxes, and the seed sent to the models (unless the rules' benchmark sends "
+        "none).",
+    )
     max_steps: int | None = Field(
         default=None,
         description=max_steps_help(),
