@@ -24,8 +24,9 @@ from harness.schema import Environment, Scenario, ToolCall
 AGENT_MODULE = "agent/llm_agent.py"
 USER_MODULE = "user/user_simulator.py"
 TASKS_MODULE = "data_model/tasks.py"
-GUIDELINES = "data/tau2/user_simulator/simulation_guidelines.md"
-GUIDELINES_WITH_TOOLS = "data/tau2/user_simulator/simulation_guidelines_tools.md"
+GUIDELINES_FOLDER = "data/tau2/user_simulator"
+GuidelinesName = Literal["simulation_guidelines.md", "simulation_guidelines_tools.md"]
+"""Upstream's guidelines for a user without tools, and for one with tools (``get_global_user_sim_guidelines``)."""
 SCENARIO_NAMES = ("StructuredUserInstructions", "UserInstructions", "UserScenario")
 """What ``str(task.user_scenario)`` needs of ``tasks.py``: the two classes and the union they are typed with."""
 RENDERER_CLASS = "Tau2ScenarioRenderer"
@@ -42,7 +43,7 @@ _RENDERER_SOURCE = f"""
 
 class {RENDERER_CLASS}:
     def __init__(self, init_config):
-        init_config.clear()
+        pass
 
     def execute_call(self, name, arguments):
         return str(UserScenario.model_validate(arguments["user_scenario"]))
@@ -66,7 +67,7 @@ class UserPrompt(BaseModel):
     scenario: str = Field(
         description="str(task.user_scenario): the persona (when there is one), then the instructions."
     )
-    guidelines: Literal["simulation_guidelines.md", "simulation_guidelines_tools.md"]
+    guidelines: GuidelinesName = Field(description="Which of upstream's guidelines the prompt holds.")
 
 
 @dataclass(frozen=True)
@@ -88,8 +89,8 @@ class PromptSources:
     def user_prompt(self, scenario: str, *, user_has_tools: bool) -> UserPrompt:
         guidelines = self.guidelines_with_tools if user_has_tools else self.guidelines
         text = self.user_template.format(global_user_sim_guidelines=guidelines, instructions=scenario)
-        name = GUIDELINES_WITH_TOOLS if user_has_tools else GUIDELINES
-        return UserPrompt(system_prompt=text, scenario=scenario, guidelines=name.rsplit("/", 1)[-1])  # type: ignore[arg-type]
+        name: GuidelinesName = "simulation_guidelines_tools.md" if user_has_tools else "simulation_guidelines.md"
+        return UserPrompt(system_prompt=text, scenario=scenario, guidelines=name)
 
 
 def _string_value(node: ast.expr) -> str | None:
@@ -164,8 +165,8 @@ def read_prompt_sources(source: Tau2Source) -> PromptSources:
         agent_template=module_string(agent, "SYSTEM_PROMPT", AGENT_MODULE),
         agent_instruction=module_string(agent, "AGENT_INSTRUCTION", AGENT_MODULE),
         user_template=module_string(user, "SYSTEM_PROMPT", USER_MODULE),
-        guidelines=source.read_text(GUIDELINES),
-        guidelines_with_tools=source.read_text(GUIDELINES_WITH_TOOLS),
+        guidelines=source.read_text(f"{GUIDELINES_FOLDER}/simulation_guidelines.md"),
+        guidelines_with_tools=source.read_text(f"{GUIDELINES_FOLDER}/simulation_guidelines_tools.md"),
         scenario_code=scenario_code(source.read_python(TASKS_MODULE), TASKS_MODULE) + _RENDERER_SOURCE,
     )
 
