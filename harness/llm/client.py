@@ -222,6 +222,10 @@ class LLMClient:
         params = self._parameters(resolved, settings, extra)
         endpoint = api_base or resolved.endpoint
         tools = tools or None
+        if tools is None:
+            # A tool_choice (a benchmark runner's default sends "auto" with its tools) means nothing without tools,
+            # and endpoints refuse it.
+            params.pop("tool_choice", None)
 
         key = None
         if self.cache is not None:

@@ -36,6 +36,8 @@ UserPrompt = Callable[[Scenario, "EpisodeRules"], str]
 UserOpening = Callable[[Scenario, "EpisodeRules"], str]
 """The line the simulated user answers first, per scenario (a benchmark whose opening depends on the task's
 language)."""
+PromptsMissing = Callable[[Environment, Scenario], "str | None"]
+"""Why a record cannot give a profile's prompts (one line: an import made before they were stored), else None."""
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,35 @@ class RulesPrompts:
     user: UserPrompt | None = None
     opening: UserOpening | None = None
     """The user's opening line per scenario; None: ``EpisodeRules.user_opening`` (or the greeting)."""
+    missing: PromptsMissing | None = None
+    """Asked of every selected scenario before a run starts: a problem refuses the run in one line."""
+
+
+class RoleSampling(BaseModel):
+    """The sampling parameters a benchmark's own runner sends one role's model by default. A parameter left None is
+    not sent at all (the endpoint's default applies), as a runner that never sets it sends nothing."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    temperature: float | None = Field(default=None, description="Sent temperature; None: no temperature is sent.")
+    top_p: float | None = Field(default=None, description="Sent top_p; None: not sent.")
+    max_tokens: int | None = Field(default=None, description="Sent completion token cap; None: not sent.")
+    seed: bool = Field(
+        default=False, description="The run's --seed is sent as the request's seed; False: no seed is sent."
+    )
+    tool_choice: str | None = Field(
+        default=None, description="Sent with the tools, in requests that have tools; None: not sent."
+    )
+
+
+class Sampling(BaseModel):
+    """What a benchmark's own runner sends each role's model by default (``docs/episode-rules.md``). The run's flags
+    override it: ``--temperature`` and ``--max-tokens`` the agent's, ``--user-temperature`` the user's."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    agent: RoleSampling
+    user: RoleSampling
 
 
 class EpisodeRules(BaseModel):
@@ -206,6 +237,11 @@ class EpisodeRules(BaseModel):
         description="The model-backed agent kinds (--agent) these rules run, and the only rules that kind runs "
         "under (the agent writes calls in the format the rules' system prompt asks for); agents that call no "
         "model run too. None: any agent kind that no profile claims.",
+    )
+    sampling: Sampling | None = Field(
+        default=None,
+        description="The sampling parameters the benchmark's runner sends each role by default; None: the project's "
+        "(temperature 0.0 for both roles unless --temperature, the run's --seed sent, no top_p).",
     )
 
 

@@ -13,7 +13,10 @@ from harness.run.config import (
     RunRefused,
     agent_settings,
     models_in_use,
+    role_models,
+    sent_sampling,
     user_settings,
+    with_sampling,
 )
 from harness.run.driver import cluster_backend, episodes_in_flight, run
 from harness.run.episodes import AgentFactory, EpisodeContext, UserFactory, run_one_episode
@@ -76,10 +79,13 @@ __all__ = [
     "recommended_settings",
     "resolve_rules",
     "resolve_settings",
+    "role_models",
     "rules_mismatch",
     "run",
     "run_one_episode",
     "select_scenarios",
     "selection_problems",
+    "sent_sampling",
     "user_settings",
+    "with_sampling",
 ]

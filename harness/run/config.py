@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -12,10 +12,12 @@ from harness.llm.client import DEFAULT_TIMEOUT_S
 from harness.llm.local_provider import LOCAL_PROVIDER
 from harness.llm.python_models import PYTHON_PROVIDER
 from harness.mcp.credential import public_target
-from harness.registry import agent_kinds, profile_names, profiles
+from harness.registry import agent_kinds, profile_names, profiles, rules_profile
 from harness.registry.options import ALLOW_WEAK_SANDBOX_HELP
-from harness.rules.profiles import RulesName
-from harness.schema import AgentSettings, ModelSettings
+from harness.rules.profiles import DEFAULT_RULES, RoleSampling, RulesName
+from harness.schema import AgentSettings, JSONValue, ModelSettings
+
+Number = TypeVar("Number", float, int)
 
 # Settings that change what an episode does: resuming with any of them different would mix two experiments.
 RESULT_SETTINGS = (
@@ -25,6 +27,7 @@ RESULT_SETTINGS = (
     "user_model",
     "judge_model",
     "temperature",
+    "user_temperature",
     "max_tokens",
     "seed",
     "max_steps",
@@ -119,9 +122,24 @@ class RunConfig(BaseModel):
     )
     rpm: int | None = Field(default=None, ge=1, description="Requests per minute per endpoint.")
     tpm: int | None = Field(default=None, ge=1, description="Tokens per minute per endpoint.")
-    temperature: float | None = Field(default=0.0, description="Sampling temperature.")
-    max_tokens: int | None = Field(default=None, description="Completion token cap per model call.")
-    seed: int = Field(default=0, description="Base seed for models and sandboxes.")
+    temperature: float | None = Field(
+        default=None,
+        description="The agent's sampling temperature (default: what the rules' benchmark sends its agent, else 0.0).",
+    )
+    user_temperature: float | None = Field(
+        default=None,
+        description="The simulated user's sampling temperature (default: what the rules' benchmark sends its user, "
+        "else --temperature).",
+    )
+    max_tokens: int | None = Field(
+        default=None,
+        description="The agent's completion token cap per model call (default: the rules' benchmark's, else none).",
+    )
+    seed: int = Field(
+        default=0,
+        description="Base seed of the sandboxes, and the seed sent to the models (unless the rules' benchmark sends "
+        "none).",
+    )
     max_steps: int | None = Field(
         default=None,
         description=max_steps_help(),
@@ -194,13 +212,71 @@ class ModelUnavailable(Unavailable):
     """A model endpoint does not answer (probed once before the first episode): nothing could be measured."""
 
 
+def _given(flag: Number | None, default: Number | None) -> Number | None:
+    return flag if flag is not None else default
+
+
+def _tool_choice(role: RoleSampling) -> dict[str, JSONValue]:
+    """The role's tool_choice, which the client sends only with tools."""
+    return {"tool_choice": role.tool_choice} if role.tool_choice is not None else {}
+
+
+def role_models(config: RunConfig) -> tuple[ModelSettings, ModelSettings]:
+    """What the agent's and the user's model requests carry: a flag given wins; a flag not given takes what the
+    rules' benchmark sends that role (its :class:`~harness.rules.profiles.Sampling`), a parameter it leaves unset is
+    not sent; rules that declare none keep the project's (0.0, or --temperature for both roles; --seed sent)."""
+    sampling = rules_profile(config.rules or DEFAULT_RULES).sampling
+    agent_model, user_model = config.model, config.user_model or config.model
+    if sampling is None:
+        agent_temperature = _given(config.temperature, 0.0)
+        return (
+            ModelSettings(
+                model=agent_model, temperature=agent_temperature, max_tokens=config.max_tokens, seed=config.seed
+            ),
+            ModelSettings(
+                model=user_model, temperature=_given(config.user_temperature, agent_temperature), seed=config.seed
+            ),
+        )
+    agent, user = sampling.agent, sampling.user
+    return (
+        ModelSettings(
+            model=agent_model,
+            temperature=_given(config.temperature, agent.temperature),
+            top_p=agent.top_p,
+            max_tokens=_given(config.max_tokens, agent.max_tokens),
+            seed=config.seed if agent.seed else None,
+            extra=_tool_choice(agent),
+        ),
+        ModelSettings(
+            model=user_model,
+            temperature=_given(config.user_temperature, user.temperature),
+            top_p=user.top_p,
+            max_tokens=user.max_tokens,
+            seed=config.seed if user.seed else None,
+            extra=_tool_choice(user),
+        ),
+    )
+
+
+def sent_sampling(settings: ModelSettings) -> dict[str, JSONValue]:
+    """The sampling parameters a role's requests carry (those left unset are not sent; tool_choice only with
+    tools)."""
+    values = {name: getattr(settings, name) for name in ("temperature", "top_p", "max_tokens", "seed")}
+    return {name: value for name, value in {**values, **settings.extra}.items() if value is not None}
+
+
+def with_sampling(config: RunConfig) -> RunConfig:
+    """``config`` with the temperatures its roles are sent written in (None: not sent), as the manifest records
+    them and a resume compares them."""
+    agent, user = role_models(config)
+    return config.model_copy(update={"temperature": agent.temperature, "user_temperature": user.temperature})
+
+
 def agent_settings(config: RunConfig) -> AgentSettings:
     return AgentSettings(
         kind=config.agent_kind,
         role="agent",
-        model=ModelSettings(
-            model=config.model, temperature=config.temperature, max_tokens=config.max_tokens, seed=config.seed
-        ),
+        model=role_models(config)[0],
         system_prompt_version=config.system_prompt_version,
     )
 
@@ -209,7 +285,7 @@ def user_settings(config: RunConfig) -> AgentSettings:
     return AgentSettings(
         kind="simulated_user",
         role="user",
-        model=ModelSettings(model=config.user_model or config.model, temperature=config.temperature, seed=config.seed),
+        model=role_models(config)[1],
         system_prompt_version=config.system_prompt_version,
     )
 

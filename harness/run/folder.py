@@ -20,7 +20,7 @@ from harness.results.metrics import MANIFEST_FILE, RESULTS_FILE, load_manifest, 
 from harness.rules.profiles import DEFAULT_RULES
 from harness.schema import DatasetRef, RunManifest
 
-from .config import IN_PROCESS_PROVIDERS, RESULT_SETTINGS, RunConfig, RunRefused
+from .config import IN_PROCESS_PROVIDERS, RESULT_SETTINGS, RunConfig, RunRefused, role_models, sent_sampling
 
 
 def default_run_dir(config: RunConfig) -> Path:
@@ -62,6 +62,7 @@ def build_manifest(
     planned: int,
     invalid: dict[str, str] | None = None,
 ) -> RunManifest:
+    agent, user = role_models(config)
     resolution: dict[str, Any] = {}
     for model in {
         config.model,
@@ -86,6 +87,8 @@ def build_manifest(
             "invalid_scenarios": dict(sorted((invalid or {}).items())),
             # The judge of judged checks, pinned with its parameters (its resolution is in model_resolution).
             "judge": Judge.of(client, config.judge_model, config.seed).pinned() if config.judge_model else None,
+            # What each role's requests carry (a parameter the rules leave unset is not sent).
+            "sampling": {"agent": sent_sampling(agent), "user": sent_sampling(user)},
         },
         model_resolution=resolution,
         episodes_planned=planned,
@@ -130,8 +133,9 @@ def resolution_line(entry: Any) -> str:
 def check_resumable(previous: RunManifest, current: RunManifest) -> None:
     """Refuse to mix results of different settings, models or data in one folder, naming what differs."""
     differences = []
-    # Folders made before episode rules existed ran under the default rules.
-    defaults = {"rules": DEFAULT_RULES}
+    # Folders made before episode rules existed ran under the default rules; before per-role sampling, the user
+    # was sent the agent's temperature.
+    defaults = {"rules": DEFAULT_RULES, "user_temperature": previous.config.get("temperature")}
     for key in RESULT_SETTINGS:
         before = previous.config.get(key, defaults.get(key))
         after = current.config.get(key, defaults.get(key))

@@ -25,7 +25,7 @@ from harness.sandbox import SandboxPool
 from harness.schema import AgentSettings, Mode, Scenario
 from harness.validate import invalid_scenarios
 
-from .config import MODEL_FREE_AGENT_KINDS, RunConfig, RunRefused, agent_settings, user_settings
+from .config import MODEL_FREE_AGENT_KINDS, RunConfig, RunRefused, agent_settings, user_settings, with_sampling
 
 logger = logging.getLogger(__name__)
 
@@ -171,7 +171,7 @@ def resolve_settings(config: RunConfig, library: Library) -> tuple[RunConfig, di
         update["user_model"], origins["user_model"] = recommended.user_model, LIBRARY
     if applies and config.max_steps is None and recommended.max_steps is not None:
         update["max_steps"], origins["max_steps"] = recommended.max_steps, LIBRARY
-    return config.model_copy(update=update), origins
+    return with_sampling(config.model_copy(update=update)), origins
 
 
 def resolve_rules(config: RunConfig, library: Library, scenarios: list[Scenario]) -> RunConfig:
@@ -193,7 +193,7 @@ def rules_mismatch(config: RunConfig, library: Library, scenarios: list[Scenario
     if agent_problem is not None:
         return agent_problem
     if profile.required_source is None:
-        return prompt_problem(profile, config.mode, library, scenarios)
+        return prompt_problems(profile, config.mode, library, scenarios)
     foreign = sorted(
         {
             s.environment_id
@@ -202,13 +202,30 @@ def rules_mismatch(config: RunConfig, library: Library, scenarios: list[Scenario
             or environment.provenance.source != profile.required_source
         }
     )
-    if not foreign:
-        return prompt_problem(profile, config.mode, library, scenarios)
-    shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
-    return (
-        f"--rules {profile.name} runs only environments imported with `harness import {profile.required_source}`; "
-        f"{shown} {'is' if len(foreign) == 1 else 'are'} not"
-    )
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        return (
+            f"--rules {profile.name} runs only environments imported with `harness import {profile.required_source}`; "
+            f"{shown} {'is' if len(foreign) == 1 else 'are'} not"
+        )
+    return prompt_problems(profile, config.mode, library, scenarios)
+
+
+def prompts_missing(profile: EpisodeRules, library: Library, scenarios: list[Scenario]) -> str | None:
+    """The first scenario whose records cannot give the profile's prompts, as one line."""
+    if profile.prompts.missing is None:
+        return None
+    for scenario in scenarios:
+        environment = library.environments.get(scenario.environment_id)
+        problem = None if environment is None else profile.prompts.missing(environment, scenario)
+        if problem is not None:
+            return f"--rules {profile.name}: {scenario.id}: {problem}"
+    return None
+
+
+def prompt_problems(profile: EpisodeRules, mode: str | None, library: Library, scenarios: list[Scenario]) -> str | None:
+    """Why the rules' prompts cannot be given for some scenario (its records lack what they are built from)."""
+    return prompts_missing(profile, library, scenarios) or prompt_problem(profile, mode, library, scenarios)
 
 
 def prompt_problem(profile: EpisodeRules, mode: str | None, library: Library, scenarios: list[Scenario]) -> str | None:

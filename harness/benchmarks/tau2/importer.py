@@ -31,6 +31,13 @@ from harness.benchmarks.tau2.code import (
 )
 from harness.benchmarks.tau2.nl_assertions import JUDGED_BASIS, judged_checks, judged_prompts
 from harness.benchmarks.tau2.source import DOMAINS, SOURCE_LICENSE_NOTE, Tau2Source, Tau2SourceError
+from harness.benchmarks.tau2.upstream_prompts import (
+    AGENT_PROMPT_KEY,
+    USER_PROMPT_KEY,
+    PromptSources,
+    read_prompt_sources,
+    render_scenarios,
+)
 from harness.episode.dispatch import DispatchSession, open_tool_session
 from harness.sandbox import SandboxPool
 from harness.schema import (
@@ -70,6 +77,7 @@ class Tau2Release:
     db: Any
     policy: str
     code: DomainCode
+    prompts: PromptSources
     nl_prompts: dict[str, str] | None = None
     """Upstream's NL-assertion judge texts, read when some task's basis counts NL assertions."""
 
@@ -146,6 +154,7 @@ def _environment(release: Tau2Release, tools: list[dict[str, Any]]) -> Environme
                 "source_license": release.license,
                 "license_note": SOURCE_LICENSE_NOTE,
                 "tool_types": {tool["function"]["name"]: tool["tool_type"] for tool in tools},
+                AGENT_PROMPT_KEY: release.prompts.agent_prompt(release.policy).model_dump(mode="json"),
             },
         ),
     )
@@ -163,17 +172,6 @@ def _initial_state(db: Any, task: dict[str, Any]) -> dict[str, Any]:
             {"func_name": a["func_name"], "arguments": a.get("arguments") or {}} for a in actions
         ]
     return state
-
-
-def user_instructions(task: dict[str, Any]) -> str:
-    scenario = task.get("user_scenario") or {}
-    instructions = scenario.get("instructions")
-    if isinstance(instructions, str):
-        return instructions
-    if isinstance(instructions, dict):
-        parts = [f"{key.replace('_', ' ').capitalize()}: {value}" for key, value in instructions.items() if value]
-        return "\n".join(parts)
-    raise Tau2ImportError(f"task {task.get('id')!r} has no user instructions")
 
 
 async def probe_tools(pool: SandboxPool, code: DomainCode) -> list[dict[str, Any]]:
@@ -253,6 +251,7 @@ def read_tau2(source: Tau2Source, domain: str, split: str) -> Tau2Release:
         db=source.read_json(f"{folder}/db.json"),
         policy=source.read_text(f"{folder}/policy.md"),
         code=build_domain_code(source, domain),
+        prompts=read_prompt_sources(source),
         nl_prompts=judged_prompts(source, tasks),
     )
 
@@ -261,7 +260,9 @@ async def import_tau2(release: Tau2Release, pool: SandboxPool, *, concurrency: i
     domain, split, db = release.domain, release.split, release.db
     environment = _environment(release, await probe_tools(pool, release.code))
     result = Tau2Import(environment=environment, version=release.version)
-    for task in release.tasks:
+    rendered = await render_scenarios(pool, release.prompts, release.tasks)
+    for task, user_scenario in zip(release.tasks, rendered, strict=True):
+        user_prompt = release.prompts.user_prompt(user_scenario, user_has_tools=False)
         criteria = task.get("evaluation_criteria") or {}
         actions = [
             ReferenceAction(name=a["name"], arguments=a.get("arguments") or {})
@@ -279,7 +280,7 @@ async def import_tau2(release: Tau2Release, pool: SandboxPool, *, concurrency: i
                 id=f"tau2-{domain}-{task_id}",
                 environment_id=environment.id,
                 initial_state=_initial_state(db, task),
-                task=user_instructions(task),
+                task=user_scenario,
                 reference_actions=actions,
                 reference_reply=" ".join(communicate) or None,
                 judged_checks=judged_checks(task, release.nl_prompts),
@@ -297,6 +298,7 @@ async def import_tau2(release: Tau2Release, pool: SandboxPool, *, concurrency: i
                         "source_license": release.license,
                         # Upstream's task as released: `harness export tau2` hands it to upstream's evaluator.
                         "upstream_task": task,
+                        USER_PROMPT_KEY: user_prompt.model_dump(mode="json"),
                     },
                 ),
             )

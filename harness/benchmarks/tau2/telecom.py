@@ -23,7 +23,7 @@ import orjson
 
 from harness.benchmarks.tau2.checks import action_check, dual_db_check, env_assertions_check, state_hash
 from harness.benchmarks.tau2.code import DISPATCHER, ERROR_PREFIX
-from harness.benchmarks.tau2.importer import Tau2Import, chosen_tasks, communicate_check, user_instructions
+from harness.benchmarks.tau2.importer import Tau2Import, chosen_tasks, communicate_check
 from harness.benchmarks.tau2.source import SOURCE_LICENSE_NOTE, Tau2Source, Tau2SourceError
 from harness.benchmarks.tau2.telecom_code import (
     DOMAIN,
@@ -31,6 +31,13 @@ from harness.benchmarks.tau2.telecom_code import (
     TELECOM_PROBE_CLASS,
     TelecomCode,
     build_telecom_code,
+)
+from harness.benchmarks.tau2.upstream_prompts import (
+    AGENT_PROMPT_KEY,
+    USER_PROMPT_KEY,
+    PromptSources,
+    read_prompt_sources,
+    render_scenarios,
 )
 from harness.episode.dispatch import DispatchSession, open_tool_session
 from harness.sandbox import SandboxPool
@@ -74,6 +81,7 @@ class TelecomRelease:
     user_db: Any
     policy: str
     code: TelecomCode
+    prompts: PromptSources
 
 
 def read_telecom(source: Tau2Source, split: str) -> TelecomRelease:
@@ -101,6 +109,7 @@ def read_telecom(source: Tau2Source, split: str) -> TelecomRelease:
         user_db=user_db,
         policy=policy,
         code=build_telecom_code(source),
+        prompts=read_prompt_sources(source),
     )
 
 
@@ -128,6 +137,7 @@ def telecom_environment(
                 "license_note": SOURCE_LICENSE_NOTE,
                 "tool_types": {t["function"]["name"]: t["tool_type"] for t in agent},
                 "user_tool_types": {t["function"]["name"]: t["tool_type"] for t in user},
+                AGENT_PROMPT_KEY: release.prompts.agent_prompt(release.policy).model_dump(mode="json"),
             },
         ),
     )
@@ -249,7 +259,10 @@ async def import_telecom(release: TelecomRelease, pool: SandboxPool, *, concurre
     environment = telecom_environment(release, agent_tools, user_tools)
     result = Tau2Import(environment=environment, version=release.version)
     entries: list[tuple[Scenario, dict[str, Any]]] = []
-    for task in release.tasks:
+    rendered = await render_scenarios(pool, release.prompts, release.tasks)
+    for task, user_scenario in zip(release.tasks, rendered, strict=True):
+        # Upstream's telecom user has tools: it gets the tool-using guidelines.
+        user_prompt = release.prompts.user_prompt(user_scenario, user_has_tools=True)
         task_id = str(task["id"])
         criteria = task.get("evaluation_criteria") or {}
         basis = [str(b) for b in criteria.get("reward_basis") or ["DB", "COMMUNICATE"]]
@@ -266,7 +279,7 @@ async def import_telecom(release: TelecomRelease, pool: SandboxPool, *, concurre
             id=f"tau2-{DOMAIN}-{task_id}",
             environment_id=environment.id,
             initial_state=_initial_state(db, user_db, task),
-            task=user_instructions(task),
+            task=user_scenario,
             reference_actions=agent_gold,
             user_reference_actions=user_gold,
             reference_reply=" ".join(communicate) or None,
@@ -284,6 +297,7 @@ async def import_telecom(release: TelecomRelease, pool: SandboxPool, *, concurre
                     "source_license": release.license,
                     # Upstream's task as released: `harness export tau2` hands it to upstream's evaluator.
                     "upstream_task": task,
+                    USER_PROMPT_KEY: user_prompt.model_dump(mode="json"),
                 },
             ),
         )
