@@ -3,7 +3,7 @@ end-to-end and process accuracy (``docs/episode-rules.md`` gives each field's up
 
 from __future__ import annotations
 
-from harness.rules.profiles import EpisodeRules, RulesPrompts
+from harness.rules.profiles import EpisodeRules, RoleSampling, RulesPrompts, Sampling
 
 from .prompts import (
     FINISH,
@@ -21,6 +21,7 @@ ACEBENCH_STOP = FINISH
 ACEBENCH_USER_OPENING = "Is there anything you need help with today?"
 """EnvScaler's preset's fixed opening line (``acebench`` and ``acebench-text`` send upstream's, read per language
 from the checkout at import)."""
+ACEBENCH_ROLE_SAMPLING = RoleSampling(temperature=0.001, top_p=1.0, max_tokens=1000)
 ACEBENCH_RULES = EpisodeRules(
     name="acebench",
     first_call_only=False,
@@ -46,6 +47,9 @@ ACEBENCH_RULES = EpisodeRules(
     reward_check="acebench-end-to-end",
     process_check="acebench-process",
     agent_stop_phrases=(ACEBENCH_STOP,),
+    # The API models' defaults (APIModel_agent.py and APIModel_user.py of multi_turn, multi_step's agent), which
+    # apimodel_inference.py never overrides: no seed, no tool_choice.
+    sampling=Sampling(agent=ACEBENCH_ROLE_SAMPLING, user=ACEBENCH_ROLE_SAMPLING),
 )
 # EnvScaler's evaluation of ACEBench-Agent: native function calling, and the agent ends with "Task Completed". Its
 # prompts are EnvScaler's preset's own (the agent's and the user's), its user sees its own lines as "assistant".

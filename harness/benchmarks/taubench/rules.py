@@ -3,7 +3,7 @@ reward for its imported domains (``docs/episode-rules.md`` gives each field's up
 
 from __future__ import annotations
 
-from harness.rules.profiles import EpisodeRules, RulesPrompts
+from harness.rules.profiles import EpisodeRules, RoleSampling, RulesPrompts, Sampling
 from harness.rules.protocols import STOP
 from harness.schema import TerminationReason
 
@@ -40,6 +40,9 @@ TAUBENCH_RULES = EpisodeRules(
     ending_tools=("transfer_to_human_agents",),
     # Env.reset returns the user's first message without looking for ###STOP###: only a reply to the agent ends.
     opening_stop_ends=False,
+    # run.py's --temperature (0.0) is all the agent's completion call sets (tool_calling_agent.py); the user
+    # simulator's call (envs/user.py) sets no sampling parameter; neither sends a seed or a tool_choice.
+    sampling=Sampling(agent=RoleSampling(temperature=0.0), user=RoleSampling()),
 )
 # EnvScaler's τ-bench evaluation: upstream's ReAct user (tau_bench/envs/user.py ReactUserSimulationEnv) with only its
 # reply sent to the agent; everything else as TAUBENCH_RULES.

@@ -65,6 +65,15 @@ def run(library: Path, out: Path, server: MockOpenAIServer, agent: str, rules: s
     return harness(command, {"HARNESS_MODELS_FILE": str(models)})
 
 
+UPSTREAM_SAMPLING = {"temperature": 0.001, "top_p": 1.0, "max_tokens": 1000}
+SAMPLING_KEYS = ("temperature", "top_p", "max_tokens", "max_completion_tokens", "seed", "tool_choice", "n", "stop")
+
+
+def sampling_of(body: dict[str, Any]) -> dict[str, Any]:
+    """The sampling parameters a request carries."""
+    return {key: body[key] for key in SAMPLING_KEYS if key in body}
+
+
 def user_requests_since(server: MockOpenAIServer, before: int) -> list[dict[str, Any]]:
     return [r.body for r in server.chat_requests("ap-user")[before:] if r.body]
 
@@ -111,6 +120,11 @@ def test_the_native_rules_send_upstreams_user_byte_for_byte(
     assert_upstreams_user(user_requests_since(server, before))
     agent = next(r.body for r in server.chat_requests("ap-agent") if r.body)
     assert agent["messages"][1] == {"role": "user", "content": FIRST_LINE}
+    # Both roles get the API models' defaults (temperature 0.001, top_p 1, max_tokens 1000), no seed, no tool_choice.
+    assert sampling_of(agent) == UPSTREAM_SAMPLING
+    assert [sampling_of(body) for body in user_requests_since(server, before)] == [UPSTREAM_SAMPLING] * len(
+        user_requests_since(server, before)
+    )
 
 
 def test_the_text_setting_sends_upstreams_agent_and_user_byte_for_byte(
@@ -131,6 +145,7 @@ def test_the_text_setting_sends_upstreams_agent_and_user_byte_for_byte(
         {"role": "user", "content": template.format(functions=str(FUNCTIONS), history=f"user:{FIRST_LINE}\n")},
     ]
     assert "tools" not in first
+    assert sampling_of(first) == UPSTREAM_SAMPLING
 
 
 def test_envscalers_preset_keeps_its_own_prompts(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -92,6 +93,14 @@ def test_a_prompt_method_shaped_otherwise_is_refused_with_one_line(
     assert not out.exists()
 
 
+SAMPLING_KEYS = ("temperature", "top_p", "max_tokens", "max_completion_tokens", "seed", "tool_choice", "n", "stop")
+
+
+def sampling_of(body: dict[str, Any]) -> dict[str, Any]:
+    """The sampling parameters a request carries."""
+    return {key: body[key] for key in SAMPLING_KEYS if key in body}
+
+
 def test_the_run_sends_upstreams_prompts_byte_for_byte(
     shop_library: Path,  # noqa: F811
     server: MockOpenAIServer,
@@ -120,6 +129,9 @@ def test_the_run_sends_upstreams_prompts_byte_for_byte(
     assert first_agent["tools"] == TOOL_INFOS
     second_agent = agent_requests[1]["messages"]
     assert [m["role"] for m in second_agent] == ["system", "user", "assistant", "tool"]
+    # Sampling as upstream's runner sends it: the agent run.py's temperature 0.0 only; the user simulator nothing.
+    assert [sampling_of(body) for body in agent_requests] == [{"temperature": 0.0}] * len(agent_requests)
+    assert [sampling_of(body) for body in user_requests] == [{}] * len(user_requests)
     assert second_agent[3]["name"] == "get_item" and second_agent[3]["tool_call_id"]
 
 
