@@ -60,6 +60,8 @@ ACEBENCH_ENVSCALER_RULES = ACEBENCH_RULES.model_copy(
         "prompts": RulesPrompts(agent=agent_system_prompt, user=envscaler_user_system_prompt),
         "user_own_role": "assistant",
         "user_opening": ACEBENCH_USER_OPENING,
+        # EnvScaler's evaluation: the project's sampling (--temperature for both roles).
+        "sampling": None,
     }
 )
 

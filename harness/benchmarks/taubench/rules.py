@@ -52,5 +52,7 @@ TAUBENCH_REACT_RULES = TAUBENCH_RULES.model_copy(
         "prompts": RulesPrompts(agent=agent_system_prompt, user=react_user_system_prompt),
         "user_opening": TAUBENCH_USER_OPENING,
         "user_reply_marker": "User Response:",
+        # EnvScaler's evaluation sends both roles --temperature (its numbers: 0.7), the project's sampling.
+        "sampling": None,
     }
 )

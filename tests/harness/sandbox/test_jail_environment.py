@@ -194,7 +194,9 @@ def test_a_run_that_cannot_build_its_environment_says_so_in_one_line(
         "PIP_RETRIES": "0",
         "PIP_TIMEOUT": "2",
     }
-    finished = harness(["run", "--envs", str(library), "--agent", "oracle", "--out", str(tmp_path / "run")], env)
+    # --rules harness: the library is a hand-made τ² one without upstream's prompts, which --rules tau2 refuses first.
+    command = ["run", "--envs", str(library), "--agent", "oracle", "--rules", "harness", "--out", str(tmp_path / "run")]
+    finished = harness(command, env)
     assert finished.code == 1, finished.stderr
     (line,) = finished.stderr_lines
     assert "jail environment of tau2" in line and "could not be installed from PyPI" in line, line
